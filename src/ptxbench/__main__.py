@@ -1,0 +1,3 @@
+from ptxbench.cli import main
+
+main()

@@ -1,0 +1,95 @@
+"""``ptxbench check``: build a candidate for one target and report what its binary contains.
+
+This is the CPU half of evaluation: no GPU is touched. With a task, the candidate is built against
+the task's generated header and every requirement is traced through source → PTX → SASS; without
+one, every registry feature found is listed per kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from ptxbench.arch.registry import Arch
+from ptxbench.contract.signature import HEADER_NAME, header
+from ptxbench.errors import CandidateError
+from ptxbench.static.report import StaticReport, static_report
+from ptxbench.tasks.model import Task
+from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S, BuildRequest, BuildResult, build, build_many
+
+CHECK_REPORT_VERSION = 1
+CANDIDATE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc")
+
+
+class CheckReport(BaseModel):
+    """A candidate's build and static report for one target."""
+
+    version: int = CHECK_REPORT_VERSION
+    candidate: str
+    source_sha256: str
+    arch: Arch
+    task: str | None
+    build: BuildResult
+    static: StaticReport | None
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        """Built, and (with a task) every requirement reached the SASS, with no policy violation."""
+        if not self.build.ok or self.static is None:
+            return False
+        return self.static.requirements_in_sass and not self.static.policy_violations
+
+
+def read_candidate(path: Path | str) -> str:
+    path = Path(path)
+    if path.suffix not in CANDIDATE_SUFFIXES:
+        raise CandidateError(f"{path}: a candidate is one CUDA C++ file ({', '.join(CANDIDATE_SUFFIXES)})")
+    try:
+        source = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateError(f"cannot read candidate {path}: {exc}") from None
+    if not source.strip():
+        raise CandidateError(f"{path}: the file is empty")
+    return source
+
+
+def build_request(source: str, arch: Arch, task: Task | None, name: str = "candidate") -> BuildRequest:
+    return BuildRequest(source=source, arch=arch, name=name,
+                        header=header(task) if task else None, header_name=HEADER_NAME,
+                        entry_point=task.entry_point if task else None)
+
+
+def report_for(path: str, source: str, arch: Arch, task: Task | None, result: BuildResult,
+               started: float) -> CheckReport:
+    static = None
+    cubin, ptx = result.artifact(".cubin"), result.artifact(".ptx")
+    if result.ok and cubin is not None and ptx is not None:
+        static = static_report(source, arch, ptx.read_text(), cubin, result.log,
+                               shared_object=result.artifact(".so"), task=task)
+    return CheckReport(candidate=path, source_sha256=hashlib.sha256(source.encode()).hexdigest(), arch=arch,
+                       task=task.id if task else None, build=result, static=static,
+                       duration_s=time.monotonic() - started)
+
+
+def check_file(path: Path | str, arch: Arch, task: Task | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+               cache_dir: Path | None = None, use_cache: bool = True) -> CheckReport:
+    started = time.monotonic()
+    source = read_candidate(path)
+    result = build(build_request(source, arch, task), cache_dir=cache_dir, timeout_s=timeout_s, use_cache=use_cache)
+    return report_for(str(path), source, arch, task, result, started)
+
+
+def check_files(items: list[tuple[Path, Task | None]], arch: Arch, *, jobs: int | None = None,
+                timeout_s: float = DEFAULT_TIMEOUT_S, cache_dir: Path | None = None,
+                use_cache: bool = True) -> list[CheckReport]:
+    """Check several candidates, building them in parallel."""
+    started = time.monotonic()
+    sources = [read_candidate(path) for path, _ in items]
+    requests = [build_request(src, arch, task) for src, (_, task) in zip(sources, items)]
+    results = build_many(requests, jobs=jobs, timeout_s=timeout_s, cache_dir=cache_dir, use_cache=use_cache)
+    return [report_for(str(path), src, arch, task, result, started)
+            for (path, task), src, result in zip(items, sources, results)]

@@ -1,0 +1,59 @@
+"""Compare a candidate's output with the reference under the task's tolerance, element by element."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from ptxbench.tasks.model import Tolerance
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Comparison(BaseModel):
+    """Where and how far an output is off: the feedback a model needs to fix it."""
+
+    output: str
+    passed: bool
+    elements: int
+    mismatched: int
+    nonfinite: int
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: list[int] | None = None
+    worst_value: float | None = None
+    worst_expected: float | None = None
+    bound_at_worst: float | None = None
+
+
+def compare(name: str, actual: "torch.Tensor", expected: "torch.Tensor", tolerance: Tolerance) -> Comparison:
+    import torch
+
+    if tuple(actual.shape) != tuple(expected.shape):
+        raise ValueError(f"{name}: shape {tuple(actual.shape)} differs from the reference's {tuple(expected.shape)}")
+    got = actual.double()
+    want = expected.double()
+    nonfinite = int((~torch.isfinite(got)).sum())
+    reference_rms = float(want.pow(2).mean().sqrt()) if want.numel() else 0.0
+    error = (got - want).abs()
+    error = torch.where(torch.isfinite(got), error, torch.full_like(error, float("inf")))
+    bound = tolerance.atol + tolerance.rms_atol * reference_rms + tolerance.rtol * want.abs()
+    excess = error - bound
+    bad = excess > 0
+    mismatched = int(bad.sum())
+    relative = error / want.abs().clamp_min(1e-30)
+    worst = int(torch.argmax(excess).item()) if want.numel() else None
+    result = Comparison(
+        output=name, passed=mismatched == 0 and nonfinite == 0, elements=want.numel(), mismatched=mismatched,
+        nonfinite=nonfinite, max_abs_error=float(error.max()) if want.numel() else 0.0,
+        max_rel_error=float(relative.max()) if want.numel() else 0.0,
+    )
+    if worst is not None:
+        index = [int(i) for i in torch.unravel_index(torch.tensor(worst), tuple(want.shape))]
+        result.worst_index = index
+        result.worst_value = float(got.reshape(-1)[worst])
+        result.worst_expected = float(want.reshape(-1)[worst])
+        result.bound_at_worst = float(bound.reshape(-1)[worst]) if bound.dim() else float(bound)
+    return result

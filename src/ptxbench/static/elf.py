@@ -1,0 +1,31 @@
+"""Read what a built shared object exports and links, without running it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+
+
+def dynamic_symbols(path: Path) -> set[str]:
+    """Names of the functions and objects the shared object defines and exports."""
+    with path.open("rb") as handle:
+        elf = ELFFile(handle)
+        table = elf.get_section_by_name(".dynsym")
+        if table is None:
+            return set()
+        return {s.name for s in table.iter_symbols() if s.name and s["st_shndx"] != "SHN_UNDEF"}
+
+
+def needed_libraries(path: Path) -> list[str]:
+    """DT_NEEDED entries: the shared libraries the loader will pull in."""
+    with path.open("rb") as handle:
+        elf = ELFFile(handle)
+        return [
+            tag.needed
+            for section in elf.iter_sections()
+            if isinstance(section, DynamicSection)
+            for tag in section.iter_tags()
+            if tag.entry.d_tag == "DT_NEEDED"
+        ]

@@ -1,0 +1,105 @@
+"""Classify a failed build from its log, and say what to do about it.
+
+The classes feed the error taxonomy, the feedback a model gets in refinement, and Fixit. The patterns
+are the diagnostics of nvcc 13.0's front end, ptxas and the host linker, checked by the tests against
+real failing builds.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+
+from pydantic import BaseModel
+
+from ptxbench.arch.registry import Arch, load_registry
+
+
+class CompileFailure(str, Enum):
+    CPP_ERROR = "cpp_error"
+    PTX_SYNTAX = "ptx_syntax"
+    PTX_OPERAND = "ptx_operand"
+    UNSUPPORTED_ON_TARGET = "unsupported_on_target"
+    RESOURCE_LIMIT = "resource_limit"
+    LINK_ERROR = "link_error"
+    MISSING_ENTRY_POINT = "missing_entry_point"
+    TIMEOUT = "timeout"
+
+
+class Diagnosis(BaseModel):
+    failure: CompileFailure
+    summary: str
+    first_error: str = ""
+
+
+# Order matters: the first class whose pattern matches any error line wins.
+_PATTERNS: list[tuple[CompileFailure, re.Pattern[str]]] = [
+    (CompileFailure.UNSUPPORTED_ON_TARGET, re.compile(
+        r"not supported on \.target|cannot be compiled for architecture|requires \.target|"
+        r"not supported for \.target|Feature '.*' requires")),
+    (CompileFailure.RESOURCE_LIMIT, re.compile(
+        r"too much shared data|uses too much|[Oo]ut of (registers|resources)|exceeds .*limit|"
+        r"too many resources|Entry function .* uses too much")),
+    (CompileFailure.LINK_ERROR, re.compile(
+        r"nvlink error|undefined reference|ld returned|cannot find -l|Unresolved extern function")),
+    (CompileFailure.PTX_OPERAND, re.compile(
+        r"Arguments mismatch|[Oo]perand .* mismatch|Incorrect number of arguments|"
+        r"[Uu]nexpected (operand|argument)|type mismatch|Illegal operand type|Invalid operand|"
+        r"[Uu]nexpected instruction types|[Mm]ismatch in (type|vector)")),
+    (CompileFailure.PTX_SYNTAX, re.compile(
+        r"ptxas.*(syntax error|Parsing error|Unknown modifier|Not a name of any known instruction|"
+        r"[Uu]nknown symbol|[Uu]ndefined identifier|[Ii]llegal modifier|Label expected|"
+        r"[Dd]uplicate definition|expected|error)")),
+    (CompileFailure.CPP_ERROR, re.compile(r"error")),
+]
+
+_ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|undefined reference", re.IGNORECASE)
+_UNSUPPORTED_INSTRUCTION = re.compile(r"Instruction '([^']+)' (?:not supported|cannot be compiled)")
+
+
+def error_lines(log: str) -> list[str]:
+    return [line.strip() for line in log.splitlines() if _ERROR_LINE.search(line)]
+
+
+def diagnose(log: str, arch: Arch) -> Diagnosis:
+    """The failure class of a build that did not succeed, and a sentence a model or user can act on."""
+    errors = error_lines(log) or [line.strip() for line in log.splitlines() if line.strip()][-1:]
+    for failure, pattern in _PATTERNS:
+        hit = next((line for line in errors if pattern.search(line)), None)
+        if hit is not None:
+            return Diagnosis(failure=failure, summary=_advice(failure, errors, arch), first_error=hit)
+    return Diagnosis(failure=CompileFailure.CPP_ERROR, summary="the build failed; see the log",
+                     first_error=errors[0] if errors else "")
+
+
+def _advice(failure: CompileFailure, errors: list[str], arch: Arch) -> str:
+    if failure is CompileFailure.UNSUPPORTED_ON_TARGET:
+        instructions = sorted({m.group(1) for line in errors for m in _UNSUPPORTED_INSTRUCTION.finditer(line)})
+        hints = _target_hints(instructions, arch)
+        listed = ", ".join(instructions) if instructions else "some instructions"
+        return f"{listed} not available on {arch.value}." + (" " + " ".join(hints) if hints else "")
+    return {
+        CompileFailure.RESOURCE_LIMIT: "a hardware resource limit was exceeded (shared memory, registers or "
+        "parameter space): shrink tiles or stages, or request dynamic shared memory at launch.",
+        CompileFailure.PTX_OPERAND: "inline PTX has operands of the wrong number, type or width for the "
+        "instruction: check the accumulator count, register constraints and operand types.",
+        CompileFailure.PTX_SYNTAX: "ptxas rejected the inline PTX: check instruction spelling, modifiers, "
+        "labels (scope them with braces) and register declarations.",
+        CompileFailure.LINK_ERROR: "the link failed: only the CUDA runtime is linked; define every function "
+        "you call and use no libraries.",
+        CompileFailure.CPP_ERROR: "the C++/CUDA source does not compile: see the first error.",
+    }.get(failure, "")
+
+
+def _target_hints(instructions: list[str], arch: Arch) -> list[str]:
+    """Registry advice for instruction families this target rejects (e.g. wgmma on sm_100a): the first
+    feature of each family that carries advice for ``arch`` speaks for it."""
+    families = {instr.split(" ")[0].split(".")[0] for instr in instructions}
+    hints: list[str] = []
+    for family in sorted(families):
+        for feature in load_registry().features:
+            advice = feature.rejected.get(arch)
+            if advice and feature.ptx_family == family:
+                hints.append(advice)
+                break
+    return hints

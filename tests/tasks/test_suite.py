@@ -1,0 +1,100 @@
+"""The bundled suite: complete, valid, hashed, and strict about malformed task files."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import pytest
+
+from ptxbench.arch.registry import BENCHMARK_ARCHS, Arch
+from ptxbench.errors import TaskError
+from ptxbench.tasks.loader import bundled_suite, get_task, parse_task
+from ptxbench.tasks.model import DType, Family, Role, Tolerance
+
+
+def _suite_text(name: str) -> str:
+    return resources.files("ptxbench.tasks").joinpath("suite", f"{name}.toml").read_text()
+
+
+def test_suite_covers_the_families_the_benchmark_promises() -> None:
+    suite = bundled_suite()
+    families = [t.family for t in suite]
+    for family in (Family.GEMM, Family.ATTENTION_FORWARD, Family.ATTENTION_BACKWARD):
+        assert family in families
+    assert families.count(Family.MEMORY_BOUND) >= 2
+    dtypes = {i.dtype for t in suite if t.family is Family.GEMM for i in t.inputs}
+    assert {DType.BF16, DType.E4M3} <= dtypes
+
+
+@pytest.mark.parametrize("task", bundled_suite(), ids=lambda t: t.id)
+def test_every_task_has_requirements_for_both_targets_and_held_out_shapes(task) -> None:  # type: ignore[no-untyped-def]
+    for arch in BENCHMARK_ARCHS:
+        assert task.requirements_for(arch), f"{task.id} has no requirements for {arch.value}"
+    assert task.held_out()
+    assert len([w for w in task.workloads if w.role is Role.TIMED]) == 1
+    for workload in task.workloads:
+        assert task.bytes_for(workload.sizes) > 0
+        assert task.flops_for(workload.sizes) >= 0
+    if task.family is not Family.MEMORY_BOUND:
+        matrix = [r for r in task.requirements_for(Arch.SM_90A) if r.min_flop_share]
+        assert matrix, "compute-bound tasks state the share of FLOPs the matrix feature must perform"
+
+
+def test_attention_covers_both_head_dims_and_masks_in_shown_and_held_out_workloads() -> None:
+    task = get_task("attention_fwd")
+    shown = {(w.sizes["D"], w.sizes["causal"]) for w in task.shown()}
+    assert shown == {(64, 0), (64, 1), (128, 0), (128, 1)}
+    assert {w.sizes["causal"] for w in task.held_out()} == {0, 1}
+
+
+def test_gemm_includes_decode_sizes() -> None:
+    task = get_task("gemm_bf16")
+    assert min(w.sizes["M"] for w in task.shown()) <= 16
+    assert min(w.sizes["M"] for w in task.held_out()) == 1
+
+
+def test_content_hash_is_stable_and_tracks_every_field() -> None:
+    text = _suite_text("gemm_bf16")
+    first, again = parse_task(text, "a"), parse_task(text, "b")
+    assert first.content_hash == again.content_hash == get_task("gemm_bf16").content_hash
+    changed = parse_task(text.replace("sizes = { M = 1, N = 11008", "sizes = { M = 2, N = 11008"), "c")
+    assert changed.content_hash != first.content_hash
+    assert len(first.content_hash) == 64
+
+
+def test_default_tolerance_is_dtype_aware() -> None:
+    bf16, f32 = Tolerance.for_dtype(DType.BF16), Tolerance.for_dtype(DType.F32)
+    assert bf16.rtol == pytest.approx(2**-6)
+    assert f32.rtol < 1e-4
+    task = get_task("transpose")
+    assert task.tolerance_for("Y").rtol == 0 and task.tolerance_for("Y").rms_atol == 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('id = "gemm_bf16"', 'id = "Bad Id"'), "id"),
+        (lambda t: t.replace('shape = ["M", "K"]', 'shape = ["M", "Z"]', 1), "unknown axes"),
+        (lambda t: t.replace('flops = "2 * M * N * K"', 'flops = "2 * M * Q"'), "unknown axes"),
+        (lambda t: t.replace('any_of = ["tma.load"]', 'any_of = ["tma.lod"]', 1), "unknown feature 'tma.lod'"),
+        (lambda t: t.replace('any_of = ["wgmma.bf16"]', 'any_of = ["tcgen05.mma.f16"]'), "not available on sm_90a"),
+        (lambda t: t.replace('role = "heldout"', 'role = "visible"'), "held-out"),
+        (lambda t: t.replace("sizes = { M = 1000, N = 5120, K = 3584 }", "sizes = { M = 1000, N = 5120, K = 3585 }"),
+         "not a multiple of 64"),
+        (lambda t: t.replace('role = "visible"\nsizes = { M = 4096, N = 4096', 'role = "timed"\nsizes = { M = 4096, N = 4096'),
+         "exactly one timed"),
+        (lambda t: t.replace("def reference(", "def ref("), "def reference"),
+        (lambda t: t + "\nsurprise = 1\n", "surprise"),
+        (lambda t: t.replace("statement = '''", "statement = '''\n", 1).replace("'''\nreference", "\nreference", 1),
+         "not valid TOML"),
+    ],
+)
+def test_malformed_tasks_get_one_clear_message(edit, message: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(TaskError, match=message) as caught:
+        parse_task(edit(_suite_text("gemm_bf16")), "broken.toml")
+    assert str(caught.value).startswith("broken.toml: ")
+
+
+def test_unknown_task_lists_the_known_ones() -> None:
+    with pytest.raises(TaskError, match="bundled tasks: .*gemm_bf16"):
+        get_task("gemm_bf17")

@@ -1,0 +1,40 @@
+"""Finding the toolchain, and a clear message when part of it is missing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ptxbench.errors import ToolchainMissing
+from ptxbench.toolchain import discover
+
+from ..conftest import FIXTURES
+
+
+def test_finds_every_tool_here() -> None:
+    toolchain = discover.find_toolchain()
+    assert toolchain.missing() == []
+    assert toolchain.tools["nvcc"].version and toolchain.tools["nvcc"].version.startswith("13.")
+    assert "nvcc=" in toolchain.fingerprint()
+
+
+def test_missing_tool_error_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PTXBENCH_CUOBJDUMP", "/nonexistent/cuobjdump")
+    discover.find_toolchain.cache_clear()
+    try:
+        with pytest.raises(ToolchainMissing, match="cuobjdump not found.*nvidia-cuda-cuobjdump"):
+            discover.find_toolchain().path("cuobjdump")
+    finally:
+        discover.find_toolchain.cache_clear()
+
+
+def test_cli_reports_a_missing_compiler_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = dict(os.environ, PTXBENCH_NVCC="/nonexistent/nvcc", PTXBENCH_CACHE=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "ptxbench", "check", str(FIXTURES / "gemm_mma_sync.cu")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert "error: nvcc not found. Fix: install the CUDA toolkit" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr
