@@ -22,7 +22,7 @@ console = Console()
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -145,7 +145,7 @@ def main() -> None:
     try:
         app()
     except PtxbenchError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

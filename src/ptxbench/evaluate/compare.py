@@ -22,6 +22,8 @@ class Comparison(BaseModel):
     nonfinite: int
     max_abs_error: float
     max_rel_error: float
+    max_error_ratio: float = 0.0
+    """The largest error divided by its bound: below 1 passes; how far from passing when above."""
     worst_index: list[int] | None = None
     worst_value: float | None = None
     worst_expected: float | None = None
@@ -44,11 +46,14 @@ def compare(name: str, actual: "torch.Tensor", expected: "torch.Tensor", toleran
     bad = excess > 0
     mismatched = int(bad.sum())
     relative = error / want.abs().clamp_min(1e-30)
+    ratio = error / bound if isinstance(bound, torch.Tensor) else error / torch.tensor(bound, dtype=error.dtype)
+    ratio = torch.where(error == 0, torch.zeros_like(ratio), ratio)
     worst = int(torch.argmax(excess).item()) if want.numel() else None
     result = Comparison(
         output=name, passed=mismatched == 0 and nonfinite == 0, elements=want.numel(), mismatched=mismatched,
         nonfinite=nonfinite, max_abs_error=float(error.max()) if want.numel() else 0.0,
         max_rel_error=float(relative.max()) if want.numel() else 0.0,
+        max_error_ratio=float(ratio.max()) if want.numel() else 0.0,
     )
     if worst is not None:
         index = [int(i) for i in torch.unravel_index(torch.tensor(worst), tuple(want.shape))]
