@@ -78,3 +78,13 @@ def test_resources_come_from_ptxas() -> None:
     (kernel,) = report.static.kernels
     assert kernel.resources.registers and kernel.resources.registers > 0
     assert kernel.resources.spill_store_bytes == 0
+
+
+def test_sass_the_compiler_adds_by_itself_is_not_credited_to_the_candidate() -> None:
+    """ptxas wraps TMA issue in ELECT on its own: without elect.sync in the PTX, no elect.sync credit."""
+    from ptxbench.arch.registry import load_registry, probe_path
+
+    report = check_file(probe_path(load_registry().get("tma.load")), Arch.SM_90A)
+    (kernel,) = report.static.kernels
+    assert kernel.sass.get("ELECT", 0) >= 1
+    assert "tma.load" in kernel.features and "elect.sync" not in kernel.features

@@ -106,6 +106,11 @@ class Feature(BaseModel):
         default_factory=dict,
         description="Targets whose ptxas rejects the feature, with the advice for a candidate that tried.",
     )
+    sass_needs_ptx: bool = Field(
+        default=False,
+        description="The SASS opcodes are not unique to this feature (generic loads, or emitted by ptxas on "
+        "its own): SASS evidence counts only where the PTX requests the feature.",
+    )
     probe: str = Field(description="File under arch/probes/ that uses the feature and nothing heavier.")
     matrix: MatrixShape | None = None
 
