@@ -75,7 +75,10 @@ def test_check_exits_nonzero_on_a_failed_build() -> None:
 def test_doctor_json() -> None:
     result = runner.invoke(app, ["doctor", "--json"])
     assert result.exit_code == 0, result.output
-    checks = {c["name"]: c for c in json.loads(result.output)["checks"]}
+    report = json.loads(result.output)
+    assert report["can_check"] is True
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["cuda headers"]["ok"]
     assert checks["nvcc"]["ok"] and checks["cuobjdump"]["ok"]
     for check in checks.values():
         assert check["ok"] or check["fix"], f"{check['name']} is missing without a fix"

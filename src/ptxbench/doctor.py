@@ -7,7 +7,7 @@ import platform
 import shutil
 import subprocess
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from ptxbench.toolchain.discover import INSTALL_HINTS, Tool, cuda_include_dir, find_toolchain
 
@@ -25,6 +25,7 @@ class DoctorReport(BaseModel):
     tools: list[Tool]
     checks: list[Check]
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def can_check(self) -> bool:
         """The static path (ptxbench check) works."""

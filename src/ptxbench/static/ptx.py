@@ -8,7 +8,7 @@ from collections import Counter
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _ENTRY = re.compile(r"\.entry\s+([A-Za-z_$][\w$]*)")
 _PREDICATE = re.compile(r"^@!?%?\w+\s+")
-_MNEMONIC = re.compile(r"^([a-z][a-z0-9_]*(?:\.[a-z0-9_:]+)*)")
+_MNEMONIC = re.compile(r"^([a-z][a-z0-9_]*(?:\.[A-Za-z0-9_:]+)*)")  # modifiers may be upper case (.L2)
 _LABEL = re.compile(r"^[\w$]+:\s*")
 
 

@@ -110,7 +110,7 @@ def evidence_for(feature: Feature, arch: Arch, source: str, ptx_hist: dict[str, 
                  kernels: dict[str, dict[str, int]]) -> FeatureEvidence:
     ptx_hits = {m: ptx_hist[m] for m in feature.in_ptx(set(ptx_hist))}
     sass_hits = {}
-    for kernel, histogram in kernels.items():
+    for kernel, histogram in kernels.items() if ptx_hits or not feature.sass_needs_ptx else ():
         hits = {m: histogram[m] for m in feature.in_sass(arch, set(histogram))}
         if hits:
             sass_hits[kernel] = hits

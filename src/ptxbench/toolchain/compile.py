@@ -132,7 +132,8 @@ def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s:
                                                summary=f"the build took longer than {timeout_s:g} s"))
     duration = time.monotonic() - started
     log = log.replace(f"{work}/", "")  # name files as the candidate knows them, not by the staging folder
-    diagnosis = diagnose(log, request.arch) if returncode != 0 else None
+    ptx = work / "candidate.ptx"
+    diagnosis = diagnose(log, request.arch, ptx.read_text() if ptx.is_file() else None) if returncode != 0 else None
     if diagnosis is None and request.entry_point:
         diagnosis = _check_entry_point(work / "candidate.so", request.entry_point)
     return BuildResult(ok=diagnosis is None, arch=request.arch, key=key, command=command, log=log,

@@ -54,6 +54,7 @@ _PATTERNS: list[tuple[CompileFailure, re.Pattern[str]]] = [
 ]
 
 _ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|undefined reference", re.IGNORECASE)
+_PTX_LINE = re.compile(r"\.ptx, line (\d+)")
 _UNSUPPORTED_INSTRUCTION = re.compile(r"Instruction '([^']+)' (?:not supported|cannot be compiled)")
 
 
@@ -61,22 +62,27 @@ def error_lines(log: str) -> list[str]:
     return [line.strip() for line in log.splitlines() if _ERROR_LINE.search(line)]
 
 
-def diagnose(log: str, arch: Arch) -> Diagnosis:
-    """The failure class of a build that did not succeed, and a sentence a model or user can act on."""
+def diagnose(log: str, arch: Arch, ptx_text: str | None = None) -> Diagnosis:
+    """The failure class of a build that did not succeed, and a sentence a model or user can act on.
+
+    ``ptx_text`` (the kept PTX, when the front end got that far) lets target errors be traced to the
+    exact instruction ptxas refused, and so to the registry's advice for it.
+    """
     errors = error_lines(log) or [line.strip() for line in log.splitlines() if line.strip()][-1:]
     for failure, pattern in _PATTERNS:
         hit = next((line for line in errors if pattern.search(line)), None)
         if hit is not None:
-            return Diagnosis(failure=failure, summary=_advice(failure, errors, arch), first_error=hit)
+            return Diagnosis(failure=failure, summary=_advice(failure, errors, arch, ptx_text), first_error=hit)
     return Diagnosis(failure=CompileFailure.CPP_ERROR, summary="the build failed; see the log",
                      first_error=errors[0] if errors else "")
 
 
-def _advice(failure: CompileFailure, errors: list[str], arch: Arch) -> str:
+def _advice(failure: CompileFailure, errors: list[str], arch: Arch, ptx_text: str | None) -> str:
     if failure is CompileFailure.UNSUPPORTED_ON_TARGET:
         instructions = sorted({m.group(1) for line in errors for m in _UNSUPPORTED_INSTRUCTION.finditer(line)})
-        hints = _target_hints(instructions, arch)
-        listed = ", ".join(instructions) if instructions else "some instructions"
+        refused = _refused_ptx_instructions(errors, ptx_text)
+        hints = _target_hints(instructions + refused, arch)
+        listed = ", ".join(instructions or refused) or "some instructions"
         return f"{listed} not available on {arch.value}." + (" " + " ".join(hints) if hints else "")
     return {
         CompileFailure.RESOURCE_LIMIT: "a hardware resource limit was exceeded (shared memory, registers or "
@@ -91,13 +97,38 @@ def _advice(failure: CompileFailure, errors: list[str], arch: Arch) -> str:
     }.get(failure, "")
 
 
+def _refused_ptx_instructions(errors: list[str], ptx_text: str | None) -> list[str]:
+    """Full mnemonics of the PTX lines ptxas points at ("candidate.ptx, line 97; error ...")."""
+    if not ptx_text:
+        return []
+    from ptxbench.static.ptx import instructions
+
+    lines = ptx_text.splitlines()
+    found: list[str] = []
+    for error in errors:
+        match = _PTX_LINE.search(error)
+        if match and 0 < int(match.group(1)) <= len(lines):
+            found += [m for m in instructions(lines[int(match.group(1)) - 1]) if m not in found]
+    return found
+
+
 def _target_hints(instructions: list[str], arch: Arch) -> list[str]:
-    """Registry advice for instruction families this target rejects (e.g. wgmma on sm_100a): the first
-    feature of each family that carries advice for ``arch`` speaks for it."""
-    families = {instr.split(" ")[0].split(".")[0] for instr in instructions}
+    """Registry advice for instructions this target rejects (e.g. wgmma on sm_100a): a feature whose
+    PTX pattern matches the refused instruction speaks first; otherwise the first feature of the
+    instruction's family that carries advice for ``arch``."""
+    registry = load_registry().features
     hints: list[str] = []
+    for instruction in instructions:
+        for feature in registry:
+            advice = feature.rejected.get(arch)
+            if advice and feature.in_ptx([instruction]) and advice not in hints:
+                hints.append(advice)
+                break
+    if hints:
+        return hints
+    families = {instr.split(" ")[0].split(".")[0] for instr in instructions}
     for family in sorted(families):
-        for feature in load_registry().features:
+        for feature in registry:
             advice = feature.rejected.get(arch)
             if advice and feature.ptx_family == family:
                 hints.append(advice)

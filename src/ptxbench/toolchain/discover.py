@@ -119,7 +119,14 @@ def find_toolchain() -> Toolchain:
 
 
 def cuda_include_dir(nvcc_path: str) -> Path | None:
-    """The CUDA include directory next to nvcc (for cuda.h / cuda_runtime.h checks in doctor)."""
-    root = Path(nvcc_path).resolve().parent.parent
-    include = root / "include"
+    """The include directory nvcc itself uses (asked of nvcc, since it may be a wrapper script)."""
+    try:
+        out = subprocess.run([nvcc_path, "--dryrun", "-c", "ptxbench-probe.cu"], capture_output=True, text=True,
+                             timeout=30).stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'INCLUDES="-I([^"\s]+)', out)
+    if not match:
+        return None
+    include = Path(match.group(1)).resolve()
     return include if include.is_dir() else None
