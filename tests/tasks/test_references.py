@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptxbench.evaluate.compare import compare  # noqa: E402
+from ptxbench.evaluate.compare import compare, compare_outputs  # noqa: E402
 from ptxbench.tasks.loader import get_task  # noqa: E402
 from ptxbench.tasks.model import Tolerance  # noqa: E402
 from ptxbench.tasks.reference import make_inputs, run_reference  # noqa: E402
@@ -68,7 +68,13 @@ def test_attention_forward_reference(causal: int, dim: int) -> None:
     task = get_task("attention_fwd")
     sizes = {"B": 1, "H": 2, "S": 64, "D": dim, "causal": causal}
     inputs = make_inputs(task, sizes, seed=3)
-    out, lse = run_reference(task, dict(inputs), sizes).values()
+    result = run_reference(task, dict(inputs), sizes)
+    out, lse = result["O"], result["LSE"]
+    scores = (inputs["Q"].double() @ inputs["K"].double().transpose(-1, -2)) / math.sqrt(dim)
+    if causal:
+        scores = scores.masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf"))
+    _assert_close("O_magnitude", result["O_magnitude"], torch.softmax(scores, -1) @ inputs["V"].double().abs(),
+                  Tolerance(rtol=1e-4, atol=1e-5))
     want_out, want_lse = _naive_attention(inputs["Q"], inputs["K"], inputs["V"], causal)
     _assert_close("O", out, want_out, Tolerance(rtol=1e-4, atol=1e-5))
     _assert_close("LSE", lse, want_lse, Tolerance(rtol=1e-5, atol=1e-5))
@@ -82,27 +88,41 @@ def test_attention_inputs_have_outliers() -> None:
 
 
 @pytest.mark.parametrize("causal", [0, 1])
-def test_attention_backward_reference_matches_the_closed_form(causal: int) -> None:
+def test_attention_backward_reference_is_the_gradient(causal: int) -> None:
+    """Given the exact forward output, the reference equals float64 autograd of sum(dO * attention)."""
     task = get_task("attention_bwd")
     sizes = {"B": 1, "H": 2, "S": 64, "D": 64, "causal": causal}
-    inputs = make_inputs(task, sizes, seed=5)
+    inputs = dict(make_inputs(task, sizes, seed=5))
     want_out, want_lse = _naive_attention(inputs["Q"], inputs["K"], inputs["V"], causal)
+    # The derived inputs are the forward pass: bf16 O within its rounding, LSE in fp32.
     _assert_close("O", inputs["O"], want_out, Tolerance.for_dtype(task.inputs[3].dtype))
     _assert_close("LSE", inputs["LSE"], want_lse, Tolerance(rtol=1e-5, atol=1e-5))
 
-    dq, dk, dv = run_reference(task, dict(inputs), sizes).values()
-    q, k, v, o, do = (inputs[n].double() for n in ("Q", "K", "V", "O", "dO"))
-    scale = 1 / math.sqrt(64)
-    scores = q @ k.transpose(-1, -2) * scale
+    inputs["O"] = want_out.float()
+    result = run_reference(task, inputs, sizes)
+    dq, dk, dv = result["dQ"], result["dK"], result["dV"]
+    assert all((result[f"{n}_magnitude"] >= result[n].abs() - 1e-5).all() for n in ("dQ", "dK", "dV"))
+    q, k, v = (inputs[n].double().requires_grad_() for n in ("Q", "K", "V"))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(64)
     if causal:
         scores = scores.masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf"))
-    p = torch.exp(scores - want_lse.unsqueeze(-1))
-    d_row = (do * (p @ v)).sum(-1, keepdim=True)
-    ds = p * (do @ v.transpose(-1, -2) - d_row)
+    (torch.softmax(scores, dim=-1) @ v).backward(inputs["dO"].double())
     tol = Tolerance(rtol=1e-4, rms_atol=1e-4)
-    _assert_close("dV", dv, p.transpose(-1, -2) @ do, tol)
-    _assert_close("dQ", dq, ds @ k * scale, tol)
-    _assert_close("dK", dk, ds.transpose(-1, -2) @ q * scale, tol)
+    _assert_close("dQ", dq, q.grad, tol)
+    _assert_close("dK", dk, k.grad, tol)
+    _assert_close("dV", dv, v.grad, tol)
+
+
+def test_attention_backward_reference_uses_the_given_output() -> None:
+    """The statement defines rowsum(dO * O) on the given O: changing O changes dQ, never dV."""
+    task = get_task("attention_bwd")
+    sizes = {"B": 1, "H": 1, "S": 64, "D": 64, "causal": 0}
+    inputs = dict(make_inputs(task, sizes, seed=6))
+    first = run_reference(task, inputs, sizes)
+    inputs["O"] = inputs["O"] * 2
+    second = run_reference(task, inputs, sizes)
+    dq, dv, dq2, dv2 = first["dQ"], first["dV"], second["dQ"], second["dV"]
+    assert torch.equal(dv, dv2) and not torch.allclose(dq, dq2)
 
 
 def test_memory_bound_references() -> None:
@@ -139,11 +159,12 @@ def test_comparison_catches_zero_outputs_where_values_are_small() -> None:
     """An all-zero attention output must fail although its values are near zero."""
     task = get_task("attention_fwd")
     sizes = {"B": 1, "H": 1, "S": 256, "D": 64, "causal": 0}
-    out, _ = run_reference(task, dict(make_inputs(task, sizes, seed=9)), sizes).values()
-    verdict = compare("O", torch.zeros_like(out), out, task.tolerance_for("O"))
-    assert not verdict.passed and verdict.mismatched > out.numel() // 2
-    rounded = compare("O", out.to(torch.bfloat16), out, task.tolerance_for("O"))
-    assert rounded.passed, rounded
+    expected = run_reference(task, dict(make_inputs(task, sizes, seed=9)), sizes)
+    out = expected["O"]
+    zeros = compare_outputs(task, {"O": torch.zeros_like(out), "LSE": expected["LSE"]}, expected)[0]
+    assert not zeros.passed and zeros.mismatched > out.numel() // 2
+    rounded = compare_outputs(task, {"O": out.to(torch.bfloat16), "LSE": expected["LSE"]}, expected)
+    assert all(r.passed for r in rounded), rounded
 
 
 def test_comparison_fails_nan_and_reports_where() -> None:

@@ -118,7 +118,8 @@ class TensorSpec(BaseModel):
 
 
 class Tolerance(BaseModel):
-    """Element-wise rule ``|out - ref| <= atol + rms_atol * rms(ref) + rtol * |ref|`` against an fp32
+    """Element-wise rule ``|out - ref| <= atol + rms_atol * rms(ref) + rtol * |ref| (+ operand_rtol * magnitude)``
+    against an fp32
     (or fp64) reference, checked on every element.
 
     The term scaled by the reference's root-mean-square keeps the rule meaningful for outputs whose
@@ -133,15 +134,19 @@ class Tolerance(BaseModel):
     atol: float = Field(default=0.0, ge=0)
     rtol: float = Field(ge=0)
     rms_atol: float = Field(default=0.0, ge=0)
+    operand_rtol: float = Field(
+        default=0.0, ge=0,
+        description="Allowance for rounding the operands of the output's last matrix product to a 16-bit type, "
+        "as tensor-core kernels must: the bound grows by operand_rtol * (|A|·|B|), the product of the operands' "
+        "magnitudes, which the reference returns as `<output>_magnitude`. This is the textbook rounding bound of a "
+        "dot product, so it is tight where sums cancel and loose nowhere else.",
+    )
     reason: str = ""
 
     @classmethod
     def for_dtype(cls, dtype: DType) -> "Tolerance":
         ulp4 = 2.0 ** -(dtype.mantissa_bits - 1) if dtype.mantissa_bits < 23 else 1e-5
         return cls(rtol=ulp4, rms_atol=ulp4, reason=f"default for {dtype.value}: 4 units in the last place")
-
-    def bound(self, reference_abs: float, reference_rms: float) -> float:
-        return self.atol + self.rms_atol * reference_rms + self.rtol * reference_abs
 
 
 class Role(str, Enum):

@@ -24,22 +24,37 @@ def _namespace(task: Task) -> dict[str, Any]:
     return namespace
 
 
+def magnitude_key(output: str) -> str:
+    """Where a reference reports |A|·|B| for an output with an operand-rounding allowance."""
+    return f"{output}_magnitude"
+
+
 def run_reference(task: Task, inputs: dict[str, "torch.Tensor"], sizes: dict[str, int]) -> dict[str, "torch.Tensor"]:
-    """The expected outputs, by output name, in fp32 or wider."""
+    """The expected outputs by name, in fp32 or wider, plus ``<output>_magnitude`` for every output whose
+    tolerance allows for operand rounding.
+
+    A reference returns its outputs as a tuple in task order, or as a dict by name (the form that can
+    also carry magnitudes).
+    """
     import torch
 
     with torch.no_grad():
         produced = _namespace(task)["reference"](**inputs, **sizes)
-    if not isinstance(produced, (tuple, list)):
-        produced = (produced,)
-    if len(produced) != len(task.outputs):
-        raise ValueError(f"reference of {task.id} returned {len(produced)} tensors for {len(task.outputs)} outputs")
-    result = {}
-    for spec, tensor in zip(task.outputs, produced):
-        expected = spec.concrete_shape(sizes)
-        if tuple(tensor.shape) != expected:
-            raise ValueError(f"reference of {task.id}: {spec.name} has shape {tuple(tensor.shape)}, expected {expected}")
-        result[spec.name] = tensor
+    if isinstance(produced, dict):
+        result = dict(produced)
+    else:
+        produced = produced if isinstance(produced, (tuple, list)) else (produced,)
+        if len(produced) != len(task.outputs):
+            raise ValueError(f"reference of {task.id} returned {len(produced)} tensors for {len(task.outputs)} outputs")
+        result = {spec.name: tensor for spec, tensor in zip(task.outputs, produced)}
+    for spec in task.outputs:
+        wanted = [spec.name] + ([magnitude_key(spec.name)] if task.tolerance_for(spec.name).operand_rtol else [])
+        for key in wanted:
+            if key not in result:
+                raise ValueError(f"reference of {task.id} did not return {key}")
+            if tuple(result[key].shape) != spec.concrete_shape(sizes):
+                raise ValueError(f"reference of {task.id}: {key} has shape {tuple(result[key].shape)}, "
+                                 f"expected {spec.concrete_shape(sizes)}")
     return result
 
 
