@@ -85,12 +85,22 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
 
 @app.command()
 def prompt(task: str = typer.Argument(..., help="Task id or path to a task .toml"),
-           arch: Arch = typer.Option(Arch.SM_90A, "--arch")) -> None:
-    """Print exactly what a model is given for TASK."""
-    from ptxbench.prompt import render_task_prompt
+           arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
+           context: str = typer.Option("none", "--context", help="none | arch | full"),
+           one_shot: Optional[str] = typer.Option(None, "--one-shot", help="TASK:PATH worked example"),
+           as_json: bool = typer.Option(False, "--json", help="The messages as JSON, exactly as sent")) -> None:
+    """Print exactly what a model is given for TASK (the opening conversation of every sample)."""
+    from ptxbench.llm.prompts import ContextCondition, build_conversation
+    from ptxbench.llm.run import load_one_shot
     from ptxbench.tasks.loader import get_task
 
-    print(render_task_prompt(get_task(task), arch))
+    messages = build_conversation(get_task(task), arch, ContextCondition(context), load_one_shot(one_shot))
+    if as_json:
+        print(json.dumps([m.model_dump() for m in messages], indent=2))
+        return
+    for message in messages:
+        print(f"===== {message.role} =====")
+        print(message.content)
 
 
 @app.command()
@@ -119,6 +129,98 @@ def check(
             render_check(console, report)
     if not all(r.build.ok for r in reports):
         raise typer.Exit(1)
+
+
+def _static_evaluation_note() -> str:
+    """Why `run` grades at the static stage only (until the GPU evaluator is available here)."""
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    reason = "no CUDA GPU is visible" if not gpu else "this version has no GPU evaluator yet"
+    return (f"note: {reason}, so candidates are graded at the static stage only (build + PTX/SASS); "
+            "correctness and speed are not measured and no verdict is marked GPU-verified")
+
+
+def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, turns: int, context: str,
+                temperature: float, top_p: Optional[float], max_tokens: int, concurrency: int, out: Optional[Path],
+                base_url: Optional[str], adapter: Optional[str], one_shot: Optional[str], dry_run: bool) -> None:
+    from ptxbench.llm.prompts import ContextCondition
+    from ptxbench.llm.run import RunConfig, execute, plan
+    from ptxbench.llm.types import SamplingParams
+    from ptxbench.tasks.loader import bundled_suite, get_task
+
+    chosen = list(bundled_suite()) if tasks == "all" else [get_task(t.strip()) for t in tasks.split(",") if t.strip()]
+    evaluate = command == "run"
+    if not evaluate and turns != 1:
+        _fail("generate samples only (one turn); multi-turn refinement needs evaluation: use `ptxbench run`")
+    config = RunConfig(model=model, tasks=[t.id for t in chosen], arch=arch, samples=samples, turns=turns,
+                       context=ContextCondition(context), concurrency=concurrency, base_url=base_url, adapter=adapter,
+                       params=SamplingParams(temperature=temperature, top_p=top_p, max_tokens=max_tokens),
+                       one_shot=one_shot, evaluate=evaluate)
+    if dry_run:
+        shown = plan(chosen, config)
+        for message in shown.first_messages:
+            console.rule(f"{message.role}")
+            console.print(message.content, highlight=False, markup=False)
+        cost = "unknown (no price for this model)" if shown.cost_upper_bound_usd is None else f"${shown.cost_upper_bound_usd:,.2f}"
+        console.print(f"dry run: {shown.items} items, at most {shown.max_requests} requests; first prompt ≈ "
+                      f"{shown.input_tokens_first_turn:,} tokens; cost at most {cost}. Nothing was sent.")
+        return
+    from rich.progress import Progress
+
+    from ptxbench.llm.feedback import StaticEvaluator
+
+    evaluator = None
+    if evaluate:
+        console.print(_static_evaluation_note(), highlight=False)
+        evaluator = StaticEvaluator()
+    target = out or Path("runs") / f"{command}-{model.replace(':', '-').replace('/', '_')}-{arch.value}-{context}"
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task(f"{command} → {target}", total=len(chosen) * samples)
+        results = execute(chosen, config, target, evaluator=evaluator, on_done=lambda _: progress.advance(bar))
+    passed = sum(r.passed for r in results)
+    errors = sum(1 for r in results if r.turns and r.turns[-1].completion.error)
+    spent = [r.usage.cost_usd for r in results]
+    cost = "unknown" if any(c is None for c in spent) else f"${sum(c for c in spent if c is not None):,.4f}"
+    verdict = f"{passed}/{len(results)} passed the static stage" if evaluate else f"{len(results)} items sampled"
+    console.print(f"{verdict}; provider errors: {errors}; cost {cost}; run directory: {target}", highlight=False)
+
+
+_MODEL = typer.Option(..., "--model", help="provider:name, e.g. openai:gpt-5, anthropic:claude-sonnet-4-5, "
+                      "vllm:NAME (with --base-url), hf:PATH_OR_ID, replay:FILE.jsonl")
+_TASKS = typer.Option("all", "--tasks", help="Comma-separated task ids, or 'all'")
+_CONTEXT = typer.Option("none", "--context", help="none | arch | full")
+
+
+@app.command()
+def generate(model: str = _MODEL, tasks: str = _TASKS, arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
+             samples: int = typer.Option(1, "--samples", min=1), context: str = _CONTEXT,
+             temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+             top_p: Optional[float] = typer.Option(None, "--top-p"), max_tokens: int = typer.Option(16384, "--max-tokens"),
+             concurrency: int = typer.Option(4, "--concurrency", min=1), out: Optional[Path] = typer.Option(None, "--out"),
+             base_url: Optional[str] = typer.Option(None, "--base-url"), adapter: Optional[str] = typer.Option(None, "--adapter"),
+             one_shot: Optional[str] = typer.Option(None, "--one-shot", help="TASK:PATH worked example"),
+             dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be sent and its cost; send nothing")) -> None:
+    """Sample candidates from a model (no evaluation)."""
+    _generation("generate", model, tasks, arch, samples, 1, context, temperature, top_p, max_tokens, concurrency, out,
+                base_url, adapter, one_shot, dry_run)
+
+
+@app.command()
+def run(model: str = _MODEL, tasks: str = _TASKS, arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
+        samples: int = typer.Option(1, "--samples", min=1), turns: int = typer.Option(1, "--turns", min=1),
+        context: str = _CONTEXT, temperature: float = typer.Option(0.7, "--temperature", min=0.0),
+        top_p: Optional[float] = typer.Option(None, "--top-p"), max_tokens: int = typer.Option(16384, "--max-tokens"),
+        concurrency: int = typer.Option(4, "--concurrency", min=1), out: Optional[Path] = typer.Option(None, "--out"),
+        base_url: Optional[str] = typer.Option(None, "--base-url"), adapter: Optional[str] = typer.Option(None, "--adapter"),
+        one_shot: Optional[str] = typer.Option(None, "--one-shot", help="TASK:PATH worked example"),
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be sent and its cost; send nothing")) -> None:
+    """Generate and evaluate, refining over --turns with the evaluator's feedback (the main job)."""
+    _generation("run", model, tasks, arch, samples, turns, context, temperature, top_p, max_tokens, concurrency, out,
+                base_url, adapter, one_shot, dry_run)
 
 
 def _expand(files: list[Path]) -> list[Path]:

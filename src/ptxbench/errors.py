@@ -15,3 +15,19 @@ class TaskError(PtxbenchError):
 
 class CandidateError(PtxbenchError):
     """A candidate file cannot be read or is not a CUDA source."""
+
+
+class ProviderError(PtxbenchError):
+    """An LLM provider cannot be set up or used: bad 'provider:name' spec, bad options, unreadable replay file."""
+
+
+class UnknownProvider(ProviderError):
+    """The 'provider' part of a model spec names no registered provider."""
+
+
+class ProviderSdkMissing(ProviderError):
+    """The SDK a provider needs is not installed; the message names the extra that installs it."""
+
+
+class ApiKeyMissing(ProviderError):
+    """A hosted provider has no API key; the message names the environment variable to set."""

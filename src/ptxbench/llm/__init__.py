@@ -1,0 +1,1 @@
+"""The LLM harness: providers, prompts, extraction and multi-turn refinement."""

@@ -1,0 +1,235 @@
+"""``generate`` and ``run``: sample every (task, sample) item, refine over turns, keep the whole trajectory.
+
+Each item's folder in the run directory holds, per turn, the request, the completion, the extracted
+candidate and the evaluator's feedback, and finally ``result.json`` (which marks the item done, so
+an interrupted run resumes where it stopped and a rerun costs nothing thanks to the completion cache).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ptxbench.arch.registry import Arch
+from ptxbench.llm.extract import Extraction, ExtractionStatus, extract_candidate
+from ptxbench.llm.feedback import Evaluator, Feedback, extraction_feedback
+from ptxbench.llm.prompts import ContextCondition, OneShot, build_conversation, feedback_message, prompt_version
+from ptxbench.llm.types import Completion, CompletionRequest, Message, SamplingParams, Usage
+from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_atomic, write_model
+from ptxbench.tasks.model import Task
+
+TRAJECTORY_VERSION = 1
+
+
+class RunConfig(BaseModel):
+    """Every option of ``ptxbench generate`` / ``run``; recorded in the run header."""
+
+    model: str
+    tasks: list[str]
+    arch: Arch = Arch.SM_90A
+    samples: int = Field(default=1, ge=1)
+    turns: int = Field(default=1, ge=1)
+    context: ContextCondition = ContextCondition.NONE
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    concurrency: int = Field(default=4, ge=1)
+    base_url: str | None = None
+    adapter: str | None = Field(default=None, description="LoRA adapter directory for the local (hf) provider")
+    one_shot: str | None = Field(default=None, description="'TASK:PATH' of a worked example, or None")
+    evaluate: bool = Field(default=True, description="False for `generate`: sample only, no feedback turns")
+    request_timeout_s: float = Field(default=900.0, gt=0)
+
+
+class Turn(BaseModel):
+    turn: int
+    completion: Completion
+    extraction: Extraction
+    feedback: Feedback | None = None
+
+
+class ItemResult(BaseModel):
+    """One sample of one task, all its turns; written last, as the item's 'done' marker."""
+
+    version: int = TRAJECTORY_VERSION
+    task: str
+    task_hash: str
+    sample: int
+    arch: Arch
+    context: ContextCondition
+    prompt_version: str
+    turns: list[Turn]
+    passed: bool = Field(description="The last feedback passed (static or GPU, see verified_on_gpu)")
+    verified_on_gpu: bool = False
+    usage: Usage = Field(default_factory=Usage)
+
+    @property
+    def final_source(self) -> str | None:
+        for turn in reversed(self.turns):
+            if turn.extraction.ok:
+                return turn.extraction.source
+        return None
+
+
+def item_name(sample: int) -> str:
+    return f"sample_{sample:03d}"
+
+
+def _total_usage(turns: list[Turn]) -> Usage:
+    costs = [t.completion.usage.cost_usd for t in turns]
+    return Usage(input_tokens=sum(t.completion.usage.input_tokens for t in turns),
+                 output_tokens=sum(t.completion.usage.output_tokens for t in turns),
+                 cost_usd=None if any(c is None for c in costs) else sum(c for c in costs if c is not None))
+
+
+async def run_item(task: Task, sample: int, config: RunConfig, complete: Callable[[CompletionRequest], "asyncio.Future[Completion]"],
+                   evaluator: Evaluator | None, rundir: RunDir, one_shot: OneShot | None = None,
+                   build_slots: asyncio.Semaphore | None = None) -> ItemResult:
+    """Sample, extract, evaluate and feed back, up to ``config.turns`` times; stop at the first pass."""
+    folder = rundir.item(task.id, item_name(sample))
+    messages: list[Message] = build_conversation(task, config.arch, config.context, one_shot)
+    turns: list[Turn] = []
+    for turn in range(config.turns):
+        request = CompletionRequest(model=config.model, messages=messages, params=config.params, sample_index=sample,
+                                    metadata={"task": task.id, "sample": sample, "turn": turn})
+        turn_dir = folder / f"turn_{turn}"
+        write_model(turn_dir / "request.json", request)
+        completion = await complete(request)
+        write_model(turn_dir / "completion.json", completion)
+        extraction = extract_candidate(completion.text, task.entry_point) if not completion.error else \
+            Extraction(status=ExtractionStatus.PROVIDER_ERROR, notes=[completion.error])
+        if extraction.ok:
+            write_atomic(turn_dir / "candidate.cu", extraction.source)
+        feedback = None
+        if config.evaluate:
+            if not extraction.ok:
+                feedback = extraction_feedback(extraction, task.entry_point)
+            else:
+                slots = build_slots or asyncio.Semaphore(1)
+                async with slots:
+                    feedback = await asyncio.to_thread(evaluator.evaluate, task, config.arch, extraction.source) \
+                        if evaluator is not None else None
+            if feedback is not None:
+                write_model(turn_dir / "feedback.json", feedback)
+        turns.append(Turn(turn=turn, completion=completion, extraction=extraction, feedback=feedback))
+        if completion.error or feedback is None or feedback.passed or turn + 1 == config.turns:
+            break
+        messages = [*messages, Message(role="assistant", content=completion.text),
+                    feedback_message(feedback.text, turn + 1, config.turns)]
+    last = turns[-1].feedback
+    result = ItemResult(task=task.id, task_hash=task.content_hash, sample=sample, arch=config.arch,
+                        context=config.context, prompt_version=prompt_version(config.context), turns=turns,
+                        passed=bool(last and last.passed), verified_on_gpu=bool(last and last.verified_on_gpu),
+                        usage=_total_usage(turns))
+    write_model(folder / RESULT_FILE, result)
+    return result
+
+
+def load_one_shot(spec: str | None) -> OneShot | None:
+    if not spec:
+        return None
+    from ptxbench.check import read_candidate
+    from ptxbench.tasks.loader import get_task
+
+    task_id, _, path = spec.partition(":")
+    if not path:
+        raise ValueError("--one-shot takes TASK:PATH (a task id and a solution file for it)")
+    return OneShot(task=get_task(task_id), source=read_candidate(Path(path)))
+
+
+async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete, evaluator: Evaluator | None,
+                  on_done: Callable[[ItemResult | None], None] | None = None) -> list[ItemResult]:
+    """Every (task, sample) item not already done, ``config.concurrency`` at a time."""
+    import os
+
+    one_shot = load_one_shot(config.one_shot)
+    item_slots = asyncio.Semaphore(config.concurrency)
+    build_slots = asyncio.Semaphore(max(1, os.cpu_count() or 1))
+
+    async def one(task: Task, sample: int) -> ItemResult:
+        if rundir.is_done(task.id, item_name(sample)):
+            done = ItemResult.model_validate_json((rundir.item(task.id, item_name(sample)) / RESULT_FILE).read_text())
+            if on_done:
+                on_done(done)
+            return done
+        async with item_slots:
+            result = await run_item(task, sample, config, complete, evaluator, rundir, one_shot, build_slots)
+        if on_done:
+            on_done(result)
+        return result
+
+    return list(await asyncio.gather(*(one(t, s) for t in tasks for s in range(config.samples))))
+
+
+def header_for(config: RunConfig) -> RunHeader:
+    from ptxbench.toolchain.discover import find_toolchain
+
+    toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
+    kind = "run" if config.evaluate else "generate"
+    return RunHeader(kind=kind, toolchain=toolchain, config=config.model_dump(mode="json"))
+
+
+class Plan(BaseModel):
+    """What a run would send, for ``--dry-run``: the first conversation and an upper bound of the cost."""
+
+    items: int
+    max_requests: int
+    first_messages: list[Message]
+    input_tokens_first_turn: int
+    cost_upper_bound_usd: float | None
+
+
+def _count_tokens(text: str) -> int:
+    """tiktoken's count where it is installed; else the usual four characters a token."""
+    try:
+        import tiktoken
+
+        return len(tiktoken.get_encoding("o200k_base").encode(text))
+    except Exception:  # noqa: BLE001 - an estimate either way
+        return max(1, len(text) // 4)
+
+
+def plan(tasks: list[Task], config: RunConfig) -> Plan:
+    from ptxbench.llm.pricing import cost
+
+    messages = build_conversation(tasks[0], config.arch, config.context, load_one_shot(config.one_shot))
+    items = len(tasks) * config.samples
+    max_requests = items * (config.turns if config.evaluate else 1)
+    conversations = [build_conversation(t, config.arch, config.context, load_one_shot(config.one_shot)) for t in tasks]
+    first_turn_tokens = [_count_tokens("\n".join(m.content for m in conv)) for conv in conversations]
+    # Upper bound: every turn at max_tokens out, each later turn resending the growing conversation.
+    per_turn_out = config.params.max_tokens
+    turns = config.turns if config.evaluate else 1
+    total_in = sum(config.samples * sum(tokens + turn * (per_turn_out + 500) for turn in range(turns))
+                   for tokens in first_turn_tokens)
+    bound = cost(config.model, Usage(input_tokens=total_in, output_tokens=max_requests * per_turn_out))
+    return Plan(items=items, max_requests=max_requests, first_messages=messages,
+                input_tokens_first_turn=first_turn_tokens[0], cost_upper_bound_usd=bound)
+
+
+def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir: Path | None = None,
+            evaluator: Evaluator | None = None, on_done: Callable[[ItemResult | None], None] | None = None) -> list[ItemResult]:
+    """Run (or resume) every item into ``out``; the main job behind ``ptxbench generate`` and ``run``.
+
+    With ``config.evaluate`` and no evaluator given, candidates are graded by the static evaluator."""
+    from ptxbench.llm.cache import CompletionCache
+    from ptxbench.llm.client import complete_all
+    from ptxbench.llm.providers.base import get_provider
+    from ptxbench.toolchain.compile import default_cache_dir
+
+    if config.evaluate and evaluator is None:
+        from ptxbench.llm.feedback import StaticEvaluator
+
+        evaluator = StaticEvaluator()
+    rundir = RunDir.open(out, header_for(config))
+    options = {key: value for key, value in (("base_url", config.base_url), ("adapter", config.adapter)) if value}
+    provider = get_provider(config.model, **options)
+    cache = CompletionCache(cache_dir or default_cache_dir().parent / "completions")
+
+    async def complete(request: CompletionRequest) -> Completion:
+        (completion,) = await complete_all([request], provider, concurrency=1, cache=cache,
+                                           timeout_s=config.request_timeout_s)
+        return completion
+
+    return asyncio.run(run_all(tasks, config, rundir, complete, evaluator, on_done))

@@ -1,0 +1,67 @@
+"""What goes to a model and what comes back: the records every provider, the cache and the run
+directory share."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LLM_RECORD_VERSION = 1
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class SamplingParams(BaseModel):
+    """Everything that changes a completion besides the messages (part of the cache key)."""
+
+    model_config = ConfigDict(frozen=True)
+    temperature: float = Field(default=0.7, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    max_tokens: int = Field(default=16384, ge=1)
+
+
+class CompletionRequest(BaseModel):
+    """One sample of one conversation. ``sample_index`` keeps k samples of the same prompt apart in
+    the cache, so a rerun of a k-sample sweep reuses every sample and draws no new ones."""
+
+    model_config = ConfigDict(frozen=True)
+    model: str = Field(description="'provider:name', e.g. 'openai:gpt-5', 'anthropic:claude-sonnet-4-5', 'replay:runs.jsonl'")
+    messages: list[Message]
+    params: SamplingParams = Field(default_factory=SamplingParams)
+    sample_index: int = Field(default=0, ge=0)
+    metadata: dict[str, str | int] = Field(
+        default_factory=dict,
+        description="Caller's bookkeeping (task id, sample, turn), not sent to the model and not part of "
+        "the cache key; the replay provider looks completions up by it",
+    )
+
+    def cache_key(self) -> str:
+        payload = self.model_dump(mode="json", exclude={"metadata"})
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = Field(default=None, description="None when the model's price is unknown")
+
+
+class Completion(BaseModel):
+    """A model's answer with its accounting. ``error`` is set (and ``text`` empty) when the provider
+    failed after its retries: the run goes on and the item records the failure."""
+
+    version: int = LLM_RECORD_VERSION
+    model: str
+    text: str
+    finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    latency_s: float = 0.0
+    cached: bool = False
+    error: str | None = None

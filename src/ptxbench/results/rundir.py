@@ -1,0 +1,106 @@
+"""A run directory: a versioned header, then one folder per item whose result file marks it done.
+
+Every artifact is written atomically (temp file + rename), so an interrupted run leaves either a
+whole file or none, and a rerun with the same configuration resumes: items with a result are skipped.
+A rerun with a different configuration is refused rather than mixed into the same directory.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ptxbench import __version__
+from ptxbench.errors import PtxbenchError
+
+RUN_SCHEMA_VERSION = 1
+HEADER_FILE = "run.json"
+RESULT_FILE = "result.json"
+
+
+class RunHeader(BaseModel):
+    """Who made the run, with what, and how (every option, resolved)."""
+
+    version: int = RUN_SCHEMA_VERSION
+    kind: Literal["generate", "run", "eval"]
+    created: str = Field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    ptxbench: str = __version__
+    git_revision: str | None = Field(default_factory=lambda: _git_revision())
+    python: str = Field(default_factory=platform.python_version)
+    host: str = Field(default_factory=platform.node)
+    toolchain: dict[str, str | None] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(description="The resolved configuration; a resume must match it")
+
+
+class RunDirError(PtxbenchError):
+    pass
+
+
+def _git_revision() -> str | None:
+    source = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as stream:
+        stream.write(text)
+    os.replace(temporary, path)
+
+
+def write_model(path: Path, model: BaseModel) -> None:
+    write_atomic(path, model.model_dump_json(indent=1) + "\n")
+
+
+class RunDir:
+    """A run's folder. ``open`` creates it or resumes it; items live under ``items/<task>/<item>``."""
+
+    def __init__(self, path: Path, header: RunHeader) -> None:
+        self.path = path
+        self.header = header
+
+    @classmethod
+    def open(cls, path: Path | str, header: RunHeader) -> "RunDir":
+        path = Path(path)
+        existing = path / HEADER_FILE
+        if existing.is_file():
+            previous = RunHeader.model_validate_json(existing.read_text())
+            if previous.version != RUN_SCHEMA_VERSION:
+                raise RunDirError(f"{path} was written by run schema {previous.version}; this is {RUN_SCHEMA_VERSION}")
+            if previous.kind != header.kind or previous.config != header.config:
+                changed = sorted(k for k in set(previous.config) | set(header.config)
+                                 if previous.config.get(k) != header.config.get(k))
+                raise RunDirError(f"{path} holds a run with another configuration (differs in: "
+                                  f"{', '.join(changed) or 'kind'}); choose a new --out directory")
+            return cls(path, previous)
+        path.mkdir(parents=True, exist_ok=True)
+        write_model(existing, header)
+        return cls(path, header)
+
+    @classmethod
+    def load(cls, path: Path | str) -> "RunDir":
+        path = Path(path)
+        if not (path / HEADER_FILE).is_file():
+            raise RunDirError(f"{path} is not a run directory (no {HEADER_FILE})")
+        return cls(path, RunHeader.model_validate_json((path / HEADER_FILE).read_text()))
+
+    def item(self, task_id: str, item: str) -> Path:
+        return self.path / "items" / task_id / item
+
+    def is_done(self, task_id: str, item: str) -> bool:
+        return (self.item(task_id, item) / RESULT_FILE).is_file()
+
+    def results(self) -> list[Path]:
+        return sorted(self.path.glob(f"items/*/*/{RESULT_FILE}"))
