@@ -18,7 +18,8 @@ from ptxbench.llm.extract import Extraction, ExtractionStatus, extract_candidate
 from ptxbench.llm.feedback import Evaluator, Feedback, extraction_feedback
 from ptxbench.llm.prompts import ContextCondition, OneShot, build_conversation, feedback_message, prompt_version
 from ptxbench.llm.types import Completion, CompletionRequest, Message, SamplingParams, Usage
-from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_atomic, write_model
+from ptxbench._io import write_atomic
+from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.tasks.model import Task
 
 TRAJECTORY_VERSION = 1

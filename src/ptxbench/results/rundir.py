@@ -8,16 +8,15 @@ A rerun with a different configuration is refused rather than mixed into the sam
 from __future__ import annotations
 
 import datetime
-import os
 import platform
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ptxbench import __version__
+from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
 
 RUN_SCHEMA_VERSION = 1
@@ -50,14 +49,6 @@ def _git_revision() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as stream:
-        stream.write(text)
-    os.replace(temporary, path)
 
 
 def write_model(path: Path, model: BaseModel) -> None:

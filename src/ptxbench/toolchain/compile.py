@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
 from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis, diagnose
 from ptxbench.toolchain.discover import find_toolchain
@@ -89,20 +90,25 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
         cached = BuildResult.model_validate_json(record.read_text())
         return cached.model_copy(update={"cached": True})
 
-    staging = Path(tempfile.mkdtemp(prefix="ptxbench-build-"))
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    # Build beside the cache entry, then rename into place: a concurrent identical build either finds
+    # the finished entry or loses the rename and keeps the winner's.
+    staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=directory.parent))
     try:
         result = _run_nvcc(nvcc, request, staging, key, timeout_s)
-        directory.parent.mkdir(parents=True, exist_ok=True)
         if directory.exists():
-            shutil.rmtree(directory)
-        shutil.move(str(staging), directory)
+            shutil.rmtree(directory, ignore_errors=True)
+        try:
+            os.rename(staging, directory)
+        except OSError:
+            if record.is_file():
+                return BuildResult.model_validate_json(record.read_text()).model_copy(update={"cached": True})
+            raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     result = result.model_copy(update={"directory": str(directory)})
     if result.diagnosis is None or result.diagnosis.failure is not CompileFailure.TIMEOUT:
-        tmp = record.with_suffix(".tmp")
-        tmp.write_text(result.model_dump_json(indent=1))
-        tmp.replace(record)
+        write_atomic(record, result.model_dump_json(indent=1))
     return result
 
 
@@ -132,6 +138,7 @@ def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s:
                                                summary=f"the build took longer than {timeout_s:g} s"))
     duration = time.monotonic() - started
     log = log.replace(f"{work}/", "")  # name files as the candidate knows them, not by the staging folder
+    command = [part.replace(str(work), "<build>") for part in command]
     ptx = work / "candidate.ptx"
     diagnosis = diagnose(log, request.arch, ptx.read_text() if ptx.is_file() else None) if returncode != 0 else None
     if diagnosis is None and request.entry_point:
