@@ -1,0 +1,80 @@
+// Uses every wrapper of the common part of ptx_wrappers.cuh (no arch-only section), so the header
+// must build for both sm_90a and sm_100a when a file uses only these (the test inlines the header).
+#include "ptx_wrappers.cuh"
+
+// A 2-CTA cluster moves 64 x 64 bf16 tiles: TMA in (plain, multicast, 2-D and 3-D), a register
+// round trip through ldmatrix/stmatrix, TMA out; plus a bulk copy and a DSMEM exchange.
+__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
+    common_tile(const __grid_constant__ CUtensorMap map_in, const __grid_constant__ CUtensorMap map_in3,
+                const __grid_constant__ CUtensorMap map_out, const __grid_constant__ CUtensorMap map_out3,
+                const float* vec, float* out, int batch) {
+  __shared__ alignas(1024) __nv_bfloat16 in[64 * 64], in3[64 * 64], shared_tile[64 * 64], shared3[64 * 64],
+      res[64 * 64];
+  __shared__ alignas(128) float v[128];
+  __shared__ alignas(8) uint64_t bar[2];
+  const uint32_t rank = ptx::cluster_ctarank();
+  ptx::griddep_wait();
+  if (threadIdx.x == 0) {
+    ptx::tma_prefetch_map(&map_in);
+    ptx::mbar_init(&bar[0], 1);
+    ptx::mbar_init(&bar[1], ptx::cluster_nctarank());
+    ptx::mbar_fence_init();
+  }
+  ptx::cluster_sync();
+  if (ptx::warp_idx() == 0 && ptx::elect_one()) {
+    ptx::mbar_arrive_expect_tx(&bar[0], sizeof(in) + sizeof(in3) + sizeof(shared_tile) + sizeof(shared3));
+    ptx::mbar_expect_tx(&bar[0], sizeof(v));
+    ptx::tma_load_2d(in, &map_in, &bar[0], 0, blockIdx.x * 64);
+    ptx::tma_load_3d(in3, &map_in3, &bar[0], 0, 0, batch);
+    // each CTA fetches half of the tiles both need (the maps' boxes are 32 rows here)
+    ptx::tma_load_2d_multicast(shared_tile + rank * 32 * 64, &map_in, &bar[0], 64, rank * 32, 0x3);
+    ptx::tma_load_3d_multicast(shared3 + rank * 32 * 64, &map_in3, &bar[0], 0, rank * 32, batch + 1, 0x3);
+    ptx::bulk_load(v, vec, sizeof(v), &bar[0]);
+  }
+  if (!ptx::mbar_try_wait(&bar[0], 0)) ptx::mbar_wait(&bar[0], 0);
+
+  // 16 x 16 sub-tiles through ldmatrix / stmatrix (one warp per 16-row band).
+  const int lane = threadIdx.x % 32, band = ptx::warp_idx() % 4 + 4 * ptx::warpgroup_idx();  // one warpgroup
+  for (int j = 0; j < 4; ++j) {
+    const int row = 16 * band + (lane % 16), col = 16 * j + 8 * (lane / 16);
+    uint32_t r0, r1, r2, r3;
+    ptx::ldmatrix_x4(in + row * 64 + col, r0, r1, r2, r3);
+    const uint32_t scaled = ptx::pack_bf16x2(v[lane] * 2.f, v[lane + 32]);
+    ptx::stmatrix_x4(res + row * 64 + col, r0 ^ scaled, r1, r2, r3);
+  }
+  ptx::fence_proxy_async_smem();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ptx::tma_store_2d(&map_out, res, 0, blockIdx.x * 64);
+    ptx::tma_store_3d(&map_out3, in3, 0, 0, batch);
+    ptx::tma_store_commit();
+    ptx::tma_store_wait_read<0>();
+    ptx::tma_store_wait_all<0>();
+  }
+  // Distributed shared memory: read the peer's vector, write ours into its copy, then tell its barrier.
+  const uint32_t peer = rank ^ 1;
+  const uint32_t remote = ptx::map_to_rank(&v[threadIdx.x], peer);
+  const float theirs = ptx::ld_shared_cluster_f32(remote);
+  ptx::cluster_sync();
+  ptx::st_shared_cluster_f32(remote, theirs + v[threadIdx.x]);
+  if (threadIdx.x == 0) ptx::mbar_arrive_cluster(&bar[1], peer);
+  if (threadIdx.x == 1) ptx::mbar_arrive(&bar[1]);
+  ptx::mbar_wait(&bar[1], 0);
+  out[blockIdx.x * 128 + threadIdx.x] = v[threadIdx.x] + __bfloat162float(shared_tile[threadIdx.x]) +
+                                        __bfloat162float(shared3[threadIdx.x]) + ptx::smem_u32(v);
+  ptx::griddep_launch_dependents();
+  ptx::cluster_sync();
+}
+
+extern "C" int encode(CUtensorMap* map, void* base, int rows, int cols) {
+  if (ptx::encode_tiled_fn() == nullptr) return cudaErrorNotSupported;
+  const uint64_t dims[3] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), 4};
+  const uint64_t strides[2] = {static_cast<uint64_t>(cols) * 2, static_cast<uint64_t>(rows) * cols * 2};
+  const uint32_t box[3] = {64, 64, 1};
+  cudaError_t err = ptx::make_tma_map(&map[0], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, base, dims, strides, box,
+                                      CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err == cudaSuccess)
+    err = ptx::make_tma_map_2d(&map[1], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, rows, cols, cols, 64, 64,
+                               CU_TENSOR_MAP_SWIZZLE_128B);
+  return err;
+}
