@@ -131,6 +131,53 @@ def check(
         raise typer.Exit(1)
 
 
+@app.command("eval")
+def evaluate(
+    paths: list[Path] = typer.Argument(..., help="Candidate .cu files, directories of them, or a generate/run directory"),
+    task: Optional[str] = typer.Option("auto", "--task", help="Task id for every file; 'auto': the file's name"),
+    arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
+    out: Path = typer.Option(Path("runs/eval"), "--out", help="Run directory (resumed if it exists)"),
+    trials: int = typer.Option(3, "--trials", min=1, help="Fresh input sets per workload"),
+    timing: bool = typer.Option(True, "--time/--no-time", help="Time against the vendor baseline"),
+    profile: bool = typer.Option(True, "--profile/--no-profile", help="Prove executed instructions with ncu"),
+    budget_ms: float = typer.Option(300.0, "--timing-budget-ms", help="Measured time per workload and side"),
+    call_timeout_s: float = typer.Option(60.0, "--call-timeout-s"),
+    regrade: bool = typer.Option(False, "--regrade", help="Recompute verdicts from the stored evidence; run nothing"),
+    gold: bool = typer.Option(False, "--gold", help="Evaluate the bundled reference kernels (kernels/reference/<arch>)"),
+) -> None:
+    """Evaluate candidates on the GPU: correctness on every workload, guards, timing, executed features."""
+    from rich.progress import Progress
+
+    from ptxbench.evaluate.evaluator import EvalOptions
+    from ptxbench.evaluate.run import candidate_from_file, candidates_from_run, evaluate_candidates, gpu_available
+    from ptxbench.tasks.loader import get_task
+
+    if gold:
+        paths = [Path(__file__).resolve().parents[2] / "kernels" / "reference" / arch.value]
+        if not paths[0].is_dir():
+            _fail(f"no reference kernels for {arch.value} yet ({paths[0]})")
+    candidates = []
+    for path in paths:
+        if (path / "run.json").is_file():
+            candidates += candidates_from_run(path)
+        else:
+            candidates += [candidate_from_file(f, get_task(f.stem if task == "auto" else task)) for f in _expand([path])]
+    if not gpu_available() and not regrade:
+        console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each is "
+                      "recorded as an infrastructure failure (NO_GPU), never as the candidate's failure", highlight=False)
+    options = EvalOptions(trials=trials, time=timing, profile=profile, timing_budget_ms=budget_ms,
+                          call_timeout_s=call_timeout_s)
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task(f"eval → {out}", total=len(candidates))
+        results = evaluate_candidates(candidates, arch, out, options, regrade=regrade,
+                                      on_done=lambda _: progress.advance(bar))
+    table = Table("candidate", "task", "status", "detail")
+    for result in results:
+        verdict = result.status.value if result.status else f"infra: {result.infra_failure.value}"
+        table.add_row(Path(result.candidate).name, result.task, verdict, result.message[:110])
+    console.print(table)
+
+
 def _static_evaluation_note() -> str:
     """Why `run` grades at the static stage only (until the GPU evaluator is available here)."""
     try:

@@ -91,11 +91,17 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
         return cached.model_copy(update={"cached": True})
 
     directory.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside the cache entry, then rename into place: a concurrent identical build either finds
-    # the finished entry or loses the rename and keeps the winner's.
+    # Build beside the cache entry with its record inside, then rename the folder into place: an entry
+    # is complete the moment it exists, and of two identical builds racing the second keeps the first's.
     staging = Path(tempfile.mkdtemp(prefix=f".{key[:12]}-", dir=directory.parent))
     try:
         result = _run_nvcc(nvcc, request, staging, key, timeout_s)
+        if result.diagnosis is not None and result.diagnosis.failure is CompileFailure.TIMEOUT:
+            return result.model_copy(update={"directory": ""})  # never cached, no artifacts kept
+        result = result.model_copy(update={"directory": str(directory)})
+        write_atomic(staging / "build.json", result.model_dump_json(indent=1))
+        if directory.exists() and use_cache and record.is_file():
+            return BuildResult.model_validate_json(record.read_text()).model_copy(update={"cached": True})
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)
         try:
@@ -104,12 +110,9 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
             if record.is_file():
                 return BuildResult.model_validate_json(record.read_text()).model_copy(update={"cached": True})
             raise
+        return result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    result = result.model_copy(update={"directory": str(directory)})
-    if result.diagnosis is None or result.diagnosis.failure is not CompileFailure.TIMEOUT:
-        write_atomic(record, result.model_dump_json(indent=1))
-    return result
 
 
 def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s: float) -> BuildResult:

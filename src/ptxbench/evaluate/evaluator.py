@@ -1,0 +1,238 @@
+"""The GPU evaluator: build, run in an isolated worker on fresh inputs, judge in this process, time
+against the vendor baseline, and prove the executed instructions with Nsight Compute.
+
+Order of stages: build (COMPILE_ERROR) → link policy → correctness trials on every workload,
+held-out ones included, each judged here from raw data (RUNTIME_ERROR, TIMEOUT, INCORRECT, and the
+guards: provenance, streams, canaries, input mutation, libraries) → timing of the timed and visible
+workloads with the outputs of timed calls re-checked and a physical-floor check → executed features
+(ncu). Any guard finding makes the candidate REJECTED.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ptxbench.arch.registry import Arch
+from ptxbench.check import build_request, report_for
+from ptxbench.evaluate.compare import compare_outputs
+from ptxbench.evaluate.gpu_side import CANARY_VALUE
+from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
+from ptxbench.evaluate.verdict import (
+    base_name,
+    canary_guards,
+    decide,
+    library_guards,
+    mutation_guards,
+    provenance_guards,
+    unique,
+)
+from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.tasks.model import Role, Task, Workload
+from ptxbench.tasks.reference import make_inputs, run_reference
+from ptxbench.toolchain.compile import build
+
+HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
+
+# Datasheet peaks (dense): no kernel can beat them, so a faster time means the work was not done.
+PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
+         "H100": {"bytes_per_s": 3.35e12, "bf16": 989e12, "fp8": 1979e12}}
+
+
+class EvalOptions(BaseModel):
+    """Every knob of ``ptxbench eval``; recorded in the run header."""
+
+    trials: int = Field(default=3, ge=1, description="fresh input sets per workload")
+    call_timeout_s: float = Field(default=60.0, gt=0)
+    time: bool = True
+    timing_budget_ms: float = Field(default=300.0, gt=0, description="measured time per workload and side")
+    profile: bool = Field(default=True, description="prove executed instructions with ncu when it is installed")
+    profile_timeout_s: float = Field(default=600.0, gt=0)
+
+
+def _peaks(device_name: str) -> dict[str, float] | None:
+    return next((peaks for key, peaks in PEAKS.items() if key in device_name), None)
+
+
+class GpuEvaluator:
+    """Evaluates candidates on one GPU; also serves as refinement's evaluator (``evaluate_source``)."""
+
+    def __init__(self, options: EvalOptions | None = None, device: int | None = None) -> None:
+        self.options = options or EvalOptions()
+        self.worker = Worker(HANDLER, device)
+        self._device: dict | None = None
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def device(self) -> dict:
+        if self._device is None:
+            self._device = self.worker.call("device_info", timeout_s=300)
+        return self._device
+
+    # -- the whole evaluation -------------------------------------------------------------------
+
+    def evaluate(self, task: Task, arch: Arch, source: str, name: str = "candidate.cu") -> Evaluation:
+        """The candidate's evaluation, validated (the model forbids states the evidence cannot support)."""
+        evaluation = self._evaluate(task, arch, source, name)
+        return Evaluation.model_validate(evaluation.model_dump())
+
+    def _evaluate(self, task: Task, arch: Arch, source: str, name: str) -> Evaluation:
+        started = time.monotonic()
+        result = build(build_request(source, arch, task))
+        report = report_for(name, source, arch, task, result, started)
+        evaluation = Evaluation(candidate=name, task=task.id, task_hash=task.content_hash, arch=arch,
+                                status=Status.COMPILE_ERROR, build=result, static=report.static,
+                                message=result.diagnosis.summary if result.diagnosis else "")
+        if not result.ok:
+            return evaluation
+        linked = [v for v in report.static.policy_violations if "links" in v] if report.static else []
+        if linked:
+            return evaluation.model_copy(update={"status": Status.REJECTED, "message": linked[0],
+                                                 "guards": [GuardFinding(guard=Guard.LIBRARY_CALL, detail=linked[0])]})
+        try:
+            return self._run(task, evaluation, Path(result.directory) / "candidate.so")
+        except WorkerDied as exc:
+            return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": str(exc)})
+
+    def _run(self, task: Task, evaluation: Evaluation, shared_object: Path) -> Evaluation:
+        try:
+            self.device()
+        except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
+            return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.NO_GPU,
+                                                 "message": f"the GPU worker could not start: {exc}"})
+        self.worker.kill()  # a fresh process per candidate: nothing of the previous one survives
+        try:
+            self.worker.call("load", str(shared_object), task.model_dump_json(), timeout_s=self.options.call_timeout_s)
+        except RequestFailed as exc:
+            return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"})
+        libraries_at_load = self.worker.mapped_libraries()
+        own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
+
+        trials, guards, failure = self._trials(task, own_kernels)
+        guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
+        evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
+        if failure is not None:
+            status, message = failure
+            self.worker.kill()
+            return evaluation.model_copy(update={"status": status, "message": message})
+        status = decide(evaluation)
+        if status is not Status.PASSED:
+            return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
+
+        if self.options.time:
+            evaluation = self._timing(task, evaluation)
+            if evaluation.status is not None and evaluation.status is not Status.PASSED:
+                return evaluation
+        if self.options.profile and shutil.which("ncu"):
+            from ptxbench.evaluate.profiling import profile_requirements
+
+            features = profile_requirements(task, evaluation.arch, shared_object, self.options.profile_timeout_s)
+            evaluation = evaluation.model_copy(update={"features": features})
+            missing = [f for f in features if not f.satisfied]
+            if missing:
+                evaluation = evaluation.model_copy(update={"guards": evaluation.guards + [
+                    GuardFinding(guard=Guard.FEATURE_NOT_EXECUTED, detail=f.message) for f in missing]})
+        status = decide(evaluation)
+        return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
+
+    # -- stages -----------------------------------------------------------------------------------
+
+    def _trials(self, task: Task, own_kernels: set[str]) -> tuple[list[TrialResult], list[GuardFinding],
+                                                                   tuple[Status, str] | None]:
+        trials: list[TrialResult] = []
+        guards: list[GuardFinding] = []
+        for workload in task.workloads:
+            for _ in range(self.options.trials):
+                seed = secrets.randbits(62)
+                try:
+                    reply = self.worker.call("trial", workload.sizes, seed, timeout_s=self.options.call_timeout_s)
+                except WorkerTimeout as exc:
+                    return trials, guards, (Status.TIMEOUT, f"workload {workload.name}: {exc}")
+                except WorkerDied as exc:
+                    return trials, guards, (Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}")
+                except RequestFailed as exc:
+                    return trials, guards, (Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}")
+                if reply["code"] != 0:
+                    return trials, guards, (Status.RUNTIME_ERROR,
+                                            f"workload {workload.name}: the entry point returned cudaError {reply['code']}")
+                trial, found = self._judge_trial(task, workload, seed, reply, own_kernels)
+                trials.append(trial)
+                guards += found
+                if not trial.passed:
+                    break  # the next workload says more than another seed of this one
+        return trials, guards, None
+
+    def _judge_trial(self, task: Task, workload: Workload, seed: int, reply: dict,
+                     own_kernels: set[str]) -> tuple[TrialResult, list[GuardFinding]]:
+        sizes = workload.sizes
+        inputs = dict(make_inputs(task, sizes, seed, device="cuda"))
+        guards = provenance_guards(reply["activities"], reply["stream"], own_kernels)
+        guards += canary_guards(reply["canaries"], CANARY_VALUE)
+        guards += mutation_guards(inputs, reply["inputs_after"])
+        expected = run_reference(task, inputs, sizes)
+        outputs = {name: tensor.to("cuda") for name, tensor in reply["outputs"].items()}
+        comparisons = compare_outputs(task, outputs, expected)
+        return TrialResult(workload=workload.name, role=workload.role.value, seed=seed, comparisons=comparisons,
+                           passed=all(c.passed for c in comparisons)), guards
+
+    def _timing(self, task: Task, evaluation: Evaluation) -> Evaluation:
+        from ptxbench.evaluate.baselines import baseline_variants
+
+        peaks = _peaks(self.device()["name"])
+        timings: list[Timing] = []
+        guards = list(evaluation.guards)
+        trials = list(evaluation.trials)
+        for workload in [w for w in task.workloads if w.role is not Role.HELDOUT]:
+            seeds = [secrets.randbits(62) for _ in range(3)]
+            variants = list(baseline_variants(task))
+            reply = self.worker.call("time", workload.sizes, seeds, variants, self.options.timing_budget_ms,
+                                     timeout_s=self.options.call_timeout_s + 10 * self.options.timing_budget_ms / 1e3 + 120)
+            inputs = dict(make_inputs(task, workload.sizes, reply["last_seed"], device="cuda"))
+            expected = run_reference(task, inputs, workload.sizes)
+            recheck = compare_outputs(task, {k: v.to("cuda") for k, v in reply["last_outputs"].items()}, expected)
+            if not all(c.passed for c in recheck):
+                trials.append(TrialResult(workload=workload.name, role="timed-recheck", seed=reply["last_seed"],
+                                          comparisons=recheck, passed=False))
+                failed = evaluation.model_copy(update={"trials": trials, "timings": []})
+                return failed.model_copy(update={"status": Status.INCORRECT,
+                                                 "message": f"outputs of timed calls on {workload.name} were wrong"})
+            stats = reply["stats"]
+            candidate_ms, candidate_iqr = stats["candidate"]
+            best = min((name for name in stats if name != "candidate"), key=lambda n: stats[n][0], default=None)
+            flops = task.flops_for(workload.sizes)
+            moved = task.bytes_for(workload.sizes)
+            seconds = candidate_ms / 1e3
+            timings.append(Timing(workload=workload.name, candidate_ms=candidate_ms, candidate_iqr_ms=candidate_iqr,
+                                  baseline=best, baseline_ms=stats[best][0] if best else None,
+                                  baseline_iqr_ms=stats[best][1] if best else None, samples=reply["samples"],
+                                  tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9))
+            if peaks is not None:
+                rate = peaks["fp8" if any(i.dtype.value.startswith("float8") for i in task.inputs) else "bf16"]
+                floor_s = max(moved / peaks["bytes_per_s"], flops / rate)
+                if seconds < floor_s:
+                    guards.append(GuardFinding(guard=Guard.BELOW_PHYSICAL_FLOOR, detail=(
+                        f"{workload.name}: {candidate_ms:.4f} ms is below the physical floor {floor_s * 1e3:.4f} ms "
+                        "(datasheet bandwidth and tensor-core peak)")))
+        return evaluation.model_copy(update={"timings": timings, "guards": unique(guards), "trials": trials})
+
+
+def _summary(evaluation: Evaluation, status: Status) -> str:
+    if status is Status.REJECTED:
+        return "; ".join(g.detail for g in evaluation.guards)
+    if status is Status.INCORRECT:
+        failed = next(t for t in evaluation.trials if not t.passed)
+        worst = next(c for c in failed.comparisons if not c.passed)
+        return (f"wrong on workload {failed.workload} ({failed.role}): output {worst.output} has {worst.mismatched} of "
+                f"{worst.elements} elements out of tolerance, {worst.nonfinite} NaN/Inf; worst at {worst.worst_index}: "
+                f"{worst.worst_value} vs {worst.worst_expected}")
+    if status is Status.PASSED and evaluation.timings:
+        timed = evaluation.timings[0]
+        speed = f"{timed.speedup:.2f}x the vendor baseline" if timed.speedup else "no baseline"
+        verified = "executed features verified" if evaluation.features is not None else "features unverified (no ncu)"
+        return f"correct on every workload; {timed.workload}: {timed.candidate_ms:.3f} ms, {speed}; {verified}"
+    return "correct on every workload"

@@ -1,0 +1,178 @@
+"""What runs inside the worker process, next to the candidate: draw inputs, call, time. No verdicts.
+
+Everything returned is raw data for the parent to judge: outputs, the inputs as they are after the
+call, the guard bytes around each output, the kernels the call launched and on which stream, and
+CUDA-event times. Expected outputs never exist in this process.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+CANARY_BYTES = 4096
+CANARY_VALUE = 0x5A
+L2_FLUSH_BYTES = 256 * 1024 * 1024  # more than 2x the L2 of any current GPU (H200: 60 MiB, B200: ~126 MB)
+
+
+def _checked_sync(torch: Any) -> None:
+    torch.cuda.synchronize()
+
+
+class CandidateRunner:
+    """Handler for ``Worker``: one loaded candidate at a time."""
+
+    def __init__(self) -> None:
+        import torch
+        import torch.multiprocessing  # noqa: F401 - registers tensor sharing for replies
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device is visible to the worker")
+        self.torch = torch
+        self.library = None
+        self.task = None
+        self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def device_info(self) -> dict[str, Any]:
+        torch = self.torch
+        properties = torch.cuda.get_device_properties(0)
+        return {"name": properties.name, "sms": properties.multi_processor_count,
+                "memory_bytes": properties.total_memory, "torch": torch.__version__, "cuda": torch.version.cuda}
+
+    def load(self, shared_object: str, task_json: str) -> list[str]:
+        from ptxbench.evaluate.library import CandidateLibrary
+        from ptxbench.tasks.model import Task
+
+        self.task = Task.model_validate_json(task_json)
+        self.library = CandidateLibrary(shared_object, self.task)
+        return []
+
+    # -- one correctness trial ----------------------------------------------------------------------
+
+    def _outputs_with_canaries(self, sizes: dict[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+        torch = self.torch
+        outputs, buffers = {}, {}
+        for spec in self.task.outputs:
+            dtype = getattr(torch, spec.dtype.value)
+            numel = spec.numel(sizes)
+            body = numel * spec.dtype.size
+            raw = torch.full((body + 2 * CANARY_BYTES,), CANARY_VALUE, dtype=torch.uint8, device="cuda")
+            view = raw[CANARY_BYTES: CANARY_BYTES + body].view(dtype).view(spec.concrete_shape(sizes))
+            view.fill_(float("nan"))
+            outputs[spec.name], buffers[spec.name] = view, raw
+        return outputs, buffers
+
+    def trial(self, sizes: dict[str, int], seed: int) -> dict[str, Any]:
+        """Fresh inputs from ``seed``, NaN outputs inside guard bytes, one call on a fresh stream."""
+        from torch.profiler import ProfilerActivity, profile
+
+        from ptxbench.tasks.reference import make_inputs
+
+        torch = self.torch
+        inputs = make_inputs(self.task, sizes, seed, device="cuda")
+        outputs, buffers = self._outputs_with_canaries(sizes)
+        stream = torch.cuda.Stream()
+        marker = torch.zeros(1, device="cuda")
+        _checked_sync(torch)
+        with profile(activities=[ProfilerActivity.CUDA]) as trace:
+            with torch.cuda.stream(stream):
+                marker.add_(1)  # the first activity: names the launch stream in the trace's numbering
+            code = self.library(inputs, outputs, sizes, stream)
+            stream.synchronize()
+            _checked_sync(torch)
+        activities = sorted((e for e in trace.profiler.kineto_results.events() if e.device_type().name == "CUDA"),
+                            key=lambda e: e.start_ns())
+        launch_stream = activities[0].device_resource_id() if activities else None
+        return {
+            "code": code,
+            "stream": launch_stream,
+            "activities": [{"name": e.name(), "stream": e.device_resource_id()} for e in activities[1:]],
+            "outputs": {k: v.cpu() for k, v in outputs.items()},
+            "canaries": {k: torch.cat([b[:CANARY_BYTES], b[-CANARY_BYTES:]]).cpu() for k, b in buffers.items()},
+            "inputs_after": {k: v.cpu() for k, v in inputs.items()},
+        }
+
+    # -- timing -------------------------------------------------------------------------------------
+
+    def _time(self, call: Any, stream: Any, repeats: int) -> list[float]:
+        torch = self.torch
+        times = []
+        for _ in range(repeats):
+            self._flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            stream.wait_stream(torch.cuda.current_stream())
+            start.record(stream)
+            call(stream)
+            end.record(stream)
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return times
+
+    def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
+             warmup: int = 3) -> dict[str, Any]:
+        """Candidate and baselines interleaved, inputs rotated over ``seeds``, L2 flushed before each call.
+
+        The statistic is the median (and inter-quartile range) of per-call event times on the launch
+        stream; the loop stops when ``budget_ms`` of measured time is spent (at least 5 calls each).
+        """
+        from ptxbench.evaluate.baselines import baseline_variants
+        from ptxbench.tasks.reference import make_inputs
+
+        torch = self.torch
+        input_sets = [make_inputs(self.task, sizes, seed, device="cuda") for seed in seeds]
+        outputs, _ = self._outputs_with_canaries(sizes)
+        stream = torch.cuda.Stream()
+        variants = baseline_variants(self.task)
+        chosen = {name: variants[name] for name in baselines}
+        results: dict[str, list[float]] = {"candidate": [], **{name: [] for name in chosen}}
+        turn = {"i": 0}
+
+        def candidate(s: Any) -> None:
+            inputs = input_sets[turn["i"] % len(input_sets)]
+            code = self.library(inputs, outputs, sizes, s)
+            if code != 0:
+                raise RuntimeError(f"the entry point returned cudaError {code} during timing")
+
+        def run_baseline(fn: Any) -> Any:
+            def call(s: Any) -> None:
+                with torch.cuda.stream(s):
+                    fn(input_sets[turn["i"] % len(input_sets)], sizes)
+            return call
+
+        for _ in range(warmup):
+            self._time(candidate, stream, 1)
+            for fn in chosen.values():
+                self._time(run_baseline(fn), stream, 1)
+        spent = 0.0
+        while spent < budget_ms or len(results["candidate"]) < 5:
+            turn["i"] += 1
+            results["candidate"] += self._time(candidate, stream, 1)
+            for name, fn in chosen.items():
+                results[name] += self._time(run_baseline(fn), stream, 1)
+            spent += sum(values[-1] for values in results.values())
+            if len(results["candidate"]) >= 1000:
+                break
+        last = turn["i"] % len(input_sets)
+        return {
+            "stats": {name: _median_iqr(values) for name, values in results.items()},
+            "samples": len(results["candidate"]),
+            "last_seed": seeds[last],
+            "last_outputs": {k: v.cpu() for k, v in outputs.items()},
+        }
+
+    def copy_bandwidth(self) -> float:
+        """Device-to-device copy bandwidth in bytes/s (read + write), the memory roofline here."""
+        torch = self.torch
+        source = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+        target = torch.empty_like(source)
+        stream = torch.cuda.current_stream()
+        times = self._time(lambda s: target.copy_(source), stream, 10)
+        return 2 * source.numel() / (statistics.median(times) / 1e3)
+
+
+def _median_iqr(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    if len(ordered) < 4:
+        return statistics.median(ordered), 0.0
+    quartiles = statistics.quantiles(ordered, n=4)
+    return statistics.median(ordered), quartiles[2] - quartiles[0]

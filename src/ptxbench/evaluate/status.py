@@ -1,0 +1,132 @@
+"""One evaluation's verdict and its evidence, with a validator that forbids states that cannot be true.
+
+The status says what happened to the candidate; infrastructure failures (no GPU, a tool missing, the
+harness itself failing) are kept apart, so they are never counted against a model. Evidence exists
+only where the status allows it: no timing unless every correctness check passed, no "feature
+used" without executed counts.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, Field, model_validator
+
+from ptxbench.arch.registry import Arch
+from ptxbench.evaluate.compare import Comparison
+from ptxbench.evaluate.executed import RequirementExecution
+from ptxbench.static.report import StaticReport
+from ptxbench.toolchain.compile import BuildResult
+
+EVALUATION_VERSION = 1
+
+
+class Status(str, Enum):
+    COMPILE_ERROR = "COMPILE_ERROR"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIMEOUT = "TIMEOUT"
+    INCORRECT = "INCORRECT"
+    REJECTED = "REJECTED"
+    PASSED = "PASSED"
+
+
+class InfraFailure(str, Enum):
+    """The harness could not judge the candidate; never the candidate's fault."""
+
+    NO_GPU = "NO_GPU"
+    TOOL_MISSING = "TOOL_MISSING"
+    HARNESS_ERROR = "HARNESS_ERROR"
+
+
+class Guard(str, Enum):
+    LIBRARY_CALL = "library_call"
+    FOREIGN_KERNELS = "foreign_kernels"
+    NO_OWN_KERNEL = "no_own_kernel"
+    OTHER_STREAM = "other_stream"
+    INPUT_MUTATION = "input_mutation"
+    OUT_OF_BOUNDS_WRITE = "out_of_bounds_write"
+    BELOW_PHYSICAL_FLOOR = "below_physical_floor"
+    FEATURE_NOT_EXECUTED = "feature_not_executed"
+
+
+class GuardFinding(BaseModel):
+    guard: Guard
+    detail: str
+
+
+class TrialResult(BaseModel):
+    """One call on one fresh input set."""
+
+    workload: str
+    role: str
+    seed: int
+    comparisons: list[Comparison] = Field(default_factory=list)
+    passed: bool
+
+
+class Timing(BaseModel):
+    """Median and inter-quartile range of CUDA-event times with L2 flushed before each call."""
+
+    workload: str
+    candidate_ms: float
+    candidate_iqr_ms: float
+    baseline: str | None = None
+    baseline_ms: float | None = None
+    baseline_iqr_ms: float | None = None
+    samples: int
+    tflops: float | None = None
+    gbps: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline_ms / self.candidate_ms if self.baseline_ms and self.candidate_ms > 0 else None
+
+
+class Evaluation(BaseModel):
+    version: int = EVALUATION_VERSION
+    candidate: str
+    task: str
+    task_hash: str
+    arch: Arch
+    status: Status | None = None
+    infra_failure: InfraFailure | None = None
+    message: str = ""
+    build: BuildResult | None = None
+    static: StaticReport | None = None
+    trials: list[TrialResult] = Field(default_factory=list)
+    guards: list[GuardFinding] = Field(default_factory=list)
+    timings: list[Timing] = Field(default_factory=list)
+    features: list[RequirementExecution] | None = Field(
+        default=None, description="Executed-instruction verdicts; None when no profiler ran (unverified)")
+
+    @property
+    def correct(self) -> bool:
+        return bool(self.trials) and all(t.passed for t in self.trials)
+
+    @property
+    def features_verified(self) -> bool:
+        return self.features is not None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Evaluation":
+        if (self.status is None) == (self.infra_failure is None):
+            raise ValueError("an evaluation has exactly one of a status and an infrastructure failure")
+        if self.status is Status.COMPILE_ERROR and (self.trials or self.timings):
+            raise ValueError("a candidate that did not compile has no trials or timings")
+        if self.timings and not self.correct:
+            raise ValueError("timings exist only for candidates that passed every correctness trial")
+        if self.status is Status.PASSED:
+            if not self.correct:
+                raise ValueError("PASSED needs every correctness trial to pass")
+            if self.guards:
+                raise ValueError("PASSED cannot carry guard findings")
+            if self.features is not None and not all(f.satisfied for f in self.features):
+                raise ValueError("PASSED cannot have a required feature that did not execute")
+        if self.status is Status.INCORRECT and self.correct:
+            raise ValueError("INCORRECT needs a failed correctness trial")
+        if self.status is Status.REJECTED and not self.guards:
+            raise ValueError("REJECTED needs at least one guard finding")
+        for requirement in self.features or []:
+            if requirement.satisfied and not requirement.executed:
+                raise ValueError("a feature counts as used only with executed instruction counts")
+        return self

@@ -1,0 +1,27 @@
+"""A handler for the worker tests: misbehaves on request, like a candidate can."""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+class Misbehaving:
+    def echo(self, value):  # type: ignore[no-untyped-def]
+        return value
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def hang(self) -> None:
+        while True:
+            time.sleep(1)
+
+    def crash(self) -> None:
+        os.abort()
+
+    def exit(self, code: int) -> None:
+        os._exit(code)
+
+    def fail(self) -> None:
+        raise ValueError("the candidate returned garbage")

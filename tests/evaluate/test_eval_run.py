@@ -1,0 +1,41 @@
+"""`ptxbench eval` without a GPU: builds, reads, records NO_GPU (never a candidate failure), resumes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ptxbench.cli import app
+from ptxbench.evaluate.status import Evaluation, InfraFailure
+
+from ..conftest import EXAMPLES, FIXTURES
+
+runner = CliRunner()
+
+
+def test_eval_on_cpu_records_infrastructure_failures_and_resumes(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    result = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "no CUDA GPU is visible" in result.output
+    record = out / "items" / "softmax" / "softmax" / "result.json"
+    evaluation = Evaluation.model_validate_json(record.read_text())
+    assert evaluation.infra_failure is InfraFailure.NO_GPU and evaluation.status is None
+    assert evaluation.build is not None and evaluation.build.ok and evaluation.static is not None
+    assert (record.parent / "candidate.cu").read_text() == (EXAMPLES / "softmax.cu").read_text()
+    stamp = record.stat().st_mtime_ns
+    again = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(out)])
+    assert again.exit_code == 0 and record.stat().st_mtime_ns == stamp, "a finished item is not redone"
+    regraded = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(out), "--regrade"])
+    assert regraded.exit_code == 0, regraded.output
+
+
+def test_eval_reports_compile_errors_as_the_candidates(tmp_path: Path) -> None:
+    broken = tmp_path / "transpose.cu"
+    broken.write_text((FIXTURES / "cpp_syntax_error.cu").read_text())
+    result = runner.invoke(app, ["eval", str(broken), "--out", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    evaluation = Evaluation.model_validate_json(
+        (tmp_path / "eval" / "items" / "transpose" / "transpose" / "result.json").read_text())
+    assert evaluation.build is not None and not evaluation.build.ok

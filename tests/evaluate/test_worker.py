@@ -1,0 +1,42 @@
+"""Worker supervision on the CPU: hangs, crashes, aborts and exceptions end a request, not the harness."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
+
+HANDLER = "tests.evaluate.fake_handler:Misbehaving"
+
+
+def test_answers_and_survives_handler_exceptions() -> None:
+    with Worker(HANDLER) as worker:
+        assert worker.call("echo", {"x": [1, 2]}, timeout_s=60) == {"x": [1, 2]}
+        first = worker.call("pid", timeout_s=10)
+        with pytest.raises(RequestFailed, match="ValueError: the candidate returned garbage") as caught:
+            worker.call("fail", timeout_s=10)
+        assert "Traceback" in caught.value.trace
+        assert worker.call("pid", timeout_s=10) == first, "an exception does not cost the process"
+
+
+def test_hang_is_killed_and_the_worker_replaced() -> None:
+    with Worker(HANDLER) as worker:
+        first = worker.call("pid", timeout_s=60)
+        with pytest.raises(WorkerTimeout, match="within 0.5 s"):
+            worker.call("hang", timeout_s=0.5)
+        assert worker.call("pid", timeout_s=60) != first
+
+
+@pytest.mark.parametrize(("method", "args", "exitcode"), [("crash", (), -6), ("exit", (3,), 3)])
+def test_abort_and_exit_are_reported_with_their_cause(method: str, args: tuple, exitcode: int) -> None:
+    with Worker(HANDLER) as worker:
+        with pytest.raises(WorkerDied) as caught:
+            worker.call(method, *args, timeout_s=60)
+        assert caught.value.exitcode == exitcode
+        assert worker.call("echo", 7, timeout_s=60) == 7
+
+
+def test_parent_reads_the_workers_libraries_itself() -> None:
+    with Worker(HANDLER) as worker:
+        worker.call("pid", timeout_s=60)
+        assert any("libc" in path for path in worker.mapped_libraries())
