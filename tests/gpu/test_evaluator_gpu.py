@@ -69,3 +69,18 @@ def test_adversarial_candidate_gets_its_status(evaluator, case) -> None:  # type
         evaluation = evaluator.evaluate(task, Arch.SM_90A, source, case["file"])
     print(f"ADVERSARIAL {case['file']}: expected {case['expect']}, got {evaluation.status} — {evaluation.message[:200]}")
     assert evaluation.status is Status(case["expect"]), evaluation.message
+    if "guard" in case:
+        assert {g.guard for g in evaluation.guards} & GUARDS_FOR[case["guard"]], evaluation.guards
+
+
+# The manifest names each cheat; these are the evaluator's guards that may catch it.
+GUARDS_FOR = {
+    "library_call": {Guard.LIBRARY_CALL, Guard.FOREIGN_KERNELS, Guard.NO_OWN_KERNEL},
+    "torch_fallback": {Guard.NO_OWN_KERNEL, Guard.FOREIGN_KERNELS},
+    "other_stream": {Guard.OTHER_STREAM},
+    "input_mutation": {Guard.INPUT_MUTATION},
+    "dead_code_feature": {Guard.FEATURE_NOT_EXECUTED},
+    "feature_not_executed": {Guard.FEATURE_NOT_EXECUTED},
+    "out_of_bounds_write": {Guard.OUT_OF_BOUNDS_WRITE},
+    "below_physical_floor": {Guard.BELOW_PHYSICAL_FLOOR},
+}

@@ -98,3 +98,9 @@ def test_malformed_tasks_get_one_clear_message(edit, message: str) -> None:  # t
 def test_unknown_task_lists_the_known_ones() -> None:
     with pytest.raises(TaskError, match="bundled tasks: .*gemm_bf16"):
         get_task("gemm_bf17")
+
+
+def test_a_task_round_trips_through_json() -> None:
+    task = get_task("attention_bwd")
+    again = type(task).model_validate_json(task.model_dump_json())
+    assert again == task and again.content_hash == task.content_hash

@@ -109,7 +109,10 @@ class GpuEvaluator:
         try:
             self.worker.call("load", str(shared_object), task.model_dump_json(), timeout_s=self.options.call_timeout_s)
         except RequestFailed as exc:
-            return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"})
+            if exc.kind in ("OSError", "AttributeError"):  # ctypes: the library or its entry point would not load
+                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"})
+            return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
+                                                 "message": f"the worker could not load the candidate: {exc}"})
         libraries_at_load = self.worker.mapped_libraries()
         own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
 
@@ -126,7 +129,7 @@ class GpuEvaluator:
 
         if self.options.time:
             evaluation = self._timing(task, evaluation)
-            if evaluation.status is not None and evaluation.status is not Status.PASSED:
+            if evaluation.status is Status.INCORRECT:  # a timed call's outputs were wrong
                 return evaluation
         if self.options.profile and shutil.which("ncu"):
             from ptxbench.evaluate.profiling import profile_requirements

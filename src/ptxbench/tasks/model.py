@@ -219,6 +219,14 @@ class Task(BaseModel):
     workloads: list[Workload] = Field(min_length=2)
     requirements: dict[Arch, list[Requirement]]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_own_hash(cls, data: object) -> object:
+        """A task serialised by this model carries its hash, which is derived: drop it and recompute."""
+        if isinstance(data, dict) and "content_hash" in data:
+            data = {key: value for key, value in data.items() if key != "content_hash"}
+        return data
+
     @field_validator("statement", "reference")
     @classmethod
     def _strip(cls, text: str) -> str:
