@@ -174,20 +174,18 @@ def evaluate(
     table = Table("candidate", "task", "status", "detail")
     for result in results:
         verdict = result.status.value if result.status else f"infra: {result.infra_failure.value}"
-        table.add_row(Path(result.candidate).name, result.task, verdict, result.message[:110])
+        detail = result.message
+        if result.status is None and result.static is not None:  # no GPU: say what the binary shows
+            detail = "static only: " + "; ".join(f"{r.requirement.label} {r.stage.value.replace('_', ' ')}"
+                                                 for r in result.static.requirements)
+        table.add_row(Path(result.candidate).name, result.task, verdict, detail[:160])
     console.print(table)
+    console.print(f"run directory: {out}", highlight=False)
 
 
 def _static_evaluation_note() -> str:
-    """Why `run` grades at the static stage only (until the GPU evaluator is available here)."""
-    try:
-        import torch
-
-        gpu = torch.cuda.is_available()
-    except ImportError:
-        gpu = False
-    reason = "no CUDA GPU is visible" if not gpu else "this version has no GPU evaluator yet"
-    return (f"note: {reason}, so candidates are graded at the static stage only (build + PTX/SASS); "
+    """Why `run` grades at the static stage only: there is no GPU to run candidates on."""
+    return ("note: no CUDA GPU is visible, so candidates are graded at the static stage only (build + PTX/SASS); "
             "correctness and speed are not measured and no verdict is marked GPU-verified")
 
 
@@ -222,17 +220,31 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
 
     evaluator = None
     if evaluate:
-        console.print(_static_evaluation_note(), highlight=False)
-        evaluator = StaticEvaluator()
+        from ptxbench.evaluate.run import gpu_available
+
+        if gpu_available():
+            from ptxbench.evaluate.evaluator import GpuEvaluator
+            from ptxbench.llm.feedback import GpuFeedbackEvaluator
+
+            evaluator = GpuFeedbackEvaluator(GpuEvaluator())
+        else:
+            console.print(_static_evaluation_note(), highlight=False)
+            evaluator = StaticEvaluator()
     target = out or Path("runs") / f"{command}-{model.replace(':', '-').replace('/', '_')}-{arch.value}-{context}"
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"{command} → {target}", total=len(chosen) * samples)
-        results = execute(chosen, config, target, evaluator=evaluator, on_done=lambda _: progress.advance(bar))
+        try:
+            results = execute(chosen, config, target, evaluator=evaluator, on_done=lambda _: progress.advance(bar))
+        finally:
+            gpu = getattr(evaluator, "evaluator", None)
+            if gpu is not None:
+                gpu.close()
     passed = sum(r.passed for r in results)
     errors = sum(1 for r in results if r.turns and r.turns[-1].completion.error)
     spent = [r.usage.cost_usd for r in results]
     cost = "unknown" if any(c is None for c in spent) else f"${sum(c for c in spent if c is not None):,.4f}"
-    verdict = f"{passed}/{len(results)} passed the static stage" if evaluate else f"{len(results)} items sampled"
+    stage = "the GPU evaluation" if any(r.verified_on_gpu for r in results) else "the static stage"
+    verdict = f"{passed}/{len(results)} passed {stage}" if evaluate else f"{len(results)} items sampled"
     console.print(f"{verdict}; provider errors: {errors}; cost {cost}; run directory: {target}", highlight=False)
 
 

@@ -97,3 +97,22 @@ def test_dry_run_sends_nothing_and_never_shows_held_out_shapes(server: FakeLLMSe
     assert server.received == []
     assert "6 items, at most 12 requests" in result.output
     assert 'extern "C" int gemm_bf16(' in result.output and "single-token" not in result.output
+
+
+def test_gpu_evaluation_feedback_names_the_failure() -> None:
+    from ptxbench.arch.registry import Arch
+    from ptxbench.evaluate.compare import Comparison
+    from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, Status, TrialResult
+    from ptxbench.llm.feedback import render_evaluation_feedback
+
+    wrong = Comparison(output="Y", passed=False, elements=100, mismatched=3, nonfinite=1, max_abs_error=2.5,
+                       max_rel_error=1.0, worst_index=[0, 7], worst_value=float("nan"), worst_expected=0.25)
+    evaluation = Evaluation(candidate="c.cu", task="softmax", task_hash="h", arch=Arch.SM_90A, status=Status.INCORRECT,
+                            message="wrong on r300", trials=[TrialResult(workload="r300-c128256", role="heldout",
+                                                                         seed=1, comparisons=[wrong], passed=False)])
+    passed, stage, text = render_evaluation_feedback(evaluation)
+    assert not passed and stage == "gpu"
+    assert "r300-c128256 (heldout), output Y: 3 of 100" in text and "index [0, 7]" in text
+    rejected = evaluation.model_copy(update={"status": Status.REJECTED, "guards": [
+        GuardFinding(guard=Guard.OTHER_STREAM, detail="work ran on stream 9")]})
+    assert "rejected: other_stream: work ran on stream 9" in render_evaluation_feedback(rejected)[2]

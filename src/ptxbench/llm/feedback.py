@@ -8,7 +8,7 @@ and for each required feature where it got lost.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -17,6 +17,10 @@ from ptxbench.check import CheckReport, build_request, report_for
 from ptxbench.llm.extract import Extraction
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build
+
+if TYPE_CHECKING:
+    from ptxbench.evaluate.evaluator import GpuEvaluator
+    from ptxbench.evaluate.status import Evaluation
 
 LOG_LINES_SHOWN = 30
 
@@ -87,3 +91,48 @@ class StaticEvaluator:
         report = report_for("candidate.cu", source, arch, task, result, started)
         passed, stage, text = render_check_feedback(report)
         return Feedback(passed=passed, stage=stage, text=text, record=report.model_dump(mode="json"))
+
+
+def render_evaluation_feedback(evaluation: "Evaluation") -> tuple[bool, str, str]:
+    """(passed, stage, text) for a GPU evaluation: where it failed, by how much, and what to fix."""
+    from ptxbench.check import CheckReport
+    from ptxbench.evaluate.status import Status
+
+    status = evaluation.status
+    if status is Status.COMPILE_ERROR and evaluation.build is not None:
+        report = CheckReport(candidate=evaluation.candidate, source_sha256="", arch=evaluation.arch, task=evaluation.task,
+                             build=evaluation.build, static=None, duration_s=0.0)
+        return render_check_feedback(report)
+    if status is None:
+        return False, "gpu", f"The harness could not evaluate the file ({evaluation.infra_failure}): {evaluation.message}"
+    lines = [f"Status: {status.value}. {evaluation.message}"]
+    for trial in evaluation.trials:
+        for comparison in trial.comparisons:
+            if not comparison.passed:
+                lines.append(f"- {trial.workload} ({trial.role}), output {comparison.output}: {comparison.mismatched} of "
+                             f"{comparison.elements} elements out of tolerance ({comparison.nonfinite} NaN/Inf), max abs "
+                             f"error {comparison.max_abs_error:.3g}, worst at index {comparison.worst_index}: got "
+                             f"{comparison.worst_value}, expected {comparison.worst_expected}")
+    lines += [f"- rejected: {g.guard.value}: {g.detail}" for g in evaluation.guards]
+    for requirement in evaluation.features or []:
+        lines.append(f"- feature {requirement.message}")
+    for timing in evaluation.timings:
+        speed = f", {timing.speedup:.2f}x {timing.baseline}" if timing.speedup else ""
+        rate = f", {timing.tflops:.1f} TFLOP/s" if timing.tflops else f", {timing.gbps:.0f} GB/s" if timing.gbps else ""
+        lines.append(f"- time on {timing.workload}: {timing.candidate_ms:.4f} ms{rate}{speed}")
+    if status is Status.PASSED and evaluation.features is None:
+        lines.append("- (executed instructions were not verified: no profiler on this machine)")
+    return status is Status.PASSED, "gpu", "\n".join(lines)
+
+
+class GpuFeedbackEvaluator:
+    """Refinement's evaluator on a GPU machine: the full evaluation, told back to the model."""
+
+    def __init__(self, evaluator: "GpuEvaluator") -> None:
+        self.evaluator = evaluator
+
+    def evaluate(self, task: Task, arch: Arch, source: str) -> Feedback:
+        evaluation = self.evaluator.evaluate(task, arch, source)
+        passed, stage, text = render_evaluation_feedback(evaluation)
+        return Feedback(passed=passed, stage=stage, text=text, verified_on_gpu=evaluation.status is not None,
+                        record=evaluation.model_dump(mode="json"))
