@@ -84,3 +84,16 @@ def test_library_guard_reads_mapped_paths() -> None:
     assert library_guards({"/usr/lib/libc.so.6", "/x/libcudart.so.13"}) == []
     (finding,) = library_guards({"/site-packages/nvidia/cu13/lib/libcublas.so.13"})
     assert finding.guard is Guard.LIBRARY_CALL
+
+
+def test_baseline_timings_are_cached_per_gpu_and_library_versions(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.baseline_cache import BaselineCache
+
+    cache = BaselineCache(tmp_path)
+    device = {"name": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": 91900}
+    key = cache.key("taskhash", "square-4096", "cublas", device)
+    assert cache.get(key) is None
+    cache.put(key, 0.25, 0.002)
+    assert cache.get(key).median_ms == 0.25
+    newer = cache.key("taskhash", "square-4096", "cublas", {**device, "torch": "2.12.0"})
+    assert cache.get(newer) is None, "another library version is another measurement"

@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, report_for
+from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
 from ptxbench.evaluate.gpu_side import CANARY_VALUE
 from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
@@ -34,7 +35,7 @@ from ptxbench.evaluate.verdict import (
 from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
-from ptxbench.toolchain.compile import build
+from ptxbench.toolchain.compile import build, default_cache_dir
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
 
@@ -65,6 +66,8 @@ class GpuEvaluator:
         self.options = options or EvalOptions()
         self.worker = Worker(HANDLER, device)
         self._device: dict | None = None
+        self._peaks: dict[str, float] | None = None
+        self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
 
     def close(self) -> None:
         self.worker.close()
@@ -102,6 +105,8 @@ class GpuEvaluator:
     def _run(self, task: Task, evaluation: Evaluation, shared_object: Path) -> Evaluation:
         try:
             self.device()
+            if self.options.time:
+                self.peaks()  # measured in a process no candidate has touched
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
             return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.NO_GPU,
                                                  "message": f"the GPU worker could not start: {exc}"})
@@ -183,17 +188,28 @@ class GpuEvaluator:
         return TrialResult(workload=workload.name, role=workload.role.value, seed=seed, comparisons=comparisons,
                            passed=all(c.passed for c in comparisons)), guards
 
+    def peaks(self) -> dict[str, float]:
+        """Roofline ceilings measured on this GPU once per evaluator (copy bandwidth, library matmul rates)."""
+        if self._peaks is None:
+            self._peaks = self.worker.call("peaks", timeout_s=300)
+        return self._peaks
+
     def _timing(self, task: Task, evaluation: Evaluation) -> Evaluation:
         from ptxbench.evaluate.baselines import baseline_variants
 
-        peaks = _peaks(self.device()["name"])
+        device = self.device()
+        datasheet = _peaks(device["name"])
+        measured = self.peaks()  # cached: measured before any candidate was loaded
+        fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
         timings: list[Timing] = []
         guards = list(evaluation.guards)
         trials = list(evaluation.trials)
         for workload in [w for w in task.workloads if w.role is not Role.HELDOUT]:
             seeds = [secrets.randbits(62) for _ in range(3)]
-            variants = list(baseline_variants(task))
-            reply = self.worker.call("time", workload.sizes, seeds, variants, self.options.timing_budget_ms,
+            keys = {v: BaselineCache.key(task.content_hash, workload.name, v, device) for v in baseline_variants(task)}
+            cached = {v: self.baseline_cache.get(k) for v, k in keys.items()}
+            to_measure = [v for v, record in cached.items() if record is None]
+            reply = self.worker.call("time", workload.sizes, seeds, to_measure, self.options.timing_budget_ms,
                                      timeout_s=self.options.call_timeout_s + 10 * self.options.timing_budget_ms / 1e3 + 120)
             inputs = dict(make_inputs(task, workload.sizes, reply["last_seed"], device="cuda"))
             expected = run_reference(task, inputs, workload.sizes)
@@ -205,18 +221,25 @@ class GpuEvaluator:
                 return failed.model_copy(update={"status": Status.INCORRECT,
                                                  "message": f"outputs of timed calls on {workload.name} were wrong"})
             stats = reply["stats"]
+            for variant in to_measure:
+                self.baseline_cache.put(keys[variant], *stats[variant])
+            baselines = {v: (record.median_ms, record.iqr_ms) for v, record in cached.items() if record is not None}
+            baselines.update({v: tuple(stats[v]) for v in to_measure})
             candidate_ms, candidate_iqr = stats["candidate"]
-            best = min((name for name in stats if name != "candidate"), key=lambda n: stats[n][0], default=None)
+            best = min(baselines, key=lambda v: baselines[v][0], default=None)
             flops = task.flops_for(workload.sizes)
             moved = task.bytes_for(workload.sizes)
             seconds = candidate_ms / 1e3
+            attainable = moved / measured["bytes_per_s"]
+            if flops:
+                attainable = max(attainable, flops / measured["fp8_flops" if fp8 else "bf16_flops"])
             timings.append(Timing(workload=workload.name, candidate_ms=candidate_ms, candidate_iqr_ms=candidate_iqr,
-                                  baseline=best, baseline_ms=stats[best][0] if best else None,
-                                  baseline_iqr_ms=stats[best][1] if best else None, samples=reply["samples"],
-                                  tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9))
-            if peaks is not None:
-                rate = peaks["fp8" if any(i.dtype.value.startswith("float8") for i in task.inputs) else "bf16"]
-                floor_s = max(moved / peaks["bytes_per_s"], flops / rate)
+                                  baseline=best, baseline_ms=baselines[best][0] if best else None,
+                                  baseline_iqr_ms=baselines[best][1] if best else None, samples=reply["samples"],
+                                  tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
+                                  roofline_pct=100 * attainable / seconds))
+            if datasheet is not None:
+                floor_s = max(moved / datasheet["bytes_per_s"], flops / datasheet["fp8" if fp8 else "bf16"])
                 if seconds < floor_s:
                     guards.append(GuardFinding(guard=Guard.BELOW_PHYSICAL_FLOOR, detail=(
                         f"{workload.name}: {candidate_ms:.4f} ms is below the physical floor {floor_s * 1e3:.4f} ms "

@@ -36,8 +36,25 @@ class CandidateRunner:
     def device_info(self) -> dict[str, Any]:
         torch = self.torch
         properties = torch.cuda.get_device_properties(0)
-        return {"name": properties.name, "sms": properties.multi_processor_count,
-                "memory_bytes": properties.total_memory, "torch": torch.__version__, "cuda": torch.version.cuda}
+        return {"name": properties.name, "capability": f"{properties.major}.{properties.minor}",
+                "sms": properties.multi_processor_count, "memory_bytes": properties.total_memory,
+                "l2_bytes": getattr(properties, "L2_cache_size", None), "torch": torch.__version__,
+                "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+
+    def peaks(self) -> dict[str, float]:
+        """Ceilings measured here: copy bandwidth, and the best library matmul rates (bf16, fp8)."""
+        torch = self.torch
+        stream = torch.cuda.current_stream()
+        size = 8192
+        a = torch.randn(size, size, device="cuda").to(torch.bfloat16)
+        bf16_ms = statistics.median(self._time(lambda s: torch.matmul(a, a.T), stream, 10))
+        a8 = a.to(torch.float8_e4m3fn)
+        one = torch.ones(1, device="cuda")
+        fp8_ms = statistics.median(self._time(
+            lambda s: torch._scaled_mm(a8, a8.T, one, one, out_dtype=torch.bfloat16), stream, 10))
+        flops = 2 * size**3
+        return {"bytes_per_s": self.copy_bandwidth(), "bf16_flops": flops / (bf16_ms / 1e3),
+                "fp8_flops": flops / (fp8_ms / 1e3)}
 
     def load(self, shared_object: str, task_json: str) -> list[str]:
         from ptxbench.evaluate.library import CandidateLibrary

@@ -62,6 +62,17 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _driver_version() -> str | None:
+    import shutil
+    import subprocess
+
+    if not shutil.which("nvidia-smi"):
+        return None
+    out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                         text=True, timeout=30).stdout.strip()
+    return out.splitlines()[0] if out else None
+
+
 def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
     import time
 
@@ -77,14 +88,15 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
                         *, regrade: bool = False, device: int | None = None,
                         on_done: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
     options = options or EvalOptions()
-    toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
-    header = RunHeader(kind="eval", toolchain=toolchain, config={"arch": arch.value, "options": options.model_dump()})
-    rundir = RunDir.open(out, header) if not regrade else RunDir.load(out)
     prebuild = threading.Thread(target=build_many, args=([build_request(c.source, arch, c.task) for c in candidates],),
                                 daemon=True)
     prebuild.start()  # every core compiles ahead while the GPU works through the list
-    use_gpu = gpu_available()
-    evaluator = GpuEvaluator(options, device) if use_gpu and not regrade else None
+    evaluator = GpuEvaluator(options, device) if gpu_available() and not regrade else None
+    toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
+    environment = {**evaluator.device(), "driver": _driver_version()} if evaluator is not None else {"gpu": None}
+    header = RunHeader(kind="eval", toolchain=toolchain, environment=environment,
+                       config={"arch": arch.value, "options": options.model_dump()})
+    rundir = RunDir.open(out, header) if not regrade else RunDir.load(out)
     results: list[Evaluation] = []
     try:
         for candidate in candidates:

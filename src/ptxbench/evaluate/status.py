@@ -76,6 +76,9 @@ class Timing(BaseModel):
     samples: int
     tflops: float | None = None
     gbps: float | None = None
+    roofline_pct: float | None = Field(default=None, description=(
+        "Share of the attainable time bound: max(bytes / measured copy bandwidth, FLOPs / best library matmul "
+        "rate on this GPU) over the measured time, in percent"))
 
     @property
     def speedup(self) -> float | None:

@@ -35,6 +35,7 @@ class RunHeader(BaseModel):
     python: str = Field(default_factory=platform.python_version)
     host: str = Field(default_factory=platform.node)
     toolchain: dict[str, str | None] = Field(default_factory=dict)
+    environment: dict[str, Any] = Field(default_factory=dict, description="GPU, driver and library versions")
     config: dict[str, Any] = Field(description="The resolved configuration; a resume must match it")
 
 
