@@ -1,0 +1,125 @@
+"""The evaluator's own quality on this GPU: timing repeatability, agreement with Nsight Compute, and
+throughput (candidates fully evaluated per minute, with and without the ncu stage).
+
+Goals (evaluator issue): repeat spread <= 1 %, agreement with ncu's gpu__time_duration <= 3 %,
+>= 10 GEMM-class candidates per minute with the ncu stage. Writes
+benchmarks/results/evaluator_<gpu>.{json,md}.
+
+    python benchmarks/evaluator_benchmark.py [--copies 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "benchmarks" / "results"
+EXAMPLES = REPO / "kernels" / "examples"
+
+
+def _spread(evaluator, task, shared_object: Path, repeats: int) -> dict:  # type: ignore[no-untyped-def]
+    """Median of the candidate's timed-workload time, measured ``repeats`` times in one worker."""
+    evaluator.worker.kill()
+    evaluator.worker.call("load", str(shared_object), task.model_dump_json(), timeout_s=120)
+    sizes = task.timed().sizes
+    medians = []
+    for _ in range(repeats):
+        reply = evaluator.worker.call("time", sizes, [secrets.randbits(62) for _ in range(3)], [], 300.0, timeout_s=600)
+        medians.append(reply["stats"]["candidate"][0])
+    center = statistics.median(medians)
+    return {"medians_ms": medians, "spread_pct": 100 * (max(medians) - min(medians)) / center, "median_ms": center}
+
+
+def _ncu_time(task, shared_object: Path) -> float:  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.executed import parse_ncu_csv
+    from ptxbench.evaluate.profiling import ncu_command
+
+    with tempfile.TemporaryDirectory() as folder:
+        task_file = Path(folder) / "task.json"
+        task_file.write_text(task.model_dump_json())
+        program = [sys.executable, "-m", "ptxbench.evaluate.profile_one", str(shared_object), str(task_file),
+                   json.dumps(task.timed().sizes)]
+        proc = subprocess.run(ncu_command(program), capture_output=True, text=True, timeout=600)
+    profiles = parse_ncu_csv(proc.stdout)
+    return sum(p.duration_ns or 0 for p in profiles) / 1e6
+
+
+def _throughput(task_id: str, copies: int, profile: bool) -> dict:
+    from ptxbench.arch.registry import Arch
+    from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+    from ptxbench.tasks.loader import get_task
+
+    task = get_task(task_id)
+    source = (EXAMPLES / f"{task_id}.cu").read_text()
+    evaluator = GpuEvaluator(EvalOptions(profile=profile))
+    try:
+        evaluator.device()
+        evaluator.peaks()
+        started = time.perf_counter()
+        statuses = []
+        for index in range(copies):  # distinct sources, so no build or result is reused
+            evaluation = evaluator.evaluate(task, Arch.SM_90A, f"// copy {index} {secrets.token_hex(4)}\n{source}")
+            statuses.append(evaluation.status.value if evaluation.status else str(evaluation.infra_failure))
+        minutes = (time.perf_counter() - started) / 60
+    finally:
+        evaluator.close()
+    return {"task": task_id, "copies": copies, "profile": profile, "per_minute": copies / minutes, "statuses": statuses}
+
+
+def main() -> None:
+    import torch
+
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import build_request
+    from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+    from ptxbench.tasks.loader import get_task
+    from ptxbench.toolchain.compile import build
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--copies", type=int, default=6)
+    args = parser.parse_args()
+    rows = []
+    evaluator = GpuEvaluator(EvalOptions())
+    try:
+        for task_id in ("gemm_bf16", "rmsnorm"):
+            task = get_task(task_id)
+            result = build(build_request((EXAMPLES / f"{task_id}.cu").read_text(), Arch.SM_90A, task))
+            shared_object = Path(result.directory) / "candidate.so"
+            spread = _spread(evaluator, task, shared_object, repeats=5)
+            ncu_ms = _ncu_time(task, shared_object)
+            rows.append({"task": task_id, "workload": task.timed().name, **spread, "ncu_ms": ncu_ms,
+                         "ncu_difference_pct": 100 * abs(spread["median_ms"] - ncu_ms) / ncu_ms})
+            print(rows[-1], flush=True)
+    finally:
+        evaluator.close()
+    throughput = [_throughput("gemm_bf16", args.copies, profile) for profile in (False, True)]
+    gpu = torch.cuda.get_device_name()
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": gpu,
+              "torch": torch.__version__, "cuda": torch.version.cuda, "cpus": os.cpu_count(),
+              "timing": rows, "throughput": throughput}
+    slug = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / f"evaluator_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"# Evaluator quality on {gpu} ({result['date']}, torch {result['torch']})", "",
+             "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
+              f"| {r['ncu_difference_pct']:.2f} % |" for r in rows]
+    lines += ["", "| candidates | ncu stage | evaluated per minute |", "|---|---|---|"]
+    lines += [f"| {t['copies']} x {t['task']} example | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} |"
+              for t in throughput]
+    (OUT / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
