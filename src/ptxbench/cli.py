@@ -133,7 +133,8 @@ def check(
 
 @app.command("eval")
 def evaluate(
-    paths: list[Path] = typer.Argument(..., help="Candidate .cu files, directories of them, or a generate/run directory"),
+    paths: list[Path] = typer.Argument(..., help="Candidate .cu files, directories of them, a generate/run directory, "
+                                       "or a generations .jsonl file"),
     task: Optional[str] = typer.Option("auto", "--task", help="Task id for every file; 'auto': the file's name"),
     arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
     out: Path = typer.Option(Path("runs/eval"), "--out", help="Run directory (resumed if it exists)"),
@@ -149,7 +150,13 @@ def evaluate(
     from rich.progress import Progress
 
     from ptxbench.evaluate.evaluator import EvalOptions
-    from ptxbench.evaluate.run import candidate_from_file, candidates_from_run, evaluate_candidates, gpu_available
+    from ptxbench.evaluate.run import (
+        candidate_from_file,
+        candidates_from_generations,
+        candidates_from_run,
+        evaluate_candidates,
+        gpu_available,
+    )
     from ptxbench.tasks.loader import get_task
 
     if gold:
@@ -160,6 +167,8 @@ def evaluate(
     for path in paths:
         if (path / "run.json").is_file():
             candidates += candidates_from_run(path)
+        elif path.suffix == ".jsonl":
+            candidates += candidates_from_generations(path)
         else:
             candidates += [candidate_from_file(f, get_task(f.stem if task == "auto" else task)) for f in _expand([path])]
     if not gpu_available() and not regrade:

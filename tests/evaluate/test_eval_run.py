@@ -39,3 +39,21 @@ def test_eval_reports_compile_errors_as_the_candidates(tmp_path: Path) -> None:
     evaluation = Evaluation.model_validate_json(
         (tmp_path / "eval" / "items" / "transpose" / "transpose" / "result.json").read_text())
     assert evaluation.build is not None and not evaluation.build.ok
+
+
+def test_eval_takes_a_generations_file(tmp_path: Path) -> None:
+    import json
+
+    kernel = (EXAMPLES / "transpose.cu").read_text()
+    lines = [{"task": "transpose", "sample": 0, "completion": f"Here:\n```cuda\n{kernel}\n```"},
+             {"task": "transpose", "sample": 1, "completion": "I cannot do this."}]
+    generations = tmp_path / "gen.jsonl"
+    generations.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    result = runner.invoke(app, ["eval", str(generations), "--out", str(tmp_path / "eval")])
+    assert result.exit_code == 0, result.output
+    done = sorted(p.parent.name for p in (tmp_path / "eval" / "items" / "transpose").glob("*/result.json"))
+    assert done == ["sample_000"], "the answer without code is skipped, not evaluated"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"completion": "x"}\n')
+    refused = runner.invoke(app, ["eval", str(bad), "--out", str(tmp_path / "eval2")])
+    assert refused.exit_code != 0

@@ -105,11 +105,11 @@ class GpuEvaluator:
     def _run(self, task: Task, evaluation: Evaluation, shared_object: Path) -> Evaluation:
         try:
             self.device()
-            if self.options.time:
-                self.peaks()  # measured in a process no candidate has touched
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
             return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.NO_GPU,
                                                  "message": f"the GPU worker could not start: {exc}"})
+        if self.options.time:
+            self.peaks()  # measured in a process no candidate has touched
         self.worker.kill()  # a fresh process per candidate: nothing of the previous one survives
         try:
             self.worker.call("load", str(shared_object), task.model_dump_json(), timeout_s=self.options.call_timeout_s)
@@ -189,9 +189,13 @@ class GpuEvaluator:
                            passed=all(c.passed for c in comparisons)), guards
 
     def peaks(self) -> dict[str, float]:
-        """Roofline ceilings measured on this GPU once per evaluator (copy bandwidth, library matmul rates)."""
+        """Roofline ceilings measured on this GPU once per evaluator (copy bandwidth, library matmul rates);
+        empty when they could not be measured, and then no roofline share is reported."""
         if self._peaks is None:
-            self._peaks = self.worker.call("peaks", timeout_s=300)
+            try:
+                self._peaks = self.worker.call("peaks", timeout_s=300)
+            except (RequestFailed, WorkerDied, WorkerTimeout):
+                self._peaks = {}
         return self._peaks
 
     def _timing(self, task: Task, evaluation: Evaluation) -> Evaluation:
@@ -230,14 +234,16 @@ class GpuEvaluator:
             flops = task.flops_for(workload.sizes)
             moved = task.bytes_for(workload.sizes)
             seconds = candidate_ms / 1e3
-            attainable = moved / measured["bytes_per_s"]
-            if flops:
-                attainable = max(attainable, flops / measured["fp8_flops" if fp8 else "bf16_flops"])
+            attainable = None
+            if measured:
+                attainable = moved / measured["bytes_per_s"]
+                if flops:
+                    attainable = max(attainable, flops / measured["fp8_flops" if fp8 else "bf16_flops"])
             timings.append(Timing(workload=workload.name, candidate_ms=candidate_ms, candidate_iqr_ms=candidate_iqr,
                                   baseline=best, baseline_ms=baselines[best][0] if best else None,
                                   baseline_iqr_ms=baselines[best][1] if best else None, samples=reply["samples"],
                                   tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
-                                  roofline_pct=100 * attainable / seconds))
+                                  roofline_pct=100 * attainable / seconds if attainable else None))
             if datasheet is not None:
                 floor_s = max(moved / datasheet["bytes_per_s"], flops / datasheet["fp8" if fp8 else "bf16"])
                 if seconds < floor_s:

@@ -50,6 +50,32 @@ def candidates_from_run(path: Path) -> list[Candidate]:
     return found
 
 
+def candidates_from_generations(path: Path) -> list[Candidate]:
+    """Completions made elsewhere, one JSON object per line with ``task``, ``completion`` and optionally
+    ``sample`` (the replay provider's format); a line with no usable code is skipped with its reason."""
+    import json
+
+    from ptxbench.errors import CandidateError
+    from ptxbench.llm.extract import extract_candidate
+    from ptxbench.tasks.loader import get_task
+
+    found = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            task = get_task(record["task"])
+            text = record["completion"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise CandidateError(f"{path}:{number}: not a generation record ({exc})") from None
+        extraction = extract_candidate(text, task.entry_point)
+        if extraction.ok:
+            found.append(Candidate(task=task, item=f"sample_{int(record.get('sample', number - 1)):03d}",
+                                   source=extraction.source, origin=f"{path}:{number}"))
+    return found
+
+
 def candidate_from_file(path: Path, task: Task) -> Candidate:
     return Candidate(task=task, item=path.stem, source=read_candidate(path), origin=str(path))
 
