@@ -62,9 +62,12 @@ def _peaks(device_name: str) -> dict[str, float] | None:
 class GpuEvaluator:
     """Evaluates candidates on one GPU; also serves as refinement's evaluator (``evaluate_source``)."""
 
-    def __init__(self, options: EvalOptions | None = None, device: int | None = None) -> None:
+    def __init__(self, options: EvalOptions | None = None, device: int | None = None, handler: str = HANDLER,
+                 reference_device: str = "cuda") -> None:
+        """``handler`` and ``reference_device`` exist so the orchestration can be tested without a GPU."""
         self.options = options or EvalOptions()
-        self.worker = Worker(HANDLER, device)
+        self.reference_device = reference_device
+        self.worker = Worker(handler, device)
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
         self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
@@ -178,12 +181,12 @@ class GpuEvaluator:
     def _judge_trial(self, task: Task, workload: Workload, seed: int, reply: dict,
                      own_kernels: set[str]) -> tuple[TrialResult, list[GuardFinding]]:
         sizes = workload.sizes
-        inputs = dict(make_inputs(task, sizes, seed, device="cuda"))
+        inputs = dict(make_inputs(task, sizes, seed, device=self.reference_device))
         guards = provenance_guards(reply["activities"], reply["stream"], own_kernels)
         guards += canary_guards(reply["canaries"], CANARY_VALUE)
         guards += mutation_guards(inputs, reply["inputs_after"])
         expected = run_reference(task, inputs, sizes)
-        outputs = {name: tensor.to("cuda") for name, tensor in reply["outputs"].items()}
+        outputs = {name: tensor.to(self.reference_device) for name, tensor in reply["outputs"].items()}
         comparisons = compare_outputs(task, outputs, expected)
         return TrialResult(workload=workload.name, role=workload.role.value, seed=seed, comparisons=comparisons,
                            passed=all(c.passed for c in comparisons)), guards
@@ -215,9 +218,9 @@ class GpuEvaluator:
             to_measure = [v for v, record in cached.items() if record is None]
             reply = self.worker.call("time", workload.sizes, seeds, to_measure, self.options.timing_budget_ms,
                                      timeout_s=self.options.call_timeout_s + 10 * self.options.timing_budget_ms / 1e3 + 120)
-            inputs = dict(make_inputs(task, workload.sizes, reply["last_seed"], device="cuda"))
+            inputs = dict(make_inputs(task, workload.sizes, reply["last_seed"], device=self.reference_device))
             expected = run_reference(task, inputs, workload.sizes)
-            recheck = compare_outputs(task, {k: v.to("cuda") for k, v in reply["last_outputs"].items()}, expected)
+            recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in reply["last_outputs"].items()}, expected)
             if not all(c.passed for c in recheck):
                 trials.append(TrialResult(workload=workload.name, role="timed-recheck", seed=reply["last_seed"],
                                           comparisons=recheck, passed=False))

@@ -1,0 +1,74 @@
+"""A CPU stand-in for the GPU worker's handler: answers like CandidateRunner, computing the outputs with
+the task's reference (or a scripted misbehaviour), so the evaluator's orchestration runs without a GPU."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import torch
+
+from ptxbench.evaluate.gpu_side import CANARY_BYTES, CANARY_VALUE
+from ptxbench.tasks.model import Task
+from ptxbench.tasks.reference import make_inputs, run_reference
+
+BEHAVIOUR = "PTXBENCH_FAKE_BEHAVIOUR"
+
+
+class FakeRunner:
+    def __init__(self) -> None:
+        self.behaviour = os.environ.get(BEHAVIOUR, "correct")
+        self.task: Task | None = None
+
+    def device_info(self) -> dict[str, Any]:
+        return {"name": "Fake H200", "torch": torch.__version__, "cuda": None, "cudnn": None}
+
+    def peaks(self) -> dict[str, float]:
+        return {"bytes_per_s": 4.0e12, "bf16_flops": 7.5e14, "fp8_flops": 1.2e15}
+
+    def load(self, shared_object: str, task_json: str) -> list[str]:
+        from pathlib import Path
+
+        from ptxbench.evaluate.verdict import base_name
+        from ptxbench.static.report import demangle
+        from ptxbench.static.sass import disassemble, per_kernel_histogram
+
+        self.task = Task.model_validate_json(task_json)
+        mangled = list(per_kernel_histogram(disassemble(Path(shared_object).with_suffix(".cubin"))))
+        self.kernels = [base_name(name) for name in demangle(mangled).values()]
+        return []
+
+    def _outputs(self, sizes: dict[str, int], seed: int) -> dict[str, torch.Tensor]:
+        inputs = dict(make_inputs(self.task, sizes, seed))
+        expected = run_reference(self.task, inputs, sizes)
+        outputs = {o.name: expected[o.name].to(getattr(torch, o.dtype.value)) for o in self.task.outputs}
+        if self.behaviour == "wrong":
+            outputs = {k: v * 2 for k, v in outputs.items()}
+        return outputs
+
+    def trial(self, sizes: dict[str, int], seed: int) -> dict[str, Any]:
+        if self.behaviour == "hang":
+            time.sleep(3600)
+        if self.behaviour == "crash":
+            os.abort()
+        inputs = dict(make_inputs(self.task, sizes, seed))
+        if self.behaviour == "mutate":
+            first = next(iter(inputs))
+            inputs[first] = inputs[first].clone()
+            inputs[first].view(-1)[0] += 1
+        kernels = [{"name": f"void {name}(float*)", "stream": 7} for name in self.kernels]
+        if self.behaviour == "foreign":
+            kernels.append({"name": "nvjet_sm90_tst_gemm", "stream": 7})
+        canary = torch.full((2 * CANARY_BYTES,), CANARY_VALUE, dtype=torch.uint8)
+        if self.behaviour == "overflow":
+            canary[CANARY_BYTES] = 0
+        return {"code": 0, "stream": 7, "activities": kernels,
+                "outputs": self._outputs(sizes, seed),
+                "canaries": {o.name: canary for o in self.task.outputs},
+                "inputs_after": inputs}
+
+    def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
+             warmup: int = 3) -> dict[str, Any]:
+        stats = {"candidate": (2.0, 0.01), **{name: (1.0, 0.01) for name in baselines}}
+        return {"stats": stats, "samples": 10, "last_seed": seeds[-1], "last_outputs": self._outputs(sizes, seeds[-1])}

@@ -1,0 +1,79 @@
+"""The GPU evaluator's orchestration on the CPU: a real build, a fake worker handler that answers like
+the GPU side (correctly or with a scripted misbehaviour), and the verdicts the parent must reach."""
+
+from __future__ import annotations
+
+import pytest
+
+from ptxbench.arch.registry import Arch
+from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.evaluate.status import Guard, Status
+from ptxbench.tasks.loader import get_task
+from ptxbench.tasks.model import Task
+
+from ..conftest import EXAMPLES
+from .fake_runner import BEHAVIOUR
+
+HANDLER = "tests.evaluate.fake_runner:FakeRunner"
+
+
+def _small_softmax() -> Task:
+    data = get_task("softmax").model_dump(mode="json")
+    data["workloads"] = [
+        {"name": "small-timed", "role": "timed", "sizes": {"R": 4, "C": 64}},
+        {"name": "small-visible", "role": "visible", "sizes": {"R": 3, "C": 128}},
+        {"name": "small-heldout", "role": "heldout", "sizes": {"R": 5, "C": 192}},
+    ]
+    return Task.model_validate(data)
+
+
+def _evaluate(monkeypatch: pytest.MonkeyPatch, behaviour: str, **options):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(BEHAVIOUR, behaviour)
+    evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=20, **options), handler=HANDLER,
+                             reference_device="cpu")
+    try:
+        return evaluator.evaluate(_small_softmax(), Arch.SM_90A, (EXAMPLES / "softmax.cu").read_text(), "softmax.cu")
+    finally:
+        evaluator.close()
+
+
+def test_correct_candidate_passes_with_timings_and_roofline(monkeypatch: pytest.MonkeyPatch) -> None:
+    evaluation = _evaluate(monkeypatch, "correct")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert {t.role for t in evaluation.trials} == {"timed", "visible", "heldout"}
+    assert len(evaluation.trials) == 9  # three fresh seeds for each of three workloads
+    assert len({t.seed for t in evaluation.trials}) == 9
+    assert [t.workload for t in evaluation.timings] == ["small-timed", "small-visible"]
+    timed = evaluation.timings[0]
+    assert timed.speedup == pytest.approx(0.5) and timed.baseline == "torch" and timed.roofline_pct is not None
+    assert evaluation.features is None and "features unverified" in evaluation.message
+    again = _evaluate(monkeypatch, "correct")  # the baseline now comes from the cache
+    assert again.timings[0].baseline_ms == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("behaviour", "status", "guard"), [
+    ("wrong", Status.INCORRECT, None),
+    ("mutate", Status.REJECTED, Guard.INPUT_MUTATION),
+    ("foreign", Status.REJECTED, Guard.FOREIGN_KERNELS),
+    ("overflow", Status.REJECTED, Guard.OUT_OF_BOUNDS_WRITE),
+    ("crash", Status.RUNTIME_ERROR, None),
+])
+def test_misbehaviour_gets_its_status(monkeypatch: pytest.MonkeyPatch, behaviour: str, status: Status,
+                                      guard: Guard | None) -> None:
+    evaluation = _evaluate(monkeypatch, behaviour, time=False)
+    assert evaluation.status is status, evaluation.message
+    assert not evaluation.timings
+    if guard is not None:
+        assert guard in {g.guard for g in evaluation.guards}
+    if behaviour == "wrong":
+        assert "wrong on workload small-timed" in evaluation.message
+
+
+def test_hang_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(BEHAVIOUR, "hang")
+    evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=3), handler=HANDLER, reference_device="cpu")
+    try:
+        evaluation = evaluator.evaluate(_small_softmax(), Arch.SM_90A, (EXAMPLES / "softmax.cu").read_text())
+    finally:
+        evaluator.close()
+    assert evaluation.status is Status.TIMEOUT and "within 3 s" in evaluation.message
