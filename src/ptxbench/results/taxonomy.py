@@ -1,0 +1,87 @@
+"""The error taxonomy: one class per failed attempt, shared by reports, feedback and Fixit.
+
+Classes are ``<stage>.<kind>``: ``extraction.*``; ``compile.*`` (the build classifier's classes);
+``runtime.*`` (illegal address, misaligned access, out of memory, crash, timeout, other);
+``numerical.*`` (nan, wrong_values); ``instruction.*`` (absent: a required feature not in the SASS;
+not_executed: in the SASS but never run; minor_share: run, but doing too little of the work);
+``guard.*`` (the guard that rejected it); ``infra.*`` (never the candidate's fault); and ``ok``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ptxbench.check import CheckReport
+    from ptxbench.evaluate.status import Evaluation
+    from ptxbench.llm.extract import Extraction
+    from ptxbench.llm.feedback import Feedback
+
+CLASSES = (
+    "ok", "unevaluated",
+    "extraction.empty_completion", "extraction.no_code_block", "extraction.no_entry_point", "extraction.provider_error",
+    "compile.cpp_error", "compile.ptx_syntax", "compile.ptx_operand", "compile.unsupported_on_target",
+    "compile.resource_limit", "compile.link_error", "compile.missing_entry_point", "compile.timeout",
+    "runtime.illegal_address", "runtime.misaligned_address", "runtime.out_of_memory", "runtime.crash",
+    "runtime.timeout", "runtime.other",
+    "numerical.nan", "numerical.wrong_values",
+    "instruction.absent", "instruction.not_executed", "instruction.minor_share",
+    "guard.library_call", "guard.foreign_kernels", "guard.no_own_kernel", "guard.other_stream",
+    "guard.input_mutation", "guard.out_of_bounds_write", "guard.below_physical_floor",
+    "infra.no_gpu", "infra.tool_missing", "infra.harness_error",
+)
+
+_RUNTIME = [
+    ("runtime.illegal_address", re.compile(r"illegal (memory access|address)", re.IGNORECASE)),
+    ("runtime.misaligned_address", re.compile(r"misaligned", re.IGNORECASE)),
+    ("runtime.out_of_memory", re.compile(r"out of memory|cudaErrorMemoryAllocation|cudaError 2\b", re.IGNORECASE)),
+    ("runtime.crash", re.compile(r"process died", re.IGNORECASE)),
+]
+
+
+def classify_extraction(extraction: "Extraction", feedback: "Feedback | None") -> str:
+    if extraction.ok and feedback is None:
+        return "unevaluated"
+    return f"extraction.{extraction.status.value}"
+
+
+def classify_check(report: "CheckReport") -> str:
+    """Static-only attempts: compile failures, or required features missing from the SASS."""
+    if not report.build.ok:
+        failure = report.build.diagnosis.failure.value if report.build.diagnosis else "cpp_error"
+        return f"compile.{failure}"
+    if report.static is not None and not report.static.requirements_in_sass:
+        return "instruction.absent"
+    return "unevaluated"
+
+
+def classify_evaluation(evaluation: "Evaluation") -> str:
+    from ptxbench.evaluate.status import Guard, Status
+
+    if evaluation.infra_failure is not None:
+        return f"infra.{evaluation.infra_failure.value.lower()}"
+    status = evaluation.status
+    if status is Status.COMPILE_ERROR:
+        failure = evaluation.build.diagnosis.failure.value if evaluation.build and evaluation.build.diagnosis else "cpp_error"
+        return f"compile.{failure}"
+    if status is Status.TIMEOUT:
+        return "runtime.timeout"
+    if status is Status.RUNTIME_ERROR:
+        return next((name for name, pattern in _RUNTIME if pattern.search(evaluation.message)), "runtime.other")
+    if status is Status.INCORRECT:
+        failed = [c for t in evaluation.trials if not t.passed for c in t.comparisons if not c.passed]
+        return "numerical.nan" if any(c.nonfinite for c in failed) else "numerical.wrong_values"
+    if status is Status.REJECTED:
+        guards = [g.guard for g in evaluation.guards]
+        if Guard.FEATURE_NOT_EXECUTED in guards and len(set(guards)) == 1:
+            features = evaluation.features or []
+            if any(f.executed and not f.satisfied for f in features):
+                return "instruction.minor_share"
+            static = evaluation.static
+            if static is not None and not static.requirements_in_sass:
+                return "instruction.absent"
+            return "instruction.not_executed"
+        first = next(g for g in guards if g is not Guard.FEATURE_NOT_EXECUTED)
+        return f"guard.{first.value}"
+    return "ok"

@@ -1,0 +1,56 @@
+"""Attempts and their error classes, read from real run directories made on the CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from ptxbench.cli import app
+from ptxbench.results.attempts import attempts_from_run
+from ptxbench.results.taxonomy import CLASSES
+
+from ..conftest import EXAMPLES, FIXTURES
+
+runner = CliRunner()
+
+
+def _replay_file(tmp_path: Path) -> Path:
+    broken = (FIXTURES / "cpp_syntax_error.cu").read_text() + "\nextern \"C\" int transpose();\n"
+    plain = (EXAMPLES / "transpose.cu").read_text()
+    lines = [
+        {"task": "transpose", "sample": 0, "turn": 0, "completion": f"```cuda\n{broken}\n```"},
+        {"task": "transpose", "sample": 0, "turn": 1, "completion": f"```cuda\n{plain}\n```"},
+        {"task": "transpose", "sample": 1, "turn": 0, "completion": "No idea."},
+    ]
+    path = tmp_path / "completions.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    return path
+
+
+def test_attempts_of_a_multi_turn_run(tmp_path: Path) -> None:
+    replay = _replay_file(tmp_path)
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", "--model", f"replay:{replay}", "--tasks", "transpose", "--samples", "2",
+                                 "--turns", "2", "--context", "arch", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    attempts = sorted(attempts_from_run(out), key=lambda a: (a.sample, a.turn))
+    assert [(a.sample, a.turn, a.last_turn) for a in attempts] == [
+        ("sample_000", 0, False), ("sample_000", 1, True), ("sample_001", 0, False), ("sample_001", 1, True)]
+    first, fixed, lost, lost_again = attempts
+    assert first.error_class == "compile.cpp_error" and not first.compiled
+    assert fixed.compiled and not fixed.features_in_sass and fixed.error_class == "instruction.absent"
+    assert fixed.correct is None and not fixed.verified_on_gpu, "static-only runs measure no correctness"
+    assert lost.error_class == "extraction.no_code_block"
+    assert {a.condition for a in attempts} == {"arch"} and {a.family for a in attempts} == {"memory_bound"}
+    assert all(a.error_class in CLASSES for a in attempts)
+
+
+def test_attempts_of_an_eval_run_without_gpu(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    result = runner.invoke(app, ["eval", str(EXAMPLES / "rmsnorm.cu"), str(EXAMPLES / "softmax.cu"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    attempts = attempts_from_run(out)
+    assert {a.task for a in attempts} == {"rmsnorm", "softmax"}
+    assert all(a.error_class == "infra.no_gpu" and a.compiled and a.correct is None for a in attempts)
