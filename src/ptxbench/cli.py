@@ -192,6 +192,47 @@ def evaluate(
     console.print(f"run directory: {out}", highlight=False)
 
 
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A run directory (eval, run or generate)"),
+           out: Optional[Path] = typer.Option(None, "--out", help="Where to write report.md and report.html")) -> None:
+    """Write a Markdown report and one self-contained HTML page with plots for a run."""
+    from ptxbench.results.report import write_report
+
+    files = write_report(run_dir, out)
+    console.print(f"wrote {files[0]} and {files[1]}", highlight=False)
+
+
+@app.command()
+def metrics(runs: list[Path] = typer.Argument(..., help="Run directories"),
+            by: str = typer.Option("task", "--by", help="Comma-separated grouping fields, e.g. model,condition; '' for all"),
+            k: int = typer.Option(1, "-k", min=1), bootstrap: int = typer.Option(1000, "--bootstrap", min=0)) -> None:
+    """Metrics with 95 % bootstrap intervals (pass@k, fast_p, speedup, generalization) as Markdown."""
+    from ptxbench.results.attempts import attempts_from_run
+    from ptxbench.results.metrics import summarize, summary_table
+
+    attempts = [a for run_dir in runs for a in attempts_from_run(run_dir)]
+    groups = tuple(field for field in by.split(",") if field)
+    print(summary_table(summarize(attempts, by=groups, k=k, bootstrap=bootstrap)))
+
+
+@app.command()
+def compare(run_a: Path = typer.Argument(...), run_b: Path = typer.Argument(...),
+            metric: str = typer.Option("correct", "--metric", help="compile | correct | features_executed | fast_1.0 ..."),
+            k: int = typer.Option(1, "-k", min=1)) -> None:
+    """Compare two runs task by task (context ablation, base vs fine-tuned) with a paired test."""
+    from ptxbench.results.compare import compare_command
+
+    print(compare_command(run_a, run_b, metric, k))
+
+
+@app.command()
+def leaderboard(runs: list[Path] = typer.Argument(...), metric: str = typer.Option("fast_1.0", "--metric")) -> None:
+    """Rank runs (models or conditions) on the tasks they all attempted."""
+    from ptxbench.results.compare import leaderboard_command
+
+    print(leaderboard_command(runs, metric))
+
+
 def _static_evaluation_note() -> str:
     """Why `run` grades at the static stage only: there is no GPU to run candidates on."""
     return ("note: no CUDA GPU is visible, so candidates are graded at the static stage only (build + PTX/SASS); "

@@ -67,13 +67,16 @@ def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
         roles.setdefault(trial.role, True)
         roles[trial.role] = roles[trial.role] and trial.passed
     measured = evaluation.status is not None and evaluation.status.value not in ("COMPILE_ERROR",)
+    # Right answers obtained by gaming the harness (a library, another stream, mutated inputs, stray
+    # writes) are not correct; a kernel that is right but skips the requested features still is.
+    cheated = any(g.guard.value != "feature_not_executed" for g in evaluation.guards)
     timed = evaluation.timings[0] if evaluation.timings else None
     return Attempt(
         **base,
         compiled=bool(evaluation.build and evaluation.build.ok),
         features_in_ptx=_in_ptx(static),
         features_in_sass=bool(static and static.requirements_in_sass),
-        correct=evaluation.correct if measured else None,
+        correct=(evaluation.correct and not cheated) if measured else None,
         visible_correct=roles.get("visible") if measured else None,
         heldout_correct=roles.get("heldout") if measured else None,
         features_executed=None if evaluation.features is None else all(f.satisfied for f in evaluation.features),
