@@ -98,10 +98,10 @@ class Table(NamedTuple):
 
 
 def counted(attempts: list[Attempt]) -> list[Attempt]:
-    """The attempts the report counts: every one, or in a multi-turn run the last turn of each sample."""
-    if any(a.turn > 0 for a in attempts):
-        return [a for a in attempts if a.last_turn]
-    return list(attempts)
+    """The attempts the report counts: each sample's outcome (its last turn), as the metrics count it."""
+    from ptxbench.results.metrics import last_turns
+
+    return last_turns(attempts)
 
 
 def funnel(attempts: list[Attempt]) -> list[FunnelStage]:
@@ -147,7 +147,9 @@ def speedups(attempts: Iterable[Attempt]) -> list[float]:
 
 
 def failure_classes(attempts: Iterable[Attempt]) -> Counter[str]:
-    return Counter(a.error_class for a in attempts if a.error_class != "ok")
+    from ptxbench.results.metrics import taxonomy_counts
+
+    return Counter(taxonomy_counts(list(attempts)))
 
 
 def stage_of(error_class: str) -> str:
