@@ -227,8 +227,9 @@ def test_multi_turn_runs_count_last_turns_and_compare_conditions() -> None:
     report = render_report(attempts, "multi-turn")
     assert "the last turn of each sample (3 attempts; 5 turns in all" in report.markdown
     assert _markdown_rows(report.markdown, "Per task")["softmax"][1:3] == ["3", "2"]
+    # The last column is the best-of-turns curve: samples correct (and fast) at any turn so far.
     assert _markdown_rows(report.markdown, "By turn") == {
-        "0": ["3", "1", "1", "1", "1"], "1": ["2", "1", "1", "1", "1"]}
+        "0": ["3", "1", "1", "1", "1", "33% / 33%"], "1": ["2", "1", "1", "1", "1", "67% / 67%"]}
     fast = _markdown_rows(report.markdown, "fast_p")
     assert fast["full"][:4] == ["1", "100%", "100%", "100%"] and fast["none"][:4] == ["2", "50%", "50%", "50%"]
     assert [s.count for s in funnel(counted(attempts))] == [3, 2, 2, 2, 2, 2]

@@ -307,13 +307,19 @@ def turn_table(attempts: list[Attempt]) -> Table | None:
     turns = sorted({a.turn for a in attempts})
     if len(turns) < 2:
         return None
+    from ptxbench.results.metrics import best_of_turns
+
+    measured = any(a.correct is not None for a in attempts)
+    correct_by = best_of_turns(attempts, len(turns)) if measured else []
+    fast_by = best_of_turns(attempts, len(turns), metric="fast_1.0") if measured else []
     rows = []
-    for turn in turns:
+    for index, turn in enumerate(turns):
         rows_ = [a for a in attempts if a.turn == turn]
+        best = (f"{correct_by[index].rate:.0%} / {fast_by[index].rate:.0%}" if measured else "not measured")
         rows.append([str(turn), str(len(rows_)), str(sum(a.compiled for a in rows_)),
-                     str(sum(a.features_in_sass for a in rows_)), _correct_cell(rows_), _fast_cell(rows_)])
-    return Table(["turn", "attempts", "compiled", "in SASS", "correct", "fast_1.0"], rows,
-                 [True, True, True, True, True, True])
+                     str(sum(a.features_in_sass for a in rows_)), _correct_cell(rows_), _fast_cell(rows_), best])
+    return Table(["turn", "attempts", "compiled", "in SASS", "correct", "fast_1.0",
+                  "best of turns so far (correct / fast_1.0)"], rows, [True] * 7)
 
 
 def speedup_summary(attempts: list[Attempt], info: Measured) -> str:
