@@ -81,8 +81,3 @@ def header(task: Task) -> str:
 
 {prototype(task)}
 """
-
-
-def entry_definition_stub(task: Task) -> str:
-    """The opening of the entry point's definition (prompts show it; candidates fill the body)."""
-    return prototype(task).removesuffix(";") + " {\n    // ...\n}"
