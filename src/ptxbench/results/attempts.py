@@ -119,14 +119,18 @@ def attempts_from_run(path: Path | str) -> list[Attempt]:
             base = {"run": rundir.path.name, "model": config.get("model"), "condition": result.context.value,
                     "arch": result.arch.value, "task": task_id, "family": _family(task_id), "sample": item,
                     "turn": turn.turn, "last_turn": turn is result.turns[-1]}
-            feedback = turn.feedback
-            if not turn.extraction.ok or feedback is None or feedback.stage == "extraction":
-                attempts.append(Attempt(**base, error_class=classify_extraction(turn.extraction, feedback)))
-            elif feedback.verified_on_gpu or "trials" in feedback.record:
-                attempts.append(_from_evaluation(feedback.record, base))
-            else:
-                attempts.append(_from_check(feedback.record, base))
+            attempts.append(turn_attempt(turn, base))
     return attempts
+
+
+def turn_attempt(turn: Any, base: dict[str, Any]) -> Attempt:
+    """The attempt one refinement turn (``llm.run.Turn``) amounts to, whichever evaluator judged it."""
+    feedback = turn.feedback
+    if not turn.extraction.ok or feedback is None or feedback.stage == "extraction":
+        return Attempt(**base, error_class=classify_extraction(turn.extraction, feedback))
+    if feedback.verified_on_gpu or "trials" in feedback.record:
+        return _from_evaluation(feedback.record, base)
+    return _from_check(feedback.record, base)
 
 
 __all__ = ["Attempt", "attempts_from_run", "RESULT_FILE"]

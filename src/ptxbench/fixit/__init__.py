@@ -1,0 +1,1 @@
+"""Fixit: from failed kernels to verified repairs, explanations, an SFT set and LoRA training."""

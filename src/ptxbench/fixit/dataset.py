@@ -1,0 +1,155 @@
+"""Fixit, the data set: chat records from verified repairs, deduplicated, balanced, split, exported.
+
+A record shows the model its task, its failed kernel and the evaluator's feedback, and trains the
+answer: an explanation of the failure and the fixed kernel (loss on that last message only). Balance
+is by family × error class, because the seed's finding was that a varied set beats a larger narrow
+one; splits hold out whole tasks so generalisation is measured on problems never trained on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ptxbench._io import write_atomic
+from ptxbench.arch.registry import Arch
+from ptxbench.fixit.mine import RepairPair
+from ptxbench.llm.types import Message
+from ptxbench.prompt import render_task_prompt
+from ptxbench.tasks.loader import get_task
+
+DATASET_VERSION = 1
+REPAIR_SYSTEM_PROMPT = (
+    "You are an expert GPU kernel engineer. You are shown a task, a CUDA kernel that failed it, and what the "
+    "evaluation harness found. Explain briefly and concretely why it failed and why your fix works, then give the "
+    "complete corrected file in one ```cuda block."
+)
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+_CODE_LINE = re.compile(r"^\s*(#include|#define|__global__|asm|extern|return|for\s*\(|if\s*\(|[\w:<>*&\s]+[;{}]\s*$)")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.:]{3,}")
+_GENERIC = re.compile(r"^(the (code|kernel) (was|is) (wrong|incorrect|broken)|fixed (the )?(bug|issue)s?)\.?$", re.IGNORECASE)
+
+
+class ChatRecord(BaseModel):
+    version: int = DATASET_VERSION
+    messages: list[Message]
+    task: str
+    family: str
+    error_class: str
+    split: str
+    origin: str
+    verified: bool
+
+
+class DataCard(BaseModel):
+    version: int = DATASET_VERSION
+    records: int
+    dropped: dict[str, int] = Field(description="why pairs were left out, with counts")
+    by_split: dict[str, int]
+    by_family_and_class: dict[str, int]
+    holdout_tasks: list[str]
+
+
+def normalized(code: str) -> str:
+    """Code without comments and whitespace: two kernels that differ only there are the same kernel."""
+    return re.sub(r"\s+", "", _COMMENT.sub("", code))
+
+
+def explanation_problem(explanation: str, failed: str, fixed: str, feedback: str) -> str | None:
+    """Why an explanation is not worth training on, or None. Rejects empty, generic and code-only texts,
+    and texts that name nothing from the failure (no identifier of the diff or the diagnosis)."""
+    text = explanation.strip()
+    if len(text) < 80:
+        return "too short"
+    if _GENERIC.match(text):
+        return "generic"
+    lines = [line for line in text.splitlines() if line.strip()]
+    if sum(bool(_CODE_LINE.match(line)) for line in lines) > len(lines) / 2 or "```" in text:
+        return "mostly code"
+    changed = set(_IDENTIFIER.findall(fixed)) ^ set(_IDENTIFIER.findall(failed))
+    grounded = changed | set(_IDENTIFIER.findall(feedback))
+    if not any(word in text for word in grounded):
+        return "not grounded in the diff or the diagnosis"
+    return None
+
+
+def chat_record(pair: RepairPair, split: str) -> ChatRecord:
+    attempt = pair.failure.attempt
+    task = get_task(attempt.task)
+    user = (f"{render_task_prompt(task, Arch(attempt.arch))}\n\n## Your previous attempt\n\n```cuda\n"
+            f"{pair.failure.source.rstrip()}\n```\n\n## What the harness found\n\n{pair.failure.feedback.rstrip()}\n\n"
+            "Explain what went wrong and give the corrected file.")
+    answer = f"{(pair.explanation or '').strip()}\n\n```cuda\n{pair.fixed_source.rstrip()}\n```".lstrip()
+    return ChatRecord(messages=[Message(role="system", content=REPAIR_SYSTEM_PROMPT), Message(role="user", content=user),
+                                Message(role="assistant", content=answer)],
+                      task=task.id, family=task.family.value, error_class=attempt.error_class, split=split,
+                      origin=pair.origin, verified=pair.verified)
+
+
+def build_dataset(pairs: list[RepairPair], *, holdout_tasks: tuple[str, ...] = (), per_cell: int | None = None,
+                  require_verified: bool = True, require_explanation: bool = True,
+                  seed: int = 0) -> tuple[list[ChatRecord], DataCard]:
+    """Filter, deduplicate, balance (at most ``per_cell`` per family × error class) and split."""
+    dropped: Counter[str] = Counter()
+    seen: set[str] = set()
+    kept: list[RepairPair] = []
+    for pair in sorted(pairs, key=lambda p: p.failure.key):
+        if require_verified and not pair.verified:
+            dropped["fix not verified on a GPU"] += 1
+            continue
+        if require_explanation:
+            problem = explanation_problem(pair.explanation or "", pair.failure.source, pair.fixed_source,
+                                          pair.failure.feedback)
+            if problem:
+                dropped[f"explanation {problem}"] += 1
+                continue
+        digest = hashlib.sha256((normalized(pair.failure.source) + "\0" + normalized(pair.fixed_source)).encode()).hexdigest()
+        if digest in seen:
+            dropped["duplicate"] += 1
+            continue
+        seen.add(digest)
+        kept.append(pair)
+    cells: dict[tuple[str, str], list[RepairPair]] = defaultdict(list)
+    for pair in kept:
+        cells[(get_task(pair.failure.attempt.task).family.value, pair.failure.attempt.error_class)].append(pair)
+    rng = random.Random(seed)
+    balanced: list[RepairPair] = []
+    for cell in sorted(cells):
+        members = cells[cell]
+        rng.shuffle(members)
+        if per_cell is not None and len(members) > per_cell:
+            dropped["over the family × class cap"] += len(members) - per_cell
+            members = members[:per_cell]
+        balanced += members
+    records = [chat_record(p, "test" if p.failure.attempt.task in holdout_tasks else "train") for p in balanced]
+    card = DataCard(records=len(records), dropped=dict(dropped), by_split=dict(Counter(r.split for r in records)),
+                    by_family_and_class=dict(Counter(f"{r.family} × {r.error_class}" for r in records)),
+                    holdout_tasks=sorted(holdout_tasks))
+    return records, card
+
+
+def export(records: list[ChatRecord], card: DataCard, out: Path) -> list[Path]:
+    """One JSONL per split (``{"messages": [...], ...}`` per line, as TRL reads it) and the data card."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for split in sorted({r.split for r in records}):
+        path = out / f"{split}.jsonl"
+        write_atomic(path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in records if r.split == split))
+        written.append(path)
+    lines = [f"# Fixit data card (v{DATASET_VERSION})", "", f"{card.records} records; held-out tasks: "
+             f"{', '.join(card.holdout_tasks) or 'none'}.", "", "| split | records |", "|---|---|"]
+    lines += [f"| {split} | {count} |" for split, count in sorted(card.by_split.items())]
+    lines += ["", "| family × error class | records |", "|---|---|"]
+    lines += [f"| {cell} | {count} |" for cell, count in sorted(card.by_family_and_class.items())]
+    lines += ["", "| left out because | pairs |", "|---|---|"]
+    lines += [f"| {reason} | {count} |" for reason, count in sorted(card.dropped.items())]
+    card_path = out / "DATA_CARD.md"
+    write_atomic(card_path, "\n".join(lines) + "\n")
+    write_atomic(out / "data_card.json", card.model_dump_json(indent=1))
+    return [*written, card_path]
