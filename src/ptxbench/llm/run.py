@@ -86,10 +86,13 @@ def _total_usage(turns: list[Turn]) -> Usage:
 
 async def run_item(task: Task, sample: int, config: RunConfig, complete: Callable[[CompletionRequest], "asyncio.Future[Completion]"],
                    evaluator: Evaluator | None, rundir: RunDir, one_shot: OneShot | None = None,
-                   build_slots: asyncio.Semaphore | None = None) -> ItemResult:
-    """Sample, extract, evaluate and feed back, up to ``config.turns`` times; stop at the first pass."""
-    folder = rundir.item(task.id, item_name(sample))
-    messages: list[Message] = build_conversation(task, config.arch, config.context, one_shot)
+                   build_slots: asyncio.Semaphore | None = None, opening: list[Message] | None = None,
+                   item: str | None = None) -> ItemResult:
+    """Sample, extract, evaluate and feed back, up to ``config.turns`` times; stop at the first pass.
+
+    ``opening`` replaces the task's conversation (Fixit's repairs start from a failed kernel)."""
+    folder = rundir.item(task.id, item or item_name(sample))
+    messages: list[Message] = opening or build_conversation(task, config.arch, config.context, one_shot)
     turns: list[Turn] = []
     for turn in range(config.turns):
         request = CompletionRequest(model=config.model, messages=messages, params=config.params, sample_index=sample,

@@ -28,7 +28,7 @@ class RunHeader(BaseModel):
     """Who made the run, with what, and how (every option, resolved)."""
 
     version: int = RUN_SCHEMA_VERSION
-    kind: Literal["generate", "run", "eval"]
+    kind: Literal["generate", "run", "eval", "repair"]
     created: str = Field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     ptxbench: str = __version__
     git_revision: str | None = Field(default_factory=lambda: _git_revision())

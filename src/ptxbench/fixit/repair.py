@@ -1,0 +1,107 @@
+"""Fixit, steps two and three: a teacher model repairs failed kernels through the refinement loop,
+and explains each kept repair.
+
+Only repairs the evaluator passes are kept: on a GPU machine that means correct with the required
+features executed; without a GPU the static evaluator can only say the fix builds with the features
+in its SASS, and the pair is marked unverified (``build_dataset`` drops it unless told otherwise).
+Explanations are asked for separately, grounded in the diff and the diagnosis, and filtered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+from pathlib import Path
+
+from ptxbench.arch.registry import Arch
+from ptxbench.fixit.dataset import REPAIR_SYSTEM_PROMPT, explanation_problem
+from ptxbench.fixit.mine import FailureCase, RepairPair
+from ptxbench.llm.feedback import Evaluator
+from ptxbench.llm.run import RunConfig, run_item
+from ptxbench.llm.types import CompletionRequest, Message, SamplingParams
+from ptxbench.prompt import render_task_prompt
+from ptxbench.results.rundir import RunDir, RunHeader
+from ptxbench.tasks.loader import get_task
+
+EXPLAIN_PROMPT = (
+    "A CUDA kernel failed and was then fixed. In a short paragraph (3-6 sentences), explain concretely why the "
+    "failure happened and why the fix works, naming the instructions, variables or conditions involved. Do not "
+    "repeat the code."
+)
+
+
+def repair_opening(case: FailureCase) -> list[Message]:
+    task = get_task(case.attempt.task)
+    return [Message(role="system", content=REPAIR_SYSTEM_PROMPT),
+            Message(role="user", content=(
+                f"{render_task_prompt(task, Arch(case.attempt.arch))}\n\n## A previous attempt\n\n```cuda\n"
+                f"{case.source.rstrip()}\n```\n\n## What the harness found\n\n{case.feedback.rstrip()}\n\n"
+                "Fix it: reply with the complete corrected file in one ```cuda block."))]
+
+
+def _item(case: FailureCase) -> str:
+    a = case.attempt
+    return f"{a.run}-{a.sample}-t{a.turn}".replace("/", "_")
+
+
+def repair(cases: list[FailureCase], teacher: str, out: Path, evaluator: Evaluator, *, turns: int = 3,
+           base_url: str | None = None, temperature: float = 0.2) -> list[RepairPair]:
+    """Ask ``teacher`` to fix every case, refining with the evaluator's feedback; keep the passing fixes."""
+    from ptxbench.llm.cache import CompletionCache
+    from ptxbench.llm.client import complete_all
+    from ptxbench.llm.providers.base import get_provider
+    from ptxbench.toolchain.compile import default_cache_dir
+
+    config = RunConfig(model=teacher, tasks=sorted({c.attempt.task for c in cases}), turns=turns,
+                       params=SamplingParams(temperature=temperature), base_url=base_url)
+    rundir = RunDir.open(out, RunHeader(kind="repair", config=config.model_dump(mode="json")))
+    provider = get_provider(teacher, **({"base_url": base_url} if base_url else {}))
+    cache = CompletionCache(default_cache_dir().parent / "completions")
+
+    async def complete(request: CompletionRequest):  # type: ignore[no-untyped-def]
+        (completion,) = await complete_all([request], provider, concurrency=1, cache=cache)
+        return completion
+
+    async def all_cases() -> list[RepairPair]:
+        pairs = []
+        for case in cases:
+            config_for = config.model_copy(update={"arch": Arch(case.attempt.arch)})
+            result = await run_item(get_task(case.attempt.task), 0, config_for, complete, evaluator, rundir,
+                                    opening=repair_opening(case), item=_item(case))
+            last = result.turns[-1]
+            if last.feedback is not None and last.feedback.passed and last.extraction.ok:
+                pairs.append(RepairPair(failure=case, fixed_source=last.extraction.source,
+                                        verified=last.feedback.verified_on_gpu, origin=f"teacher:{teacher}"))
+        return pairs
+
+    return asyncio.run(all_cases())
+
+
+def explain(pairs: list[RepairPair], teacher: str, *, base_url: str | None = None) -> tuple[list[RepairPair], dict[str, int]]:
+    """Ask ``teacher`` why each failure happened and why its fix works; keep explanations that pass the filter."""
+    from ptxbench.llm.cache import CompletionCache
+    from ptxbench.llm.client import complete_all_sync
+    from ptxbench.llm.providers.base import get_provider
+    from ptxbench.toolchain.compile import default_cache_dir
+
+    requests = []
+    for index, pair in enumerate(pairs):
+        diff = "\n".join(difflib.unified_diff(pair.failure.source.splitlines(), pair.fixed_source.splitlines(),
+                                              "failed.cu", "fixed.cu", lineterm="", n=2))
+        requests.append(CompletionRequest(model=teacher, params=SamplingParams(temperature=0.2, max_tokens=600),
+                                          messages=[Message(role="user", content=(
+                                              f"{EXPLAIN_PROMPT}\n\n## Diagnosis\n\n{pair.failure.feedback}\n\n"
+                                              f"## Diff\n\n```diff\n{diff}\n```"))],
+                                          metadata={"task": pair.failure.attempt.task, "sample": index, "turn": 0}))
+    provider = get_provider(teacher, **({"base_url": base_url} if base_url else {}))
+    completions = complete_all_sync(requests, provider, concurrency=4,
+                                    cache=CompletionCache(default_cache_dir().parent / "completions"))
+    kept, rejected = [], {}
+    for pair, completion in zip(pairs, completions):
+        problem = "provider error" if completion.error else explanation_problem(
+            completion.text, pair.failure.source, pair.fixed_source, pair.failure.feedback)
+        if problem:
+            rejected[problem] = rejected.get(problem, 0) + 1
+            continue
+        kept.append(pair.model_copy(update={"explanation": completion.text.strip()}))
+    return kept, rejected
