@@ -36,7 +36,8 @@ def test_repair_refines_until_the_evaluator_passes(teacher: FakeLLMServer, tmp_p
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     (case, *_) = mine_failures([_run(tmp_path)])
-    teacher.script.extend([Reply(text=f"```cuda\n{BROKEN}\n```"), Reply(text=f"Now:\n```cuda\n{FIXED}\n```")])
+    draft = "// draft that the evaluator rejects\n" + FIXED
+    teacher.script.extend([Reply(text=f"```cuda\n{draft}\n```"), Reply(text=f"Now:\n```cuda\n{FIXED}\n```")])
     pairs = repair([case], "openai:teacher", tmp_path / "repairs", FixedWhenTiled(), turns=3,
                    base_url=f"{teacher.url}/v1")
     assert len(pairs) == 1 and pairs[0].verified and pairs[0].origin == "teacher:openai:teacher"
