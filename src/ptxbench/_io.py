@@ -5,6 +5,9 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, TypeVar
+
+M = TypeVar("M")
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -17,3 +20,12 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def write_jsonl(path: Path, records: "list[Any]") -> None:
+    """Pydantic records, one JSON object a line (atomically)."""
+    write_atomic(path, "".join(record.model_dump_json() + "\n" for record in records))
+
+
+def read_jsonl(path: Path, model: "type[M]") -> "list[M]":
+    return [model.model_validate_json(line) for line in Path(path).read_text().splitlines() if line.strip()]

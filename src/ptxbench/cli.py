@@ -18,6 +18,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PTXBench: do LLM-written GPU kernels use architecture-specific PTX, correctly and fast?")
 tasks_app = typer.Typer(no_args_is_help=True, help="The bundled task suite.")
 app.add_typer(tasks_app, name="tasks")
+fixit_app = typer.Typer(no_args_is_help=True, help="Fixit: mine failures, repair, explain, build an SFT set, train, evaluate.")
+app.add_typer(fixit_app, name="fixit")
 console = Console()
 
 
@@ -233,6 +235,89 @@ def leaderboard(runs: list[Path] = typer.Argument(...), metric: str = typer.Opti
     print(leaderboard_command(runs, metric))
 
 
+def _evaluator_for_refinement():  # type: ignore[no-untyped-def]
+    """The GPU evaluator's feedback where a GPU is visible, else the static evaluator (and say so)."""
+    from ptxbench.evaluate.run import gpu_available
+    from ptxbench.llm.feedback import StaticEvaluator
+
+    if gpu_available():
+        from ptxbench.evaluate.evaluator import GpuEvaluator
+        from ptxbench.llm.feedback import GpuFeedbackEvaluator
+
+        return GpuFeedbackEvaluator(GpuEvaluator())
+    console.print(_static_evaluation_note(), highlight=False)
+    return StaticEvaluator()
+
+
+@fixit_app.command("mine")
+def fixit_mine(runs: list[Path] = typer.Argument(..., help="Run directories (run or eval)"),
+               out: Path = typer.Option(Path("fixit/failures.jsonl"), "--out"),
+               pairs_out: Optional[Path] = typer.Option(None, "--own-repairs", help="Also write the model's own later fixes here"),
+               per_task: Optional[int] = typer.Option(None, "--per-task"), per_class: Optional[int] = typer.Option(None, "--per-class"),
+               seed: int = typer.Option(0, "--seed")) -> None:
+    """Collect failed kernels with their diagnostics (capped per task and error class)."""
+    from ptxbench._io import write_jsonl
+    from ptxbench.fixit.mine import harvest_own_repairs, mine_failures
+
+    failures = mine_failures(runs, per_task=per_task, per_class=per_class, seed=seed)
+    write_jsonl(out, failures)
+    console.print(f"{len(failures)} failures → {out}", highlight=False)
+    if pairs_out is not None:
+        pairs = harvest_own_repairs(runs)
+        write_jsonl(pairs_out, pairs)
+        console.print(f"{len(pairs)} own repairs → {pairs_out}", highlight=False)
+
+
+@fixit_app.command("repair")
+def fixit_repair(failures: Path = typer.Argument(...), teacher: str = typer.Option(..., "--teacher"),
+                 out: Path = typer.Option(Path("fixit/pairs.jsonl"), "--out"),
+                 work: Path = typer.Option(Path("fixit/repairs"), "--work", help="Run directory of the repair turns"),
+                 turns: int = typer.Option(3, "--turns", min=1), base_url: Optional[str] = typer.Option(None, "--base-url")) -> None:
+    """A teacher model fixes each failure through the refinement loop; only fixes that pass are kept."""
+    from ptxbench._io import read_jsonl, write_jsonl
+    from ptxbench.fixit.mine import FailureCase
+    from ptxbench.fixit.repair import repair
+
+    pairs = repair(read_jsonl(failures, FailureCase), teacher, work, _evaluator_for_refinement(), turns=turns,
+                   base_url=base_url)
+    write_jsonl(out, pairs)
+    verified = sum(p.verified for p in pairs)
+    console.print(f"{len(pairs)} repairs kept ({verified} verified on a GPU) → {out}", highlight=False)
+
+
+@fixit_app.command("explain")
+def fixit_explain(pairs: Path = typer.Argument(...), teacher: str = typer.Option(..., "--teacher"),
+                  out: Path = typer.Option(Path("fixit/explained.jsonl"), "--out"),
+                  base_url: Optional[str] = typer.Option(None, "--base-url")) -> None:
+    """The teacher explains each repair; empty, generic or ungrounded explanations are rejected."""
+    from ptxbench._io import read_jsonl, write_jsonl
+    from ptxbench.fixit.mine import RepairPair
+    from ptxbench.fixit.repair import explain
+
+    kept, rejected = explain(read_jsonl(pairs, RepairPair), teacher, base_url=base_url)
+    write_jsonl(out, kept)
+    console.print(f"{len(kept)} explained → {out}; rejected: {rejected or 'none'}", highlight=False)
+
+
+@fixit_app.command("build")
+def fixit_build(pairs: list[Path] = typer.Argument(..., help="Explained pairs (.jsonl)"),
+                out: Path = typer.Option(Path("fixit/data"), "--out"),
+                holdout_tasks: str = typer.Option("", "--holdout-tasks", help="Comma-separated task ids kept for testing"),
+                per_cell: Optional[int] = typer.Option(None, "--per-cell", help="Cap per family x error class"),
+                allow_unverified: bool = typer.Option(False, "--allow-unverified"),
+                seed: int = typer.Option(0, "--seed")) -> None:
+    """Deduplicate, balance, split and export the SFT set with its data card."""
+    from ptxbench._io import read_jsonl
+    from ptxbench.fixit.dataset import build_dataset, export
+    from ptxbench.fixit.mine import RepairPair
+
+    loaded = [pair for path in pairs for pair in read_jsonl(path, RepairPair)]
+    records, card = build_dataset(loaded, holdout_tasks=tuple(t for t in holdout_tasks.split(",") if t),
+                                  per_cell=per_cell, require_verified=not allow_unverified, seed=seed)
+    files = export(records, card, out)
+    console.print(f"{card.records} records → {', '.join(str(f) for f in files)}", highlight=False)
+
+
 def _static_evaluation_note() -> str:
     """Why `run` grades at the static stage only: there is no GPU to run candidates on."""
     return ("note: no CUDA GPU is visible, so candidates are graded at the static stage only (build + PTX/SASS); "
@@ -266,20 +351,7 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
         return
     from rich.progress import Progress
 
-    from ptxbench.llm.feedback import StaticEvaluator
-
-    evaluator = None
-    if evaluate:
-        from ptxbench.evaluate.run import gpu_available
-
-        if gpu_available():
-            from ptxbench.evaluate.evaluator import GpuEvaluator
-            from ptxbench.llm.feedback import GpuFeedbackEvaluator
-
-            evaluator = GpuFeedbackEvaluator(GpuEvaluator())
-        else:
-            console.print(_static_evaluation_note(), highlight=False)
-            evaluator = StaticEvaluator()
+    evaluator = _evaluator_for_refinement() if evaluate else None
     target = out or Path("runs") / f"{command}-{model.replace(':', '-').replace('/', '_')}-{arch.value}-{context}"
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"{command} → {target}", total=len(chosen) * samples)

@@ -11,7 +11,7 @@ from ptxbench.fixit.repair import explain, repair
 from ptxbench.llm.feedback import Feedback
 
 from ..llm.conftest import FakeLLMServer, Reply
-from .test_mine_and_dataset import BROKEN, FIXED, _run
+from .test_mine_and_dataset import FIXED, _run
 
 
 class FixedWhenTiled:
