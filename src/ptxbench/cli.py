@@ -318,6 +318,29 @@ def fixit_build(pairs: list[Path] = typer.Argument(..., help="Explained pairs (.
     console.print(f"{card.records} records → {', '.join(str(f) for f in files)}", highlight=False)
 
 
+@fixit_app.command("train")
+def fixit_train(config: Path = typer.Argument(..., help="Training config (.toml or .json)"),
+                overwrite: bool = typer.Option(False, "--overwrite")) -> None:
+    """Fine-tune with LoRA (TRL SFTTrainer + PEFT) on the exported set; saves the adapter and exact config."""
+    from ptxbench.fixit.train import load_train_config, train
+
+    result = train(load_train_config(config), overwrite=overwrite)
+    console.print(f"trained {result.steps} steps, final loss {result.final_loss:.4f}", highlight=False)
+
+
+@fixit_app.command("eval")
+def fixit_eval(base: str = typer.Option(..., "--base", help="Base model path or id (local Hugging Face)"),
+               adapter: Path = typer.Option(..., "--adapter"), tasks: str = typer.Option(..., "--tasks"),
+               out: Path = typer.Option(Path("fixit/eval"), "--out"), samples: int = typer.Option(1, "--samples", min=1),
+               turns: int = typer.Option(1, "--turns", min=1), max_tokens: int = typer.Option(4096, "--max-tokens")) -> None:
+    """The benchmark with the base model and with the adapter; prints the paired comparison."""
+    from ptxbench.fixit.evaluate import evaluate_adapter
+
+    _, _, table = evaluate_adapter(base, adapter, [t for t in tasks.split(",") if t], out, samples=samples, turns=turns,
+                                   evaluator=_evaluator_for_refinement(), max_tokens=max_tokens)
+    print(table)
+
+
 def _static_evaluation_note() -> str:
     """Why `run` grades at the static stage only: there is no GPU to run candidates on."""
     return ("note: no CUDA GPU is visible, so candidates are graded at the static stage only (build + PTX/SASS); "
