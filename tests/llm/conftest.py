@@ -141,6 +141,12 @@ def server() -> Iterator[FakeLLMServer]:
 
 
 @pytest.fixture(autouse=True)
+def _own_completion_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scripted servers answer the same prompt differently in different tests: no shared completion cache."""
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """No real keys, base URLs or proxies leak into a test."""
     for var in ENV_VARS + PROXY_VARS:
