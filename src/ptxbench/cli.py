@@ -303,8 +303,10 @@ def fixit_explain(pairs: Path = typer.Argument(...), teacher: str = typer.Option
 def fixit_build(pairs: list[Path] = typer.Argument(..., help="Explained pairs (.jsonl)"),
                 out: Path = typer.Option(Path("fixit/data"), "--out"),
                 holdout_tasks: str = typer.Option("", "--holdout-tasks", help="Comma-separated task ids kept for testing"),
+                holdout_families: str = typer.Option("", "--holdout-families", help="Comma-separated families (variants)"),
                 per_cell: Optional[int] = typer.Option(None, "--per-cell", help="Cap per family x error class"),
                 allow_unverified: bool = typer.Option(False, "--allow-unverified"),
+                formats: str = typer.Option("jsonl", "--format", help="Comma-separated: jsonl, parquet, hf"),
                 seed: int = typer.Option(0, "--seed")) -> None:
     """Deduplicate, balance, split and export the SFT set with its data card."""
     from ptxbench._io import read_jsonl
@@ -313,8 +315,9 @@ def fixit_build(pairs: list[Path] = typer.Argument(..., help="Explained pairs (.
 
     loaded = [pair for path in pairs for pair in read_jsonl(path, RepairPair)]
     records, card = build_dataset(loaded, holdout_tasks=tuple(t for t in holdout_tasks.split(",") if t),
+                                  holdout_families=tuple(f for f in holdout_families.split(",") if f),
                                   per_cell=per_cell, require_verified=not allow_unverified, seed=seed)
-    files = export(records, card, out)
+    files = export(records, card, out, formats=tuple(f for f in formats.split(",") if f))
     console.print(f"{card.records} records → {', '.join(str(f) for f in files)}", highlight=False)
 
 
@@ -339,6 +342,21 @@ def fixit_eval(base: str = typer.Option(..., "--base", help="Base model path or 
     _, _, table = evaluate_adapter(base, adapter, [t for t in tasks.split(",") if t], out, samples=samples, turns=turns,
                                    evaluator=_evaluator_for_refinement(), max_tokens=max_tokens)
     print(table)
+
+
+@fixit_app.command("ablation")
+def fixit_ablation(config: Path = typer.Argument(..., help="Ablation config (.toml), e.g. experiments/fixit_diversity_vs_volume.toml"),
+                   build_only: bool = typer.Option(False, "--build-only", help="Only build both arms' data sets")) -> None:
+    """Diversity vs volume: train on a varied set and on an equally large unvaried one, evaluate both, compare."""
+    from ptxbench.fixit.ablation import load_ablation, run_ablation
+
+    summary = run_ablation(load_ablation(config), evaluator=None if build_only else _evaluator_for_refinement(),
+                           build_only=build_only)
+    for arm, facts in summary["arms"].items():
+        console.print(f"{arm}: {facts['records']} records over {facts['cells']} family/class/task cells → {facts['data']}",
+                      highlight=False)
+    if "diverse_vs_volume" in summary:
+        print(summary["diverse_vs_volume"])
 
 
 def _static_evaluation_note() -> str:

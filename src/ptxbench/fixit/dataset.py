@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ptxbench._io import write_atomic
+from ptxbench.errors import PtxbenchError
 from ptxbench.arch.registry import Arch
 from ptxbench.fixit.mine import RepairPair
 from ptxbench.llm.types import Message
@@ -54,6 +55,7 @@ class DataCard(BaseModel):
     by_split: dict[str, int]
     by_family_and_class: dict[str, int]
     holdout_tasks: list[str]
+    holdout_families: list[str] = Field(default_factory=list)
 
 
 def normalized(code: str) -> str:
@@ -92,10 +94,38 @@ def chat_record(pair: RepairPair, split: str) -> ChatRecord:
                       origin=pair.origin, verified=pair.verified)
 
 
-def build_dataset(pairs: list[RepairPair], *, holdout_tasks: tuple[str, ...] = (), per_cell: int | None = None,
-                  require_verified: bool = True, require_explanation: bool = True,
+def select(records: list[ChatRecord], size: int, mode: str, seed: int = 0) -> list[ChatRecord]:
+    """``size`` training records chosen for the diversity-vs-volume ablation.
+
+    ``diverse`` takes records round-robin over (family, error class, task) cells, so every kind of
+    mistake is represented before any is repeated; ``volume`` takes them in a seeded random order,
+    so the frequent mistakes dominate as they do in the mined data.
+    """
+    rng = random.Random(seed)
+    pool = sorted(records, key=lambda r: (r.task, r.error_class, r.messages[-1].content))
+    rng.shuffle(pool)
+    if mode == "volume":
+        return pool[:size]
+    if mode != "diverse":
+        raise ValueError(f"selection mode must be 'diverse' or 'volume', not {mode!r}")
+    cells: dict[tuple[str, str, str], list[ChatRecord]] = defaultdict(list)
+    for record in pool:
+        cells[(record.family, record.error_class, record.task)].append(record)
+    chosen: list[ChatRecord] = []
+    while len(chosen) < size and any(cells.values()):
+        for cell in sorted(cells):
+            if cells[cell] and len(chosen) < size:
+                chosen.append(cells[cell].pop())
+    return chosen
+
+
+def build_dataset(pairs: list[RepairPair], *, holdout_tasks: tuple[str, ...] = (), holdout_families: tuple[str, ...] = (),
+                  per_cell: int | None = None, require_verified: bool = True, require_explanation: bool = True,
                   seed: int = 0) -> tuple[list[ChatRecord], DataCard]:
-    """Filter, deduplicate, balance (at most ``per_cell`` per family × error class) and split."""
+    """Filter, deduplicate, balance (at most ``per_cell`` per family × error class) and split.
+
+    Held-out tasks and whole held-out families (task variants: e.g. every GEMM) go to ``test``; held-out
+    *shapes* need no split of their own, because a record's prompt never shows a held-out workload."""
     dropped: Counter[str] = Counter()
     seen: set[str] = set()
     kept: list[RepairPair] = []
@@ -127,21 +157,42 @@ def build_dataset(pairs: list[RepairPair], *, holdout_tasks: tuple[str, ...] = (
             dropped["over the family × class cap"] += len(members) - per_cell
             members = members[:per_cell]
         balanced += members
-    records = [chat_record(p, "test" if p.failure.attempt.task in holdout_tasks else "train") for p in balanced]
+    def split(pair: RepairPair) -> str:
+        task = get_task(pair.failure.attempt.task)
+        return "test" if task.id in holdout_tasks or task.family.value in holdout_families else "train"
+
+    records = [chat_record(p, split(p)) for p in balanced]
     card = DataCard(records=len(records), dropped=dict(dropped), by_split=dict(Counter(r.split for r in records)),
                     by_family_and_class=dict(Counter(f"{r.family} × {r.error_class}" for r in records)),
-                    holdout_tasks=sorted(holdout_tasks))
+                    holdout_tasks=sorted(holdout_tasks), holdout_families=sorted(holdout_families))
     return records, card
 
 
-def export(records: list[ChatRecord], card: DataCard, out: Path) -> list[Path]:
-    """One JSONL per split (``{"messages": [...], ...}`` per line, as TRL reads it) and the data card."""
+def export(records: list[ChatRecord], card: DataCard, out: Path, formats: tuple[str, ...] = ("jsonl",)) -> list[Path]:
+    """Per split: JSONL (``{"messages": [...], ...}`` per line, as TRL reads it), and on request Parquet
+    and a Hugging Face ``datasets`` folder (``save_to_disk``); plus the data card."""
+    unknown = set(formats) - {"jsonl", "parquet", "hf"}
+    if unknown:
+        raise ValueError(f"unknown export formats {sorted(unknown)}; choose from jsonl, parquet, hf")
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for split in sorted({r.split for r in records}):
+        rows = [r.model_dump(mode="json") for r in records if r.split == split]
         path = out / f"{split}.jsonl"
-        write_atomic(path, "".join(json.dumps(r.model_dump(mode="json")) + "\n" for r in records if r.split == split))
+        write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows))
         written.append(path)
+        if {"parquet", "hf"} & set(formats):
+            try:
+                import datasets
+            except ImportError:
+                raise PtxbenchError("Parquet and Hugging Face exports need `datasets`: pip install 'ptxbench[train]'") from None
+            table = datasets.Dataset.from_list(rows)
+            if "parquet" in formats:
+                table.to_parquet(str(out / f"{split}.parquet"))
+                written.append(out / f"{split}.parquet")
+            if "hf" in formats:
+                table.save_to_disk(str(out / "hf" / split))
+                written.append(out / "hf" / split)
     lines = [f"# Fixit data card (v{DATASET_VERSION})", "", f"{card.records} records; held-out tasks: "
              f"{', '.join(card.holdout_tasks) or 'none'}.", "", "| split | records |", "|---|---|"]
     lines += [f"| {split} | {count} |" for split, count in sorted(card.by_split.items())]
