@@ -75,12 +75,19 @@ def report_for(path: str, source: str, arch: Arch, task: Task | None, result: Bu
                        duration_s=time.monotonic() - started)
 
 
+def check_source(source: str, arch: Arch, task: Task | None = None, name: str = "candidate.cu", *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, cache_dir: Path | None = None,
+                 use_cache: bool = True) -> CheckReport:
+    """Build ``source`` and read its binary: the static path every evaluator starts from."""
+    started = time.monotonic()
+    result = build(build_request(source, arch, task), cache_dir=cache_dir, timeout_s=timeout_s, use_cache=use_cache)
+    return report_for(name, source, arch, task, result, started)
+
+
 def check_file(path: Path | str, arch: Arch, task: Task | None = None, *, timeout_s: float = DEFAULT_TIMEOUT_S,
                cache_dir: Path | None = None, use_cache: bool = True) -> CheckReport:
-    started = time.monotonic()
-    source = read_candidate(path)
-    result = build(build_request(source, arch, task), cache_dir=cache_dir, timeout_s=timeout_s, use_cache=use_cache)
-    return report_for(str(path), source, arch, task, result, started)
+    return check_source(read_candidate(path), arch, task, str(path), timeout_s=timeout_s, cache_dir=cache_dir,
+                        use_cache=use_cache)
 
 
 def check_files(items: list[tuple[Path, Task | None]], arch: Arch, *, jobs: int | None = None,

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import time
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
-from ptxbench.check import build_request, report_for
+from ptxbench.check import check_source
 from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
 from ptxbench.evaluate.gpu_side import CANARY_VALUE
@@ -35,7 +34,7 @@ from ptxbench.evaluate.verdict import (
 from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
-from ptxbench.toolchain.compile import build, default_cache_dir
+from ptxbench.toolchain.compile import default_cache_dir
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
 
@@ -88,9 +87,8 @@ class GpuEvaluator:
         return Evaluation.model_validate(evaluation.model_dump())
 
     def _evaluate(self, task: Task, arch: Arch, source: str, name: str) -> Evaluation:
-        started = time.monotonic()
-        result = build(build_request(source, arch, task))
-        report = report_for(name, source, arch, task, result, started)
+        report = check_source(source, arch, task, name)
+        result = report.build
         evaluation = Evaluation(candidate=name, task=task.id, task_hash=task.content_hash, arch=arch,
                                 status=Status.COMPILE_ERROR, build=result, static=report.static,
                                 message=result.diagnosis.summary if result.diagnosis else "")

@@ -16,13 +16,13 @@ from pydantic import BaseModel
 
 from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
-from ptxbench.check import build_request, read_candidate, report_for
+from ptxbench.check import build_request, check_source, read_candidate
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.evaluate.status import Evaluation, InfraFailure
 from ptxbench.evaluate.verdict import decide
 from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.tasks.model import Task
-from ptxbench.toolchain.compile import build, build_many
+from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
 
 
@@ -100,13 +100,9 @@ def _driver_version() -> str | None:
 
 
 def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
-    import time
-
-    started = time.monotonic()
-    result = build(build_request(candidate.source, arch, candidate.task))
-    report = report_for(candidate.origin, candidate.source, arch, candidate.task, result, started)
+    report = check_source(candidate.source, arch, candidate.task, candidate.origin)
     return Evaluation(candidate=candidate.origin, task=candidate.task.id, task_hash=candidate.task.content_hash,
-                      arch=arch, infra_failure=InfraFailure.NO_GPU, build=result, static=report.static,
+                      arch=arch, infra_failure=InfraFailure.NO_GPU, build=report.build, static=report.static,
                       message="no CUDA GPU visible: built and read statically only; not run")
 
 

@@ -47,20 +47,14 @@ def _item(case: FailureCase) -> str:
 def repair(cases: list[FailureCase], teacher: str, out: Path, evaluator: Evaluator, *, turns: int = 3,
            base_url: str | None = None, temperature: float = 0.2) -> list[RepairPair]:
     """Ask ``teacher`` to fix every case, refining with the evaluator's feedback; keep the passing fixes."""
-    from ptxbench.llm.cache import CompletionCache
-    from ptxbench.llm.client import complete_all
-    from ptxbench.llm.providers.base import get_provider
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.llm.cache import default_completion_cache
+    from ptxbench.llm.client import DEFAULT_TIMEOUT_S
+    from ptxbench.llm.run import completer, provider_for
 
     config = RunConfig(model=teacher, tasks=sorted({c.attempt.task for c in cases}), turns=turns,
                        params=SamplingParams(temperature=temperature), base_url=base_url)
     rundir = RunDir.open(out, RunHeader(kind="repair", config=config.model_dump(mode="json")))
-    provider = get_provider(teacher, **({"base_url": base_url} if base_url else {}))
-    cache = CompletionCache(default_cache_dir().parent / "completions")
-
-    async def complete(request: CompletionRequest):  # type: ignore[no-untyped-def]
-        (completion,) = await complete_all([request], provider, concurrency=1, cache=cache)
-        return completion
+    complete = completer(provider_for(teacher, base_url), default_completion_cache(), DEFAULT_TIMEOUT_S)
 
     async def all_cases() -> list[RepairPair]:
         pairs = []
@@ -79,10 +73,9 @@ def repair(cases: list[FailureCase], teacher: str, out: Path, evaluator: Evaluat
 
 def explain(pairs: list[RepairPair], teacher: str, *, base_url: str | None = None) -> tuple[list[RepairPair], dict[str, int]]:
     """Ask ``teacher`` why each failure happened and why its fix works; keep explanations that pass the filter."""
-    from ptxbench.llm.cache import CompletionCache
+    from ptxbench.llm.cache import default_completion_cache
     from ptxbench.llm.client import complete_all_sync
-    from ptxbench.llm.providers.base import get_provider
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.llm.run import provider_for
 
     requests = []
     for index, pair in enumerate(pairs):
@@ -93,9 +86,8 @@ def explain(pairs: list[RepairPair], teacher: str, *, base_url: str | None = Non
                                               f"{EXPLAIN_PROMPT}\n\n## Diagnosis\n\n{pair.failure.feedback}\n\n"
                                               f"## Diff\n\n```diff\n{diff}\n```"))],
                                           metadata={"task": pair.failure.attempt.task, "sample": index, "turn": 0}))
-    provider = get_provider(teacher, **({"base_url": base_url} if base_url else {}))
-    completions = complete_all_sync(requests, provider, concurrency=4,
-                                    cache=CompletionCache(default_cache_dir().parent / "completions"))
+    completions = complete_all_sync(requests, provider_for(teacher, base_url), concurrency=4,
+                                    cache=default_completion_cache())
     kept, rejected = [], {}
     for pair, completion in zip(pairs, completions):
         problem = "provider error" if completion.error else explanation_problem(

@@ -25,6 +25,13 @@ class CacheEntry(BaseModel):
     completion: Completion
 
 
+def default_completion_cache() -> "CompletionCache":
+    """Completions live beside the build cache (``PTXBENCH_CACHE`` moves both)."""
+    from ptxbench.toolchain.compile import default_cache_dir
+
+    return CompletionCache(default_cache_dir().parent / "completions")
+
+
 class CompletionCache:
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)

@@ -14,6 +14,7 @@ from ptxbench.llm.providers.base import Provider
 from ptxbench.llm.types import Completion, CompletionRequest
 
 OnResult = Callable[[int, Completion], None]
+DEFAULT_TIMEOUT_S = 1800.0
 
 
 async def _one(request: CompletionRequest, provider: Provider, timeout_s: float | None) -> Completion:
@@ -34,7 +35,7 @@ async def complete_all(
     concurrency: int,
     cache: CompletionCache | None,
     on_result: OnResult | None = None,
-    timeout_s: float | None = 1800.0,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
 ) -> list[Completion]:
     """Completions in the order of ``requests``. ``on_result(index, completion)`` is called as each one
     is ready (cache hits first), e.g. to write it to the run directory. ``timeout_s`` bounds one request
@@ -76,7 +77,7 @@ def complete_all_sync(
     concurrency: int,
     cache: CompletionCache | None,
     on_result: OnResult | None = None,
-    timeout_s: float | None = 1800.0,
+    timeout_s: float | None = DEFAULT_TIMEOUT_S,
 ) -> list[Completion]:
     """``complete_all`` for callers without an event loop (the CLI)."""
     return asyncio.run(

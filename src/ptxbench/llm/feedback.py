@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
-from ptxbench.check import CheckReport, build_request, report_for
+from ptxbench.check import CheckReport, check_source
 from ptxbench.llm.extract import Extraction
 from ptxbench.tasks.model import Task
-from ptxbench.toolchain.compile import build
 
 if TYPE_CHECKING:
     from ptxbench.evaluate.evaluator import GpuEvaluator
@@ -84,11 +83,7 @@ class StaticEvaluator:
         self.timeout_s = timeout_s
 
     def evaluate(self, task: Task, arch: Arch, source: str) -> Feedback:
-        import time
-
-        started = time.monotonic()
-        result = build(build_request(source, arch, task), timeout_s=self.timeout_s)
-        report = report_for("candidate.cu", source, arch, task, result, started)
+        report = check_source(source, arch, task, timeout_s=self.timeout_s)
         passed, stage, text = render_check_feedback(report)
         return Feedback(passed=passed, stage=stage, text=text, record=report.model_dump(mode="json"))
 

@@ -197,10 +197,10 @@ def _count_tokens(text: str) -> int:
 def plan(tasks: list[Task], config: RunConfig) -> Plan:
     from ptxbench.llm.pricing import cost
 
-    messages = build_conversation(tasks[0], config.arch, config.context, load_one_shot(config.one_shot))
+    one_shot = load_one_shot(config.one_shot)
+    conversations = [build_conversation(t, config.arch, config.context, one_shot) for t in tasks]
     items = len(tasks) * config.samples
     max_requests = items * (config.turns if config.evaluate else 1)
-    conversations = [build_conversation(t, config.arch, config.context, load_one_shot(config.one_shot)) for t in tasks]
     first_turn_tokens = [_count_tokens("\n".join(m.content for m in conv)) for conv in conversations]
     # Upper bound: every turn at max_tokens out, each later turn resending the growing conversation.
     per_turn_out = config.params.max_tokens
@@ -208,8 +208,26 @@ def plan(tasks: list[Task], config: RunConfig) -> Plan:
     total_in = sum(config.samples * sum(tokens + turn * (per_turn_out + 500) for turn in range(turns))
                    for tokens in first_turn_tokens)
     bound = cost(config.model, Usage(input_tokens=total_in, output_tokens=max_requests * per_turn_out))
-    return Plan(items=items, max_requests=max_requests, first_messages=messages,
+    return Plan(items=items, max_requests=max_requests, first_messages=conversations[0],
                 input_tokens_first_turn=first_turn_tokens[0], cost_upper_bound_usd=bound)
+
+
+def provider_for(model: str, base_url: str | None = None, adapter: str | None = None):  # type: ignore[no-untyped-def]
+    """The provider for ``model`` with only the options that were given."""
+    from ptxbench.llm.providers.base import get_provider
+
+    options = {key: value for key, value in (("base_url", base_url), ("adapter", adapter)) if value}
+    return get_provider(model, **options)
+
+
+def completer(provider, cache, timeout_s: float | None):  # type: ignore[no-untyped-def]
+    """One request at a time through the client (cache first, errors as error completions)."""
+    from ptxbench.llm.client import complete_all
+
+    async def complete(request: CompletionRequest) -> Completion:
+        (completion,) = await complete_all([request], provider, concurrency=1, cache=cache, timeout_s=timeout_s)
+        return completion
+    return complete
 
 
 def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir: Path | None = None,
@@ -217,23 +235,14 @@ def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir:
     """Run (or resume) every item into ``out``; the main job behind ``ptxbench generate`` and ``run``.
 
     With ``config.evaluate`` and no evaluator given, candidates are graded by the static evaluator."""
-    from ptxbench.llm.cache import CompletionCache
-    from ptxbench.llm.client import complete_all
-    from ptxbench.llm.providers.base import get_provider
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.llm.cache import CompletionCache, default_completion_cache
 
     if config.evaluate and evaluator is None:
         from ptxbench.llm.feedback import StaticEvaluator
 
         evaluator = StaticEvaluator()
     rundir = RunDir.open(out, header_for(config))
-    options = {key: value for key, value in (("base_url", config.base_url), ("adapter", config.adapter)) if value}
-    provider = get_provider(config.model, **options)
-    cache = CompletionCache(cache_dir or default_cache_dir().parent / "completions")
-
-    async def complete(request: CompletionRequest) -> Completion:
-        (completion,) = await complete_all([request], provider, concurrency=1, cache=cache,
-                                           timeout_s=config.request_timeout_s)
-        return completion
-
+    provider = provider_for(config.model, config.base_url, config.adapter)
+    cache = CompletionCache(cache_dir) if cache_dir else default_completion_cache()
+    complete = completer(provider, cache, config.request_timeout_s)
     return asyncio.run(run_all(tasks, config, rundir, complete, evaluator, on_done))
