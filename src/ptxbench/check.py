@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ptxbench.arch.registry import Arch
+from ptxbench.context.pack import inline_wrapper_header
 from ptxbench.contract.signature import HEADER_NAME, header
 from ptxbench.errors import CandidateError
 from ptxbench.static.report import StaticReport, static_report
@@ -54,7 +55,7 @@ def read_candidate(path: Path | str) -> str:
         raise CandidateError(f"cannot read candidate {path}: {exc}") from None
     if not source.strip():
         raise CandidateError(f"{path}: the file is empty")
-    return source
+    return inline_wrapper_header(source)
 
 
 def build_request(source: str, arch: Arch, task: Task | None, name: str = "candidate") -> BuildRequest:

@@ -167,3 +167,19 @@ def test_for_target_drops_the_missing_family() -> None:
     assert pack.for_target(text, Arch.SM_90A) == "reads by TMA stores or wgmma; a kernel that never reaches wgmma"
     assert pack.for_target(text, Arch.SM_100A) == (
         "reads by TMA stores or tcgen05.mma; a kernel that never reaches tcgen05")
+
+
+def test_wrapper_include_is_inlined_from_the_bundle_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.check import read_candidate
+    from ptxbench.context.pack import inline_wrapper_header
+
+    candidate = tmp_path / "k.cu"
+    candidate.write_text('#include "ptx_wrappers.cuh"\n#include "other.cuh"\nint x;\n')
+    (tmp_path / "ptx_wrappers.cuh").write_text("// a local impostor that must not be read\n")
+    source = read_candidate(candidate)
+    assert "namespace ptx {" in source and "impostor" not in source
+    assert '#include "other.cuh"' in source and source.endswith("int x;\n")
+    assert source.count("inlined by PTXBench") == 1
+    plain = "#include <cuda_runtime.h>\nint y;\n"
+    assert inline_wrapper_header(plain) == plain
+    assert "namespace ptx {" in inline_wrapper_header("#include <ptxbench/ptx_wrappers.cuh>\n")

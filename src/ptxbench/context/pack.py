@@ -124,6 +124,23 @@ def _read(name: str) -> str:
 _SECTION = re.compile(r"// =+\n// (?P<arch>sm_\w+) only:.*?#endif  // (?P=arch) only\n\n?", re.DOTALL)
 
 
+_WRAPPER_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:ptxbench/)?ptx_wrappers\.cuh[>"][^\n]*$', re.MULTILINE)
+
+
+def inline_wrapper_header(source: str) -> str:
+    """``source`` with ``#include "ptx_wrappers.cuh"`` replaced by the bundled header's text.
+
+    Candidates are single files built in an empty folder; this lets a file on disk (the reference
+    kernels, a one-shot example) use the header while the stored candidate stays exactly what was
+    compiled. Only the bundled header is ever read, never a path the file names.
+    """
+    if _WRAPPER_INCLUDE.search(source) is None:
+        return source
+    text = _read(HEADER_NAME)
+    block = f"// ---- {HEADER_NAME} (inlined by PTXBench) ----\n{text.rstrip()}\n// ---- end of {HEADER_NAME} ----"
+    return _WRAPPER_INCLUDE.sub(lambda _: block, source, count=1)
+
+
 def wrapper_header(arch: Arch) -> str:
     """``ptx_wrappers.cuh`` without the sections that exist only on the other target."""
     arch = _check_arch(arch)
