@@ -147,12 +147,18 @@ def evaluate(
     call_timeout_s: float = typer.Option(60.0, "--call-timeout-s"),
     regrade: bool = typer.Option(False, "--regrade", help="Recompute verdicts from the stored evidence; run nothing"),
     gold: bool = typer.Option(False, "--gold", help="Evaluate the bundled reference kernels (kernels/reference/<arch>)"),
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="Local GPUs to use, e.g. 0,1 (default: every visible GPU)"),
+    backend: str = typer.Option("local", "--backend", help="local: this machine's GPUs; ray: every GPU of a Ray cluster"),
+    address: Optional[str] = typer.Option(None, "--address", help="With --backend ray: the cluster (auto, "
+                                          "ray://host:10001); default: start Ray on this machine"),
 ) -> None:
-    """Evaluate candidates on the GPU: correctness on every workload, guards, timing, executed features."""
+    """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
     from rich.progress import Progress
 
     from ptxbench.evaluate.evaluator import EvalOptions
+    from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
     from ptxbench.evaluate.run import (
+        GpusRetired,
         candidate_from_file,
         candidates_from_generations,
         candidates_from_run,
@@ -160,6 +166,23 @@ def evaluate(
         gpu_available,
     )
     from ptxbench.tasks.loader import get_task
+
+    if backend not in ("local", "ray"):
+        _fail(f"--backend is local or ray, not {backend!r}")
+    if backend == "ray" and gpus is not None:
+        _fail("--gpus chooses GPUs of this machine; with --backend ray every GPU of the cluster is used")
+    if backend == "local" and address is not None:
+        _fail("--address names a Ray cluster: use it with --backend ray")
+    try:
+        chosen = parse_gpus(gpus) if gpus is not None else None
+    except PtxbenchError as exc:
+        _fail(str(exc))
+        return
+    if chosen is not None and not regrade:
+        visible = visible_gpu_count()
+        unseen = [i for i in chosen if i >= visible]
+        if unseen:
+            _fail(f"--gpus {gpus}: GPU {unseen[0]} is not visible ({visible} GPU(s) visible, numbered from 0)")
 
     if gold:
         paths = [Path(__file__).resolve().parents[2] / "kernels" / "reference" / arch.value]
@@ -173,15 +196,20 @@ def evaluate(
             candidates += candidates_from_generations(path)
         else:
             candidates += [candidate_from_file(f, get_task(f.stem if task == "auto" else task)) for f in _expand([path])]
-    if not gpu_available() and not regrade:
+    if backend == "local" and not gpu_available() and not regrade:
         console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each is "
                       "recorded as an infrastructure failure (NO_GPU), never as the candidate's failure", highlight=False)
     options = EvalOptions(trials=trials, time=timing, profile=profile, timing_budget_ms=budget_ms,
                           call_timeout_s=call_timeout_s)
+    retired = None
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"eval → {out}", total=len(candidates))
-        results = evaluate_candidates(candidates, arch, out, options, regrade=regrade,
-                                      on_done=lambda _: progress.advance(bar))
+        try:
+            results = evaluate_candidates(candidates, arch, out, options, regrade=regrade, gpus=chosen,
+                                          backend="ray" if backend == "ray" else "local", address=address,
+                                          on_done=lambda _: progress.advance(bar))
+        except GpusRetired as exc:
+            results, retired = exc.results, exc
     table = Table("candidate", "task", "status", "detail")
     for result in results:
         verdict = result.status.value if result.status else f"infra: {result.infra_failure.value}"
@@ -192,6 +220,8 @@ def evaluate(
         table.add_row(Path(result.candidate).name, result.task, verdict, detail[:160])
     console.print(table)
     console.print(f"run directory: {out}", highlight=False)
+    if retired is not None:
+        _fail(str(retired))
 
 
 @app.command()

@@ -72,3 +72,48 @@ class FakeRunner:
              warmup: int = 3) -> dict[str, Any]:
         stats = {"candidate": (2.0, 0.01), **{name: (1.0, 0.01) for name in baselines}}
         return {"stats": stats, "samples": 10, "last_seed": seeds[-1], "last_outputs": self._outputs(sizes, seeds[-1])}
+
+
+STATE = "PTXBENCH_FAKE_STATE"
+
+
+class BreaksGpu1(FakeRunner):
+    """A GPU that breaks while a candidate runs on it: the worker dies at ``load`` and from then on the
+    GPU cannot be opened by that host (a fresh host opens it again, as after a driver reset). Which GPU
+    it is comes from CUDA_VISIBLE_DEVICES, as pinned by the pool or by Ray."""
+
+    broken: set[str] | None = {"1"}  # None: every GPU
+
+    def _marker(self) -> "Path":
+        from pathlib import Path
+        import tempfile
+
+        gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return Path(os.environ.get(STATE) or tempfile.gettempdir()) / f"ptxbench-fake-broken-{gpu}-{os.getppid()}"
+
+    def _is_broken(self) -> bool:
+        return self.broken is None or os.environ.get("CUDA_VISIBLE_DEVICES") in self.broken
+
+    def device_info(self) -> dict[str, Any]:
+        if self._is_broken() and self._marker().exists():
+            raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
+        return {**super().device_info(), "name": f"Fake H200 {os.environ.get('CUDA_VISIBLE_DEVICES')}"}
+
+    def load(self, shared_object: str, task_json: str) -> list[str]:
+        if self._is_broken():
+            self._marker().touch()
+            os._exit(1)
+        return super().load(shared_object, task_json)
+
+
+class BreaksEveryGpu(BreaksGpu1):
+    broken = None
+
+
+class DeadGpu1(FakeRunner):
+    """GPU 1 never opens."""
+
+    def device_info(self) -> dict[str, Any]:
+        if os.environ.get("CUDA_VISIBLE_DEVICES") == "1":
+            raise RuntimeError("CUDA error: unrecoverable error (GPU has fallen off the bus)")
+        return super().device_info()

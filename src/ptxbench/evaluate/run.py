@@ -1,23 +1,34 @@
 """``ptxbench eval``: evaluate candidate files, a directory of them, or the candidates of a generation
 run, into a resumable run directory; ``--regrade`` recomputes verdicts from the stored evidence.
 
-Candidates are built on every CPU core in the background while the GPU evaluates, one at a time, in
-a fresh worker process each. On a machine without a GPU the run still builds and reads the binaries,
-and records an infrastructure failure (NO_GPU) with the static report, never a candidate failure.
+Every chosen GPU evaluates at once from one shared queue (``scheduler``): the GPUs of this machine,
+one host process each (``pool``), or every GPU of a Ray cluster (``ray_backend``). Candidates are
+built on the CPU cores ahead of the GPUs. This process alone writes the run directory, each file
+atomically and ``result.json`` last, so a stopped run resumes under either backend: the backend and
+the GPUs are recorded in the header's environment, not in its configuration.
+
+On a machine without a GPU the run still builds and reads the binaries, and records an
+infrastructure failure (NO_GPU) with the static report, never a candidate failure. A resumed run
+that has GPUs re-evaluates items stored as infrastructure failures; it skips every other result.
 """
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
 from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
-from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.errors import PtxbenchError
+from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
+from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
+from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
 from ptxbench.evaluate.status import Evaluation, InfraFailure
 from ptxbench.evaluate.verdict import decide
 from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
@@ -106,41 +117,163 @@ def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
                       message="no CUDA GPU visible: built and read statically only; not run")
 
 
+Backend = Literal["local", "ray"]
+PLACEMENT_FILE = "placement.json"
+
+
+class GpusRetired(PtxbenchError):
+    """Every GPU was retired before the run finished. Every result computed is in the run directory, and
+    ``results`` holds them all, the unfinished items as infrastructure failures."""
+
+    def __init__(self, message: str, results: list[Evaluation]) -> None:
+        super().__init__(message)
+        self.results = results
+
+
 def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions | None = None,
                         *, regrade: bool = False, device: int | None = None,
-                        on_done: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
+                        on_done: Callable[[Evaluation], None] | None = None, gpus: Sequence[int] | None = None,
+                        backend: Backend = "local", address: str | None = None, handler: str = HANDLER,
+                        reference_device: str = "cuda") -> list[Evaluation]:
+    """Evaluate ``candidates`` into the run directory ``out`` and return their evaluations in order.
+
+    ``gpus``: the local GPUs to use, as CUDA numbers them here (default: every visible one; ``device``
+    is the older one-GPU form). ``backend="ray"`` uses every GPU of the Ray cluster at ``address``
+    (None starts one on this machine). ``handler`` and ``reference_device`` are the GPU side's
+    stand-ins for tests, as in ``GpuEvaluator``. Raises ``GpusRetired`` once everything is recorded
+    if every GPU was retired.
+    """
     options = options or EvalOptions()
-    prebuild = threading.Thread(target=build_many, args=([build_request(c.source, arch, c.task) for c in candidates],),
-                                daemon=True)
-    prebuild.start()  # every core compiles ahead while the GPU works through the list
-    evaluator = GpuEvaluator(options, device) if gpu_available() and not regrade else None
-    toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
-    environment = {**evaluator.device(), "driver": _driver_version()} if evaluator is not None else {"gpu": None}
-    header = RunHeader(kind="eval", toolchain=toolchain, environment=environment,
-                       config={"arch": arch.value, "options": options.model_dump()})
-    rundir = RunDir.open(out, header) if not regrade else RunDir.load(out)
-    results: list[Evaluation] = []
+    spec = HostSpec(options=options, handler=handler, reference_device=reference_device)
+    if regrade:
+        return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
+    connected = False
+    if backend == "ray":
+        from ptxbench.evaluate.ray_backend import connect, ray_slots
+
+        connected = connect(address)
+        slots: list[SerialSlot] = list(ray_slots(spec))
+    else:
+        from ptxbench.evaluate.pool import local_slots, visible_gpu_count
+
+        chosen = list(gpus) if gpus is not None else [device] if device is not None else list(range(visible_gpu_count()))
+        slots = list(local_slots(chosen, spec))
     try:
-        for candidate in candidates:
+        if not slots:
+            _prebuild(candidates, arch)
+            return _sequential(candidates, arch, RunDir.open(out, _header(arch, options, {"gpu": None})),
+                               regrade=False, on_done=on_done)
+        return _on_gpus(candidates, arch, out, options, slots, backend, on_done)
+    finally:
+        if connected:
+            from ptxbench.evaluate.ray_backend import disconnect
+
+            disconnect()
+
+
+def _header(arch: Arch, options: EvalOptions, environment: dict) -> RunHeader:
+    toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
+    return RunHeader(kind="eval", toolchain=toolchain, environment=environment,
+                     config={"arch": arch.value, "options": options.model_dump()})
+
+
+def _prebuild(candidates: list[Candidate], arch: Arch) -> None:
+    """Every core compiles ahead in the background; the evaluator then finds its build in the cache."""
+    requests = [build_request(c.source, arch, c.task) for c in candidates]
+    threading.Thread(target=build_many, args=(requests,), daemon=True).start()
+
+
+def _stored(rundir: RunDir, candidate: Candidate) -> Evaluation | None:
+    record = rundir.item(candidate.task.id, candidate.item) / RESULT_FILE
+    return Evaluation.model_validate_json(record.read_text()) if record.is_file() else None
+
+
+def _record(rundir: RunDir, candidate: Candidate, evaluation: Evaluation, placement: dict | None = None) -> None:
+    """The item's files, ``result.json`` last: its presence marks the item done."""
+    folder = rundir.item(candidate.task.id, candidate.item)
+    write_atomic(folder / "candidate.cu", candidate.source)
+    if evaluation.build is not None:
+        write_atomic(folder / "build.log", evaluation.build.log)
+    if placement is not None:
+        write_atomic(folder / PLACEMENT_FILE, json.dumps(placement, indent=1) + "\n")
+    write_model(folder / RESULT_FILE, evaluation)
+
+
+def _sequential(candidates: list[Candidate], arch: Arch, rundir: RunDir, *, regrade: bool,
+                on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
+    """No GPU (build and read only) or ``--regrade`` (recompute verdicts from stored evidence)."""
+    results: list[Evaluation] = []
+    for candidate in candidates:
+        evaluation = _stored(rundir, candidate)
+        if evaluation is not None:
+            if regrade and evaluation.status is not None:
+                evaluation = Evaluation.model_validate({**evaluation.model_dump(), "status": decide(evaluation)})
+                write_model(rundir.item(candidate.task.id, candidate.item) / RESULT_FILE, evaluation)
+        else:
+            evaluation = _static_only(candidate, arch)
+            _record(rundir, candidate, evaluation)
+        results.append(evaluation)
+        if on_done:
+            on_done(evaluation)
+    return results
+
+
+def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions, slots: list[SerialSlot],
+             backend: Backend, on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
+    started = start_slots(slots)
+    try:
+        devices = list(started.devices.values())
+        environment = {**(devices[0] if devices else {"gpu": None}), "driver": _driver_version(), "backend": backend,
+                       "gpus": devices, "retired_at_start": started.retired}
+        rundir = RunDir.open(out, _header(arch, options, environment))
+        results: dict[int, Evaluation] = {}
+        jobs: list[Job] = []
+        first_of: dict[Path, int] = {}  # two candidates stored under one item: the first is evaluated
+        for index, candidate in enumerate(candidates):
             folder = rundir.item(candidate.task.id, candidate.item)
-            record = folder / RESULT_FILE
-            if record.is_file():
-                evaluation = Evaluation.model_validate_json(record.read_text())
-                if regrade and evaluation.status is not None:
-                    evaluation = Evaluation.model_validate(
-                        {**evaluation.model_dump(), "status": decide(evaluation)})
-                    write_model(record, evaluation)
+            if folder in first_of:
+                continue
+            first_of[folder] = index
+            stored = _stored(rundir, candidate)
+            if stored is not None and stored.infra_failure is None:
+                results[index] = stored
+                if on_done:
+                    on_done(stored)
             else:
-                write_atomic(folder / "candidate.cu", candidate.source)
-                evaluation = evaluator.evaluate(candidate.task, arch, candidate.source, candidate.origin) \
-                    if evaluator is not None else _static_only(candidate, arch)
-                if evaluation.build is not None:
-                    write_atomic(folder / "build.log", evaluation.build.log)
-                write_model(record, evaluation)
-            results.append(evaluation)
+                jobs.append(Job(index, HostJob(task=candidate.task, arch=arch, source=candidate.source,
+                                               origin=candidate.origin)))
+        if backend == "local":
+            _prebuild([candidates[job.index] for job in jobs], arch)
+        no_gpu_left: list[int] = []
+
+        def finish(job: Job, evaluation: Evaluation, placement: dict) -> None:
+            _record(rundir, candidates[job.index], evaluation, placement)
+            results[job.index] = evaluation
             if on_done:
                 on_done(evaluation)
+
+        def on_result(job: Job, outcome: HostOutcome, slot: str) -> None:
+            assert outcome.evaluation is not None
+            finish(job, outcome.evaluation, {"backend": backend, "slot": slot, "seconds": outcome.seconds,
+                                             "where": outcome.where, "interrupted_by": job.faults})
+
+        def on_give_up(job: Job, failure: InfraFailure, reason: str) -> None:
+            candidate = candidates[job.index]
+            if failure is InfraFailure.NO_GPU:
+                no_gpu_left.append(job.index)
+            finish(job, Evaluation(candidate=candidate.origin, task=candidate.task.id,
+                                   task_hash=candidate.task.content_hash, arch=arch, infra_failure=failure,
+                                   message=reason),
+                   {"backend": backend, "slot": None, "interrupted_by": job.faults})
+
+        retired = schedule(jobs, started, on_result=on_result, on_give_up=on_give_up)
     finally:
-        if evaluator is not None:
-            evaluator.close()
-    return results
+        for slot in started.slots:
+            slot.close()
+    ordered = [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
+    if no_gpu_left:
+        reasons = "; ".join(f"GPU {name}: {why}" for name, why in retired.items())
+        raise GpusRetired(f"every GPU was retired ({reasons}); {len(no_gpu_left)} candidate(s) not evaluated are "
+                          f"recorded as infrastructure failures (NO_GPU) in {out}, and every result computed before "
+                          "is kept; rerun the same command once the GPUs work to evaluate only those", ordered)
+    return ordered

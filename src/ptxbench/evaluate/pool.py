@@ -1,0 +1,109 @@
+"""The local backend: the chosen GPUs of this machine, one host process per GPU.
+
+Each host is a ``Worker`` serving ``GpuHost``, pinned to its GPU through ``CUDA_VISIBLE_DEVICES``
+before CUDA starts, so the candidate's worker, the reference and ``ncu`` all run on that GPU. Builds
+are not the pool's concern: on one machine every host shares the build cache, which the driver fills
+ahead on every core.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+from ptxbench.errors import PtxbenchError
+from ptxbench.evaluate.gpu_host import HOST_HANDLER, START_TIMEOUT_S, HostOutcome, HostSpec, evaluation_bound_s
+from ptxbench.evaluate.scheduler import HostFailed, Job, SerialSlot, SlotStartFailed
+from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
+
+
+class GpuSelectionError(PtxbenchError):
+    """``--gpus`` names GPUs this process cannot see, or is not a list of indices."""
+
+
+def visible_gpu_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def pin_for(index: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows a child exactly GPU ``index`` as this process numbers
+    it: the index itself or, where this process is already restricted, the entry it stands for."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is None:
+        return str(index)
+    entries = [entry.strip() for entry in listed.split(",") if entry.strip()]
+    if not 0 <= index < len(entries):
+        raise GpuSelectionError(f"GPU {index} is not visible: CUDA_VISIBLE_DEVICES={listed!r} shows "
+                                f"{len(entries)} GPU(s), numbered from 0")
+    return entries[index]
+
+
+def parse_gpus(text: str) -> list[int]:
+    """``"0,1"`` → [0, 1]: GPU indices as CUDA numbers them in this process (as ``cuda:N`` does)."""
+    try:
+        chosen = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise GpuSelectionError(f"--gpus takes GPU indices separated by commas (e.g. 0,1), not {text!r}") from None
+    if not chosen or any(i < 0 for i in chosen) or len(set(chosen)) != len(chosen):
+        raise GpuSelectionError(f"--gpus needs distinct non-negative indices, got {text!r}")
+    return chosen
+
+
+class LocalSlot(SerialSlot):
+    """One GPU of this machine behind its host process."""
+
+    def __init__(self, index: int, spec: HostSpec) -> None:
+        super().__init__(str(index))
+        self.pin = pin_for(index)
+        self.spec = spec
+        self._host: Worker | None = None
+
+    def _open(self) -> dict[str, Any]:
+        host = Worker(HOST_HANDLER)
+        try:
+            info: dict[str, Any] = host.call("start", self.spec.model_dump_json(), self.pin, timeout_s=START_TIMEOUT_S)
+        except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
+            host.kill()
+            raise SlotStartFailed(f"GPU {self.name} (CUDA_VISIBLE_DEVICES={self.pin}): {exc}") from None
+        self._host = host
+        return {**info, "backend": "local", "slot": self.name}
+
+    def _run(self, job: Job, prepared: Any) -> HostOutcome:
+        assert self._host is not None
+        try:
+            reply = self._host.call("evaluate", job.work.model_dump_json(),
+                                    timeout_s=evaluation_bound_s(job.work.task, self.spec.options))
+        except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
+            raise HostFailed(f"the GPU's host process failed: {exc}", alive=isinstance(exc, RequestFailed)) from None
+        return HostOutcome.model_validate_json(reply)
+
+    def _stop(self, graceful: bool) -> None:
+        host, self._host = self._host, None
+        if host is None:
+            return
+        if graceful:
+            try:
+                host.call("close", timeout_s=60)  # the evaluator ends the candidate's worker in order
+            except (RequestFailed, WorkerDied, WorkerTimeout):
+                pass
+            host.close()
+        else:
+            host.kill()
+
+    def _interrupt(self) -> None:
+        pid = self._host.pid if self._host is not None else None
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)  # the blocked call then fails as WorkerDied on the slot's thread
+            except ProcessLookupError:
+                pass
+
+
+def local_slots(indices: Sequence[int], spec: HostSpec) -> list[LocalSlot]:
+    return [LocalSlot(index, spec) for index in indices]

@@ -1,0 +1,99 @@
+"""The local multi-GPU pool on the CPU: one host process per "GPU" (pinned through CUDA_VISIBLE_DEVICES,
+which the stand-in GPU side reads), a shared queue, one writer, resume, and faulting GPUs retired."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from ptxbench.arch.registry import Arch
+from ptxbench.evaluate.pool import GpuSelectionError, parse_gpus, pin_for
+from ptxbench.evaluate.run import GpusRetired, evaluate_candidates
+from ptxbench.evaluate.status import InfraFailure, Status
+from ptxbench.results.rundir import RunDir
+
+from .scaleout import FAKE, OPTIONS, candidates, stored
+
+
+@pytest.fixture(autouse=True)
+def _fake_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PTXBENCH_FAKE_STATE", str(tmp_path))
+
+
+def _run(out: Path, count: int, handler: str = "FakeRunner", gpus: tuple[int, ...] = (0, 1)):  # type: ignore[no-untyped-def]
+    return evaluate_candidates(candidates(count), Arch.SM_90A, out, OPTIONS, gpus=list(gpus),
+                               handler=f"{FAKE}:{handler}", reference_device="cpu")
+
+
+def test_every_item_gets_one_result_from_both_gpus_and_a_rerun_skips_them(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    results = _run(out, 4)
+    assert [r.candidate for r in results] == [f"copy {i}" for i in range(4)], "results come back in order"
+    first = stored(out)
+    assert sorted(first) == ["c00", "c01", "c02", "c03"]
+    assert all(evaluation.status is Status.PASSED for evaluation, _, _ in first.values())
+    used = {placement["slot"] for _, placement, _ in first.values()}
+    assert used == {"0", "1"}, "both GPUs took work from the shared queue"
+    for _, placement, _ in first.values():
+        assert placement["where"]["cuda_visible_devices"] == placement["slot"], "each host sees only its own GPU"
+        assert placement["backend"] == "local" and placement["interrupted_by"] == []
+    header = RunDir.load(out).header
+    assert [gpu["slot"] for gpu in header.environment["gpus"]] == ["0", "1"]
+    assert "backend" not in header.config and "gpus" not in header.config, "resume must not depend on them"
+
+    _run(out, 6, gpus=(1,))
+    second = stored(out)
+    assert sorted(second) == [f"c{i:02d}" for i in range(6)]
+    assert all(second[item][2] == first[item][2] for item in first), "finished items are not redone"
+    assert {second[item][1]["slot"] for item in ("c04", "c05")} == {"1"}
+
+
+def test_a_faulting_gpu_is_retired_and_its_candidates_go_to_another(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    out = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.scheduler"):
+        results = _run(out, 4, handler="BreaksGpu1")
+    assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
+    found = stored(out)
+    assert sorted(found) == ["c00", "c01", "c02", "c03"]
+    assert {placement["where"]["cuda_visible_devices"] for _, placement, _ in found.values()} == {"0"}
+    interrupted = [placement["interrupted_by"] for _, placement, _ in found.values() if placement["interrupted_by"]]
+    assert len(interrupted) == 2, "GPU 1 broke twice (once per host start) before it was retired"
+    assert all("GPU 1" in faults[0] and "uncorrectable ECC" in faults[0] for faults in interrupted)
+    assert "GPU 1 retired: faulted 2 times" in caplog.text
+
+
+def test_when_every_gpu_is_retired_the_rest_are_recorded_as_infrastructure_failures(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(GpusRetired, match="every GPU was retired") as raised:
+        _run(out, 4, handler="BreaksEveryGpu")
+    found = stored(out)
+    assert sorted(found) == ["c00", "c01", "c02", "c03"], "every item has exactly one result"
+    failures = [evaluation.infra_failure for evaluation, _, _ in found.values()]
+    assert all(evaluation.status is None for evaluation, _, _ in found.values()), "never the candidate's failure"
+    assert InfraFailure.NO_GPU in failures
+    assert len(raised.value.results) == 4
+
+
+def test_a_gpu_that_cannot_start_is_retired_at_once(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    results = _run(out, 2, handler="DeadGpu1")
+    assert all(r.status is Status.PASSED for r in results)
+    environment = RunDir.load(out).header.environment
+    assert "fallen off the bus" in environment["retired_at_start"]["1"]
+    assert {placement["slot"] for _, placement, _ in stored(out).values()} == {"0"}
+
+
+def test_gpu_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_gpus("0,1") == [0, 1] and parse_gpus("3") == [3]
+    for bad in ("a", "0,0", "-1", ""):
+        with pytest.raises(GpuSelectionError):
+            parse_gpus(bad)
+    assert pin_for(1) == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,GPU-abc")
+    assert pin_for(0) == "4" and pin_for(1) == "GPU-abc", "indices are this process's, mapped to what it sees"
+    with pytest.raises(GpuSelectionError, match="not visible"):
+        pin_for(2)
