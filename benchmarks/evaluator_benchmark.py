@@ -5,7 +5,7 @@ Goals (evaluator issue): repeat spread <= 1 %, agreement with ncu's gpu__time_du
 >= 10 GEMM-class candidates per minute with the ncu stage. Writes
 benchmarks/results/evaluator_<gpu>.{json,md}.
 
-    python benchmarks/evaluator_benchmark.py [--copies 6]
+    python benchmarks/evaluator_benchmark.py [--copies 6] [--out DIR]
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--copies", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=OUT, help="folder for the result files")
     args = parser.parse_args()
     rows = []
     evaluator = GpuEvaluator(EvalOptions())
@@ -108,8 +109,8 @@ def main() -> None:
               "torch": torch.__version__, "cuda": torch.version.cuda, "cpus": os.cpu_count(),
               "timing": rows, "throughput": throughput}
     slug = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"evaluator_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"evaluator_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [f"# Evaluator quality on {gpu} ({result['date']}, torch {result['torch']})", "",
              "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
@@ -117,7 +118,7 @@ def main() -> None:
     lines += ["", "| candidates | ncu stage | evaluated per minute |", "|---|---|---|"]
     lines += [f"| {t['copies']} x {t['task']} example | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} |"
               for t in throughput]
-    (OUT / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

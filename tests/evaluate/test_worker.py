@@ -40,3 +40,19 @@ def test_parent_reads_the_workers_libraries_itself() -> None:
     with Worker(HANDLER) as worker:
         worker.call("pid", timeout_s=60)
         assert any("libc" in path for path in worker.mapped_libraries())
+
+
+def test_renew_continues_in_a_new_process_and_the_spare_is_reaped() -> None:
+    worker = Worker(HANDLER, keep_spare=True)
+    try:
+        first = worker.call("pid", timeout_s=60)
+        worker.renew()
+        second = worker.call("pid", timeout_s=60)
+        assert second != first
+        spare = worker._spare
+        assert spare is not None and spare[0].is_alive()  # started ahead for the next candidate
+        worker.renew()
+        assert worker.call("pid", timeout_s=60) == spare[0].pid
+    finally:
+        worker.close()
+    assert worker._spare is None and not spare[0].is_alive()

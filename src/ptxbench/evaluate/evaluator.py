@@ -66,7 +66,7 @@ class GpuEvaluator:
         """``handler`` and ``reference_device`` exist so the orchestration can be tested without a GPU."""
         self.options = options or EvalOptions()
         self.reference_device = reference_device
-        self.worker = Worker(handler, device)
+        self.worker = Worker(handler, device, keep_spare=True)
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
         self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
@@ -111,7 +111,7 @@ class GpuEvaluator:
                                                  "message": f"the GPU worker could not start: {exc}"})
         if self.options.time:
             self.peaks()  # measured in a process no candidate has touched
-        self.worker.kill()  # a fresh process per candidate: nothing of the previous one survives
+        self.worker.renew()  # a fresh process per candidate: nothing of the previous one survives
         try:
             self.worker.call("load", str(shared_object), task.model_dump_json(), timeout_s=self.options.call_timeout_s)
         except RequestFailed as exc:

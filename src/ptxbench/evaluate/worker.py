@@ -64,22 +64,43 @@ def _serve(connection: Connection, handler_path: str, device: int | None) -> Non
 class Worker:
     """One child process serving one handler; restarted after any failure that may have damaged it."""
 
-    def __init__(self, handler: str, device: int | None = None, start_timeout_s: float = 120.0) -> None:
+    def __init__(self, handler: str, device: int | None = None, start_timeout_s: float = 120.0,
+                 keep_spare: bool = False) -> None:
+        """``keep_spare``: ``renew`` swaps in a process started in advance, so a fresh process per candidate
+        does not cost its start-up (importing torch, creating a CUDA context) on the critical path."""
         self.handler, self.device, self.start_timeout_s = handler, device, start_timeout_s
+        self.keep_spare = keep_spare
         self._process: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
+        self._spare: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
-    def start(self) -> None:
+    def _spawn(self) -> tuple[multiprocessing.process.BaseProcess, Connection]:
         context = multiprocessing.get_context("spawn")
         parent, child = context.Pipe()
-        self._process = context.Process(target=_serve, args=(child, self.handler, self.device), daemon=True)
-        self._process.start()
+        process = context.Process(target=_serve, args=(child, self.handler, self.device), daemon=True)
+        process.start()
         child.close()
-        self._connection = parent
+        return process, parent
+
+    def start(self) -> None:
+        self._process, self._connection = self._spawn()
+
+    def renew(self) -> None:
+        """End the current process and continue in a new one that nothing has run in yet."""
+        self.kill()
+        spare, self._spare = self._spare, None
+        if spare is not None and spare[0].is_alive():
+            self._process, self._connection = spare
+        else:
+            if spare is not None:
+                spare[1].close()
+            self.start()
+        if self.keep_spare:
+            self._spare = self._spawn()
 
     def call(self, method: str, *args: Any, timeout_s: float) -> Any:
         """Run ``handler.method(*args)`` in the worker; raises WorkerTimeout, WorkerDied or RequestFailed."""
@@ -110,6 +131,12 @@ class Worker:
         self._process, self._connection = None, None
 
     def close(self) -> None:
+        if self._spare is not None:
+            process, connection = self._spare
+            process.kill()
+            process.join(timeout=10)
+            connection.close()
+            self._spare = None
         if self._connection is not None and self._process is not None and self._process.is_alive():
             try:
                 self._connection.send(None)
