@@ -5,7 +5,7 @@ Goals (evaluator issue): repeat spread <= 1 %, agreement with ncu's gpu__time_du
 >= 10 GEMM-class candidates per minute with the ncu stage. Writes
 benchmarks/results/evaluator_<gpu>.{json,md}.
 
-    python benchmarks/evaluator_benchmark.py [--copies 6] [--out DIR]
+    python benchmarks/evaluator_benchmark.py [--copies 6] [--candidates FILE...] [--out DIR]
 """
 
 from __future__ import annotations
@@ -54,26 +54,27 @@ def _ncu_time(task, shared_object: Path) -> float:  # type: ignore[no-untyped-de
     return sum(p.duration_ns or 0 for p in profiles) / 1e6
 
 
-def _throughput(task_id: str, copies: int, profile: bool) -> dict:
+def _throughput(task_id: str, candidate: Path, copies: int, profile: bool) -> dict:
+    """Candidates per minute through ``evaluate_candidates`` (the ``ptxbench eval`` pipeline: builds on
+    every core ahead of the GPU, a fresh worker per candidate), after the GPU's peaks are measured."""
     from ptxbench.arch.registry import Arch
-    from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+    from ptxbench.check import read_candidate
+    from ptxbench.evaluate.evaluator import EvalOptions
+    from ptxbench.evaluate.run import Candidate, evaluate_candidates
     from ptxbench.tasks.loader import get_task
 
     task = get_task(task_id)
-    source = (EXAMPLES / f"{task_id}.cu").read_text()
-    evaluator = GpuEvaluator(EvalOptions(profile=profile))
-    try:
-        evaluator.device()
-        evaluator.peaks()
+    source = read_candidate(candidate)
+    copies_of = [Candidate(task=task, item=f"copy_{index}", origin=f"copy {index}",
+                           source=f"// copy {index} {secrets.token_hex(4)}\n{source}")  # no build is reused
+                 for index in range(copies)]
+    with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        statuses = []
-        for index in range(copies):  # distinct sources, so no build or result is reused
-            evaluation = evaluator.evaluate(task, Arch.SM_90A, f"// copy {index} {secrets.token_hex(4)}\n{source}")
-            statuses.append(evaluation.status.value if evaluation.status else str(evaluation.infra_failure))
+        results = evaluate_candidates(copies_of, Arch.SM_90A, Path(folder) / "run", EvalOptions(profile=profile))
         minutes = (time.perf_counter() - started) / 60
-    finally:
-        evaluator.close()
-    return {"task": task_id, "copies": copies, "profile": profile, "per_minute": copies / minutes, "statuses": statuses}
+    statuses = [r.status.value if r.status else str(r.infra_failure) for r in results]
+    return {"task": task_id, "candidate": candidate.resolve().relative_to(REPO).as_posix(), "copies": copies,
+            "profile": profile, "per_minute": copies / minutes, "statuses": statuses}
 
 
 def main() -> None:
@@ -87,6 +88,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--copies", type=int, default=6)
+    parser.add_argument("--candidates", type=Path, nargs="+", default=[EXAMPLES / "gemm_bf16.cu"],
+                        help="gemm_bf16 candidates whose copies measure the throughput")
     parser.add_argument("--out", type=Path, default=OUT, help="folder for the result files")
     args = parser.parse_args()
     rows = []
@@ -103,7 +106,8 @@ def main() -> None:
             print(rows[-1], flush=True)
     finally:
         evaluator.close()
-    throughput = [_throughput("gemm_bf16", args.copies, profile) for profile in (False, True)]
+    throughput = [_throughput("gemm_bf16", candidate, args.copies, profile)
+                  for candidate in args.candidates for profile in (False, True)]
     gpu = torch.cuda.get_device_name()
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": gpu,
               "torch": torch.__version__, "cuda": torch.version.cuda, "cpus": os.cpu_count(),
@@ -115,8 +119,9 @@ def main() -> None:
              "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
               f"| {r['ncu_difference_pct']:.2f} % |" for r in rows]
-    lines += ["", "| candidates | ncu stage | evaluated per minute |", "|---|---|---|"]
-    lines += [f"| {t['copies']} x {t['task']} example | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} |"
+    lines += ["", "| candidates | ncu stage | evaluated per minute | statuses |", "|---|---|---|---|"]
+    lines += [f"| {t['copies']} x `{t['candidate']}` | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} "
+              f"| {', '.join(sorted(set(t['statuses'])))} |"
               for t in throughput]
     (args.out / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

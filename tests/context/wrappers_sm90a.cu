@@ -172,6 +172,24 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128, 1)
   ptx::cluster_sync();
 }
 
+// The wide fp8 form (as the gemm_fp8 reference uses it): one warpgroup, 64 x 256, K = 128.
+__global__ void __launch_bounds__(128, 1) fp8_wide_tile(const uint8_t* a_in, const uint8_t* b_in, float* out) {
+  __shared__ alignas(1024) uint8_t a[64 * 128], b[256 * 128];
+  for (int i = threadIdx.x; i < 64 * 128; i += 128) a[i] = a_in[i];
+  for (int i = threadIdx.x; i < 256 * 128; i += 128) b[i] = b_in[i];
+  ptx::fence_proxy_async_smem();
+  __syncthreads();
+  float d[128];
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk)
+    ptx::wgmma_m64n256k32_e4m3(d, ptx::wgmma_desc_k_sw128(a) + 2 * kk, ptx::wgmma_desc_k_sw128(b) + 2 * kk, kk > 0);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(d);
+  for (int i = 0; i < 128; ++i) out[ptx::wgmma_acc_row(i) * 256 + ptx::wgmma_acc_col(i)] = d[i];
+}
+
 // Small helpers: bulk copy of a vector, ldmatrix, and a distributed-shared-memory exchange.
 __global__ void __cluster_dims__(2, 1, 1) misc(const float* in, float* out) {
   __shared__ alignas(128) float buf[256];

@@ -136,7 +136,7 @@ def inline_wrapper_header(source: str) -> str:
     """
     if _WRAPPER_INCLUDE.search(source) is None:
         return source
-    text = _read(HEADER_NAME)
+    text = _read(HEADER_NAME).replace("#pragma once\n", "", 1)  # now part of the main file
     block = f"// ---- {HEADER_NAME} (inlined by PTXBench) ----\n{text.rstrip()}\n// ---- end of {HEADER_NAME} ----"
     return _WRAPPER_INCLUDE.sub(lambda _: block, source, count=1)
 

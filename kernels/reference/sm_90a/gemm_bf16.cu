@@ -1,0 +1,171 @@
+// gemm_bf16, expert reference for sm_90a (H100/H200): C[M, N] = A[M, K] · B[N, K]ᵀ, bf16 in, fp32
+// accumulation, bf16 out.
+//
+// Design (one persistent CTA per SM, 384 threads = three warpgroups):
+//   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 64) and B (256 x 64) into
+//     a 4-stage ring of shared memory with TMA (128-byte swizzle, the layout wgmma reads without bank
+//     conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
+//     mbarrier (the consumers release it once their wgmmas have read it).
+//   * warpgroups 1 and 2 are consumers: each owns 64 rows of the 128 x 256 output tile and issues
+//     wgmma.m64n256k16 straight from the swizzled shared tiles (128 fp32 accumulators per thread).
+//     One K-slice's wgmmas stay in flight while the next slice is issued (wait_group 1).
+//   * setmaxnreg moves registers from the producer (40) to the consumers (232): the accumulators
+//     and their addressing fit without spills.
+//   * Output tiles are walked in a grouped order (8 tile-rows at a time) so the A and B panels the
+//     132 CTAs use at one moment stay in L2. The producer runs ahead into the next tile while the
+//     consumers write the current one, so the epilogue overlaps the next tile's loads.
+//   * Remainders: K is a multiple of 64 and N of 64 (task rules). Rows of A past M and rows of B
+//     past N are zero-filled by TMA, and the epilogue stores only rows < M and columns < N.
+#include "ptx_wrappers.cuh"
+
+namespace {
+
+constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
+constexpr int BN = 256;                    // tile columns (one wgmma N)
+constexpr int BK = 64;                     // K per stage: 64 bf16 = one 128-byte swizzle row
+constexpr int STAGES = 4;
+constexpr int THREADS = 384;
+constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 reuse
+constexpr uint32_t A_BYTES = BM * BK * 2;  // 16 KiB
+constexpr uint32_t B_BYTES = BN * BK * 2;  // 32 KiB
+
+struct Shared {
+  __nv_bfloat16 a[STAGES][BM * BK];  // each tile 1024-byte aligned (sizes are multiples of 1024)
+  __nv_bfloat16 b[STAGES][BN * BK];
+  uint64_t full[STAGES];
+  uint64_t empty[STAGES];
+};
+constexpr size_t SMEM_BYTES = sizeof(Shared) + 1024;  // slack to align the base to 1024 bytes
+
+// Output tile `t` in grouped order: GROUP_M tile-rows advance together across all tile-columns.
+__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+  const int per_group = GROUP_M * tiles_n;
+  const int group = t / per_group;
+  const int first_m = group * GROUP_M;
+  const int rows = min(tiles_m - first_m, GROUP_M);
+  const int r = t - group * per_group;
+  tm = first_m + r % rows;
+  tn = r / rows;
+}
+
+__global__ void __launch_bounds__(THREADS, 1)
+gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+  extern __shared__ uint8_t smem_raw[];
+  Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+
+  const int tiles_m = (M + BM - 1) / BM;
+  const int tiles_n = (N + BN - 1) / BN;
+  const int tiles = tiles_m * tiles_n;
+  const int k_steps = K / BK;
+  const uint32_t warpgroup = ptx::warpgroup_idx();
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < STAGES; ++i) {
+      ptx::mbar_init(&s.full[i], 1);   // the producer's arrive (plus the TMA bytes)
+      ptx::mbar_init(&s.empty[i], 2);  // one arrive per consumer warpgroup
+    }
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    ptx::setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) {
+      ptx::tma_prefetch_map(&map_a);
+      ptx::tma_prefetch_map(&map_b);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int tm, tn;
+        tile_coords(t, tiles_m, tiles_n, tm, tn);
+        for (int k = 0; k < k_steps; ++k) {
+          ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
+          ptx::mbar_arrive_expect_tx(&s.full[stage], A_BYTES + B_BYTES);
+          ptx::tma_load_2d(s.a[stage], &map_a, &s.full[stage], k * BK, tm * BM);
+          ptx::tma_load_2d(s.b[stage], &map_b, &s.full[stage], k * BK, tn * BN);
+          if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        }
+      }
+    }
+    return;
+  }
+
+  ptx::setmaxnreg_inc<232>();
+  const int half = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
+  const bool signals = threadIdx.x % 128 == 0;       // one thread per warpgroup releases stages
+  float acc[128];
+  int stage = 0;
+  uint32_t phase = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+    int tm, tn;
+    tile_coords(t, tiles_m, tiles_n, tm, tn);
+    int previous = -1;
+    for (int k = 0; k < k_steps; ++k) {
+      ptx::mbar_wait(&s.full[stage], phase);
+      const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[stage] + half * 64 * BK);
+      const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[stage]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along K = +2 in the descriptor's address
+        ptx::wgmma_m64n256k16_bf16(acc, a_desc + 2 * kk, b_desc + 2 * kk, (k > 0 || kk > 0) ? 1 : 0);
+      ptx::wgmma_commit();
+      ptx::wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage may be refilled
+      if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
+      previous = stage;
+      if (++stage == STAGES) { stage = 0; phase ^= 1; }
+    }
+    ptx::wgmma_wait<0>();
+    ptx::wgmma_fence_acc(acc);
+    if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
+
+    // Epilogue: registers (i, i+1) are adjacent columns of one row; store them as one bf16x2.
+    const int row0 = tm * BM + half * 64;
+    const int col0 = tn * BN;
+#pragma unroll
+    for (int i = 0; i < 128; i += 2) {
+      const int row = row0 + ptx::wgmma_acc_row(i);
+      const int col = col0 + ptx::wgmma_acc_col(i);
+      if (row < M && col < N)
+        *reinterpret_cast<__nv_bfloat162*>(C + static_cast<size_t>(row) * N + col) =
+            __floats2bfloat162_rn(acc[i], acc[i + 1]);
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" int gemm_bf16(
+    const __nv_bfloat16* __restrict__ A,
+    const __nv_bfloat16* __restrict__ B,
+    __nv_bfloat16* __restrict__ C,
+    int64_t M,
+    int64_t N,
+    int64_t K,
+    cudaStream_t stream) {
+  if (M <= 0 || N <= 0) return static_cast<int>(cudaGetLastError());
+  if (K <= 0) return static_cast<int>(cudaMemsetAsync(C, 0, static_cast<size_t>(M) * N * sizeof(__nv_bfloat16), stream));
+  if (K % BK != 0 || N % 64 != 0 || M > INT32_MAX / 2 || N > INT32_MAX / 2) return static_cast<int>(cudaErrorInvalidValue);
+
+  CUtensorMap map_a, map_b;
+  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, M, K, K, BM, BK,
+                                         CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, BN, BK,
+                             CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+
+  int device = 0, sms = 0;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess) return static_cast<int>(err);
+  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
+    return static_cast<int>(err);
+  if ((err = cudaFuncSetAttribute(gemm_bf16_sm90a, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(SMEM_BYTES))) != cudaSuccess)
+    return static_cast<int>(err);
+
+  const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
+  gemm_bf16_sm90a<<<grid, THREADS, SMEM_BYTES, stream>>>(map_a, map_b, C, static_cast<int>(M),
+                                                         static_cast<int>(N), static_cast<int>(K));
+  return static_cast<int>(cudaGetLastError());
+}
