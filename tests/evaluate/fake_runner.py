@@ -78,24 +78,24 @@ STATE = "PTXBENCH_FAKE_STATE"
 
 
 class BreaksGpu1(FakeRunner):
-    """A GPU that breaks while a candidate runs on it: the worker dies at ``load`` and from then on the
-    GPU cannot be opened by that host (a fresh host opens it again, as after a driver reset). Which GPU
-    it is comes from CUDA_VISIBLE_DEVICES, as pinned by the pool or by Ray."""
+    """A GPU that breaks for good while a candidate runs on it: the worker dies at ``load``, and from then
+    on no process can open that GPU (as after an uncorrectable ECC error). Which GPU this is comes from
+    CUDA_VISIBLE_DEVICES, as pinned by the pool or by Ray; the breakage is kept in PTXBENCH_FAKE_STATE."""
 
     broken: set[str] | None = {"1"}  # None: every GPU
 
     def _marker(self) -> "Path":
-        from pathlib import Path
         import tempfile
+        from pathlib import Path
 
         gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-        return Path(os.environ.get(STATE) or tempfile.gettempdir()) / f"ptxbench-fake-broken-{gpu}-{os.getppid()}"
+        return Path(os.environ.get(STATE) or tempfile.gettempdir()) / f"{type(self).__name__}-broken-{gpu}"
 
     def _is_broken(self) -> bool:
         return self.broken is None or os.environ.get("CUDA_VISIBLE_DEVICES") in self.broken
 
     def device_info(self) -> dict[str, Any]:
-        if self._is_broken() and self._marker().exists():
+        if self._marker().exists():
             raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
         return {**super().device_info(), "name": f"Fake H200 {os.environ.get('CUDA_VISIBLE_DEVICES')}"}
 
