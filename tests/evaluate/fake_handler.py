@@ -25,3 +25,10 @@ class Misbehaving:
 
     def fail(self) -> None:
         raise ValueError("the candidate returned garbage")
+
+
+class SlowToStart(Misbehaving):
+    """Builds slowly, as a handler that imports torch and creates a CUDA context does."""
+
+    def __init__(self) -> None:
+        time.sleep(1.5)

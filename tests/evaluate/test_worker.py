@@ -56,3 +56,8 @@ def test_renew_continues_in_a_new_process_and_the_spare_is_reaped() -> None:
     finally:
         worker.close()
     assert worker._spare is None and not spare[0].is_alive()
+
+
+def test_start_up_is_not_charged_to_a_requests_time_limit() -> None:
+    with Worker("tests.evaluate.fake_handler:SlowToStart") as worker:
+        assert worker.call("echo", 7, timeout_s=0.5) == 7  # the handler takes 1.5 s to build

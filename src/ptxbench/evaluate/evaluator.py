@@ -113,7 +113,14 @@ class GpuEvaluator:
             self.peaks()  # measured in a process no candidate has touched
         self.worker.renew()  # a fresh process per candidate: nothing of the previous one survives
         try:
+            self.worker.wait_ready()
+        except (WorkerDied, WorkerTimeout) as exc:
+            return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
+                                                 "message": f"a fresh GPU worker could not start: {exc}"})
+        try:
             self.worker.call("load", str(shared_object), task.model_dump_json(), timeout_s=self.options.call_timeout_s)
+        except WorkerTimeout as exc:  # loading runs the library's static constructors: the candidate's code
+            return evaluation.model_copy(update={"status": Status.TIMEOUT, "message": f"loading the library: {exc}"})
         except RequestFailed as exc:
             if exc.kind in ("OSError", "AttributeError"):  # ctypes: the library or its entry point would not load
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"})

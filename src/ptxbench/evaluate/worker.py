@@ -47,6 +47,7 @@ def _serve(connection: Connection, handler_path: str, device: int | None) -> Non
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     module, _, name = handler_path.partition(":")
     handler = getattr(importlib.import_module(module), name)()
+    connection.send(("ready", os.getpid()))
     while True:
         try:
             request = connection.recv()
@@ -73,6 +74,7 @@ class Worker:
         self._process: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
         self._spare: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
+        self._ready = False  # the current process has built its handler
 
     @property
     def pid(self) -> int | None:
@@ -88,6 +90,27 @@ class Worker:
 
     def start(self) -> None:
         self._process, self._connection = self._spawn()
+        self._ready = False
+
+    def wait_ready(self) -> None:
+        """Block until the process has built its handler (importing torch, creating a CUDA context), so
+        that start-up is never charged to a request's time limit."""
+        if self._process is None or not self._process.is_alive():
+            self.start()
+        if self._ready:
+            return
+        assert self._connection is not None and self._process is not None
+        try:
+            if not self._connection.poll(self.start_timeout_s):
+                self.kill()
+                raise WorkerTimeout(self.start_timeout_s)
+            self._connection.recv()
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._process.join(timeout=10)
+            exitcode = self._process.exitcode
+            self.kill()
+            raise WorkerDied(exitcode) from None
+        self._ready = True
 
     def renew(self) -> None:
         """End the current process and continue in a new one that nothing has run in yet."""
@@ -95,6 +118,7 @@ class Worker:
         spare, self._spare = self._spare, None
         if spare is not None and spare[0].is_alive():
             self._process, self._connection = spare
+            self._ready = False  # its "ready" message waits in the pipe
         else:
             if spare is not None:
                 spare[1].close()
@@ -104,8 +128,7 @@ class Worker:
 
     def call(self, method: str, *args: Any, timeout_s: float) -> Any:
         """Run ``handler.method(*args)`` in the worker; raises WorkerTimeout, WorkerDied or RequestFailed."""
-        if self._process is None or not self._process.is_alive():
-            self.start()
+        self.wait_ready()
         assert self._connection is not None and self._process is not None
         try:
             self._connection.send((method, args))
