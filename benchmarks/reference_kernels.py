@@ -81,6 +81,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--arch", default=Arch.SM_90A.value)
+    parser.add_argument("--folder", type=Path, help="kernels to evaluate (default: kernels/reference/<arch>)")
     parser.add_argument("--tasks", nargs="*", help="task ids (default: every reference kernel of the target)")
     parser.add_argument("--budget-ms", type=float, default=300.0, help="measured time per workload and side")
     parser.add_argument("--trials", type=int, default=3)
@@ -89,7 +90,7 @@ def main() -> None:
     args = parser.parse_args()
 
     arch = Arch(args.arch)
-    folder = REPO / "kernels" / "reference" / arch.value
+    folder = args.folder or REPO / "kernels" / "reference" / arch.value
     files = sorted(folder.glob("*.cu"))
     if args.tasks:
         files = [f for f in files if f.stem in args.tasks]

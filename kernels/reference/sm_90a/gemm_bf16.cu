@@ -2,13 +2,17 @@
 // accumulation, bf16 out.
 //
 // Design (one persistent CTA per SM, 384 threads = three warpgroups):
-//   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 64) and B (256 x 64) into
-//     a 4-stage ring of shared memory with TMA (128-byte swizzle, the layout wgmma reads without bank
-//     conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
+//   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 64) and B (BN x 64) into
+//     a ring of shared memory (192 KiB: 4 stages for BN = 256, 6 for 128, 8 for 64) with TMA (128-byte
+//     swizzle, the layout wgmma reads without bank conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
 //     mbarrier (the consumers release it once their wgmmas have read it).
-//   * warpgroups 1 and 2 are consumers: each owns 64 rows of the 128 x 256 output tile and issues
-//     wgmma.m64n256k16 straight from the swizzled shared tiles (128 fp32 accumulators per thread).
-//     One K-slice's wgmmas stay in flight while the next slice is issued (wait_group 1).
+//   * warpgroups 1 and 2 are consumers: each owns 64 rows of the 128 x BN output tile and issues
+//     wgmma.m64nBNk16 straight from the swizzled shared tiles (BN / 2 fp32 accumulators per thread).
+//     One K-slice's wgmmas stay in flight while the next slice is issued (wait_group 1). A consumer
+//     whose 64 rows lie wholly past M (decode batches) only releases the stages it is given.
+//   * The tile width BN is chosen per shape on the host: 256 (the widest wgmma, least shared-memory
+//     traffic per FLOP) unless too few tiles would leave SMs idle or the last wave mostly empty; then
+//     128, and 64 for M <= 64 where the B stream (memory-bound) should come from as many SMs as possible.
 //   * setmaxnreg moves registers from the producer (40) to the consumers (232): the accumulators
 //     and their addressing fit without spills.
 //   * Output tiles are walked in a grouped order (8 tile-rows at a time) so the A and B panels the
@@ -21,21 +25,37 @@
 namespace {
 
 constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
-constexpr int BN = 256;                    // tile columns (one wgmma N)
 constexpr int BK = 64;                     // K per stage: 64 bf16 = one 128-byte swizzle row
-constexpr int STAGES = 4;
 constexpr int THREADS = 384;
 constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 reuse
 constexpr uint32_t A_BYTES = BM * BK * 2;  // 16 KiB
-constexpr uint32_t B_BYTES = BN * BK * 2;  // 32 KiB
+constexpr uint32_t RING_BYTES = 192 * 1024;
 
+template <int BN>
+struct Config {
+  static constexpr uint32_t B_BYTES = BN * BK * 2;
+  static constexpr int STAGES = RING_BYTES / (A_BYTES + B_BYTES);
+  static constexpr int ACC = BN / 2;  // fp32 accumulators per consumer thread (64 x BN over 128 threads)
+};
+
+template <int BN>
 struct Shared {
+  static constexpr int STAGES = Config<BN>::STAGES;
   __nv_bfloat16 a[STAGES][BM * BK];  // each tile 1024-byte aligned (sizes are multiples of 1024)
   __nv_bfloat16 b[STAGES][BN * BK];
   uint64_t full[STAGES];
   uint64_t empty[STAGES];
 };
-constexpr size_t SMEM_BYTES = sizeof(Shared) + 1024;  // slack to align the base to 1024 bytes
+template <int BN>
+constexpr size_t smem_bytes() { return sizeof(Shared<BN>) + 1024; }  // slack to align the base to 1024 B
+
+// D (+)= A · Bᵀ for one 64 x BN x 16 step.
+template <int BN>
+__device__ __forceinline__ void wgmma_step(float (&acc)[BN / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  if constexpr (BN == 256) ptx::wgmma_m64n256k16_bf16(acc, a_desc, b_desc, scale_d);
+  else if constexpr (BN == 128) ptx::wgmma_m64n128k16_bf16(acc, a_desc, b_desc, scale_d);
+  else ptx::wgmma_m64n64k16_bf16(acc, a_desc, b_desc, scale_d);
+}
 
 // Output tile `t` in grouped order: GROUP_M tile-rows advance together across all tile-columns.
 __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
@@ -48,11 +68,14 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
   tn = r / rows;
 }
 
+template <int BN>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+  constexpr int STAGES = Config<BN>::STAGES;
+  constexpr uint32_t B_BYTES = Config<BN>::B_BYTES;
   extern __shared__ uint8_t smem_raw[];
-  Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Shared<BN>& s = *reinterpret_cast<Shared<BN>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
   const int tiles_m = (M + BM - 1) / BM;
   const int tiles_n = (N + BN - 1) / BN;
@@ -94,12 +117,21 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
   ptx::setmaxnreg_inc<232>();
   const int half = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
   const bool signals = threadIdx.x % 128 == 0;       // one thread per warpgroup releases stages
-  float acc[128];
+  float acc[Config<BN>::ACC];
   int stage = 0;
   uint32_t phase = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     tile_coords(t, tiles_m, tiles_n, tm, tn);
+    const int row0 = tm * BM + half * 64;
+    if (row0 >= M) {  // nothing to compute: hand each stage straight back
+      for (int k = 0; k < k_steps; ++k) {
+        ptx::mbar_wait(&s.full[stage], phase);
+        if (signals) ptx::mbar_arrive(&s.empty[stage]);
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      }
+      continue;
+    }
     int previous = -1;
     for (int k = 0; k < k_steps; ++k) {
       ptx::mbar_wait(&s.full[stage], phase);
@@ -108,7 +140,7 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
       ptx::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along K = +2 in the descriptor's address
-        ptx::wgmma_m64n256k16_bf16(acc, a_desc + 2 * kk, b_desc + 2 * kk, (k > 0 || kk > 0) ? 1 : 0);
+        wgmma_step<BN>(acc, a_desc + 2 * kk, b_desc + 2 * kk, (k > 0 || kk > 0) ? 1 : 0);
       ptx::wgmma_commit();
       ptx::wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage may be refilled
       if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
@@ -120,10 +152,9 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
     if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
 
     // Epilogue: registers (i, i+1) are adjacent columns of one row; store them as one bf16x2.
-    const int row0 = tm * BM + half * 64;
     const int col0 = tn * BN;
 #pragma unroll
-    for (int i = 0; i < 128; i += 2) {
+    for (int i = 0; i < Config<BN>::ACC; i += 2) {
       const int row = row0 + ptx::wgmma_acc_row(i);
       const int col = col0 + ptx::wgmma_acc_col(i);
       if (row < M && col < N)
@@ -131,6 +162,43 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
             __floats2bfloat162_rn(acc[i], acc[i + 1]);
     }
   }
+}
+
+
+// Time ~ (waves of tiles) x (work per tile), with a narrower tile a little less efficient per FLOP.
+int choose_bn(int64_t M, int64_t N, int sms) {
+  if (M <= 64) return 64;  // decode: memory-bound on B, so spread it over the most SMs
+  const int widths[3] = {256, 128, 64};
+  const double efficiency[3] = {1.0, 1.1, 1.3};
+  int best = 256;
+  double best_cost = 0.0;
+  for (int i = 0; i < 3; ++i) {
+    const int64_t tiles = ((M + BM - 1) / BM) * ((N + widths[i] - 1) / widths[i]);
+    const double cost = static_cast<double>((tiles + sms - 1) / sms) * widths[i] * efficiency[i];
+    if (i == 0 || cost < best_cost) { best = widths[i]; best_cost = cost; }
+  }
+  return best;
+}
+
+template <int BN>
+int launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int64_t M, int64_t N, int64_t K,
+           int sms, cudaStream_t stream) {
+  CUtensorMap map_a, map_b;
+  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, M, K, K, BM, BK,
+                                         CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, BN, BK,
+                             CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  constexpr size_t smem = smem_bytes<BN>();
+  if ((err = cudaFuncSetAttribute(gemm_bf16_sm90a<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(smem))) != cudaSuccess)
+    return static_cast<int>(err);
+  const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
+  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
+  gemm_bf16_sm90a<BN><<<grid, THREADS, smem, stream>>>(map_a, map_b, C, static_cast<int>(M),
+                                                       static_cast<int>(N), static_cast<int>(K));
+  return static_cast<int>(cudaGetLastError());
 }
 
 }  // namespace
@@ -147,25 +215,14 @@ extern "C" int gemm_bf16(
   if (K <= 0) return static_cast<int>(cudaMemsetAsync(C, 0, static_cast<size_t>(M) * N * sizeof(__nv_bfloat16), stream));
   if (K % BK != 0 || N % 64 != 0 || M > INT32_MAX / 2 || N > INT32_MAX / 2) return static_cast<int>(cudaErrorInvalidValue);
 
-  CUtensorMap map_a, map_b;
-  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, M, K, K, BM, BK,
-                                         CU_TENSOR_MAP_SWIZZLE_128B);
-  if (err != cudaSuccess) return static_cast<int>(err);
-  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, BN, BK,
-                             CU_TENSOR_MAP_SWIZZLE_128B);
-  if (err != cudaSuccess) return static_cast<int>(err);
-
   int device = 0, sms = 0;
+  cudaError_t err;
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return static_cast<int>(err);
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return static_cast<int>(err);
-  if ((err = cudaFuncSetAttribute(gemm_bf16_sm90a, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(SMEM_BYTES))) != cudaSuccess)
-    return static_cast<int>(err);
-
-  const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
-  const int grid = static_cast<int>(tiles < sms ? tiles : sms);
-  gemm_bf16_sm90a<<<grid, THREADS, SMEM_BYTES, stream>>>(map_a, map_b, C, static_cast<int>(M),
-                                                         static_cast<int>(N), static_cast<int>(K));
-  return static_cast<int>(cudaGetLastError());
+  switch (choose_bn(M, N, sms)) {
+    case 256: return launch<256>(A, B, C, M, N, K, sms, stream);
+    case 128: return launch<128>(A, B, C, M, N, K, sms, stream);
+    default: return launch<64>(A, B, C, M, N, K, sms, stream);
+  }
 }

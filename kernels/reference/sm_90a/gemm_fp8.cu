@@ -2,14 +2,21 @@
 // float8 e4m3 in, fp32 accumulation (QGMMA), bf16 out. The same pipeline as gemm_bf16; a stage holds
 // 128 fp8 of K (one 128-byte swizzle row), and the per-tensor scales are applied once, in the epilogue.
 //
+// Accumulation precision: Hopper's fp8 wgmma adds into its fp32 accumulator with fewer mantissa bits
+// than a true fp32 add, and over K = 8192 that alone put elements outside the task's tolerance (which
+// cuBLASLt meets). So each stage's 128-deep partial product goes into a fresh accumulator, and the
+// consumer adds it into the running sum with ordinary fp32 FADDs ("promotion"). That needs two
+// accumulator sets, so the tile is 128 x 128 (64 + 64 registers per thread for each consumer).
+//
 // Design (one persistent CTA per SM, 384 threads = three warpgroups):
-//   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 128) and B (256 x 128) into
-//     a 4-stage ring of shared memory with TMA (128-byte swizzle, the layout wgmma reads without bank
+//   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 128) and B (128 x 128) into
+//     a 6-stage ring of shared memory with TMA (128-byte swizzle, the layout wgmma reads without bank
 //     conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
 //     mbarrier (the consumers release it once their wgmmas have read it).
-//   * warpgroups 1 and 2 are consumers: each owns 64 rows of the 128 x 256 output tile and issues
-//     wgmma.m64n256k32 (e4m3) straight from the swizzled shared tiles (128 fp32 accumulators per thread).
-//     One K-slice's wgmmas stay in flight while the next slice is issued (wait_group 1).
+//   * warpgroups 1 and 2 are consumers: each owns 64 rows of the 128 x 128 output tile and issues
+//     wgmma.m64n128k32 (e4m3) straight from the swizzled shared tiles, waits for them, releases the
+//     stage and promotes the partial sum; the two consumers interleave, so the tensor cores stay fed
+//     while one of them adds. A consumer whose 64 rows lie wholly past M only releases stages.
 //   * setmaxnreg moves registers from the producer (40) to the consumers (232): the accumulators
 //     and their addressing fit without spills.
 //   * Output tiles are walked in a grouped order (8 tile-rows at a time) so the A and B panels the
@@ -23,13 +30,13 @@
 namespace {
 
 constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
-constexpr int BN = 256;                    // tile columns (one wgmma N)
+constexpr int BN = 128;                    // tile columns (one wgmma N)
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
-constexpr int STAGES = 4;
+constexpr int STAGES = 6;
 constexpr int THREADS = 384;
 constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 reuse
 constexpr uint32_t A_BYTES = BM * BK;      // 16 KiB
-constexpr uint32_t B_BYTES = BN * BK;      // 32 KiB
+constexpr uint32_t B_BYTES = BN * BK;      // 16 KiB
 
 struct Shared {
   __nv_fp8_e4m3 a[STAGES][BM * BK];  // each tile 1024-byte aligned (sizes are multiples of 1024)
@@ -98,36 +105,42 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
   const float scale = __ldg(scale_a) * __ldg(scale_b);
   const int half = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
   const bool signals = threadIdx.x % 128 == 0;       // one thread per warpgroup releases stages
-  float acc[128];
+  float acc[64];      // the running sum, in true fp32
+  float partial[64];  // one stage's product, from the tensor cores
   int stage = 0;
   uint32_t phase = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
     tile_coords(t, tiles_m, tiles_n, tm, tn);
-    int previous = -1;
+    const int row0 = tm * BM + half * 64;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     for (int k = 0; k < k_steps; ++k) {
       ptx::mbar_wait(&s.full[stage], phase);
-      const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[stage] + half * 64 * BK);
-      const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[stage]);
-      ptx::wgmma_fence();
+      if (row0 < M) {  // else nothing to compute: hand the stage straight back
+        const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[stage] + half * 64 * BK);
+        const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[stage]);
+        ptx::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < BK / 32; ++kk)  // +32 bytes along K = +2 in the descriptor's address
-        ptx::wgmma_m64n256k32_e4m3(acc, a_desc + 2 * kk, b_desc + 2 * kk, (k > 0 || kk > 0) ? 1 : 0);
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage may be refilled
-      if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
-      previous = stage;
+        for (int kk = 0; kk < BK / 32; ++kk)  // +32 bytes along K = +2 in the descriptor's address
+          ptx::wgmma_m64n128k32_e4m3(partial, a_desc + 2 * kk, b_desc + 2 * kk, kk > 0 ? 1 : 0);
+        ptx::wgmma_commit();
+        ptx::wgmma_wait<0>();
+        ptx::wgmma_fence_acc(partial);
+      }
+      if (signals) ptx::mbar_arrive(&s.empty[stage]);
+      if (row0 < M) {
+#pragma unroll
+        for (int i = 0; i < 64; ++i) acc[i] += partial[i];
+      }
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
     }
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_fence_acc(acc);
-    if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
+    if (row0 >= M) continue;
 
     // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2.
-    const int row0 = tm * BM + half * 64;
     const int col0 = tn * BN;
 #pragma unroll
-    for (int i = 0; i < 128; i += 2) {
+    for (int i = 0; i < 64; i += 2) {
       const int row = row0 + ptx::wgmma_acc_row(i);
       const int col = col0 + ptx::wgmma_acc_col(i);
       if (row < M && col < N)
