@@ -2,10 +2,44 @@
 # Fetch the wheels PTXBench needs on a GPU machine that has PyTorch but no internet and no pydantic
 # (the lent H200s run Python 3.12). They land in .whl/ (git-ignored); on the GPU machine run
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD/src
+#
+# --ray adds Ray for `ptxbench eval --backend ray` and its GPU test, with the dependencies that machine
+# lacks (jsonschema and its own; it has click, filelock, msgpack, protobuf, pyyaml, requests, attrs and
+# aiohttp's parts). Ray's wheel is repacked without its Java jars and dashboard web client, which a
+# Python-only run never loads: whole, it is larger (76 MiB) than a call to the device may carry (64 MiB).
+#
+# Versions are pinned, so a rerun fetches the same files; .whl/ is replaced only once every download
+# has succeeded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rm -rf .whl && mkdir -p .whl
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .whl pydantic==2.13.4 pydantic-core==2.46.4 annotated-types typing-inspection typing-extensions pyelftools
-ls .whl
+ray=0
+for arg in "$@"; do
+    case "$arg" in
+        --ray) ray=1 ;;
+        *) echo "usage: $0 [--ray]" >&2; exit 2 ;;
+    esac
+done
+staging=$(mktemp -d .whl.new.XXXXXX)
+trap 'rm -rf "$staging"' EXIT
+download() {
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d "$staging" "$@"
+}
+download pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.8.0 typing-inspection==0.4.5 \
+    typing-extensions==4.16.0 pyelftools==0.33
+if [ "$ray" = 1 ]; then
+    download ray==2.60.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
+    tools=$(mktemp -d)
+    python3 -m pip install -q --target "$tools" wheel
+    wheel=("$staging"/ray-*.whl)
+    PYTHONPATH="$tools" python3 -m wheel unpack -d "$tools/unpacked" "${wheel[0]}"
+    rm -rf "$tools"/unpacked/ray-*/ray/jars "$tools"/unpacked/ray-*/ray/dashboard/client/build
+    rm "${wheel[0]}"
+    PYTHONPATH="$tools" python3 -m wheel pack -d "$staging" "$tools"/unpacked/ray-*  # writes a fresh RECORD
+    rm -rf "$tools"
+fi
+rm -rf .whl
+mv "$staging" .whl
+trap - EXIT
+ls -s --block-size=K .whl

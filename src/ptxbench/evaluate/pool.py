@@ -55,6 +55,13 @@ def parse_gpus(text: str) -> list[int]:
     return chosen
 
 
+def _describe(exc: Exception) -> str:
+    """What went wrong with a host process (Worker's own wording speaks of the candidate's process)."""
+    if isinstance(exc, WorkerDied):
+        return f"the host process exited (code {exc.exitcode}; its output above says why)"
+    return str(exc)
+
+
 class LocalSlot(SerialSlot):
     """One GPU of this machine behind its host process."""
 
@@ -70,7 +77,7 @@ class LocalSlot(SerialSlot):
             info: dict[str, Any] = host.call("start", self.spec.model_dump_json(), self.pin, timeout_s=START_TIMEOUT_S)
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
             host.kill()
-            raise SlotStartFailed(f"GPU {self.name} (CUDA_VISIBLE_DEVICES={self.pin}): {exc}") from None
+            raise SlotStartFailed(f"GPU {self.name} (CUDA_VISIBLE_DEVICES={self.pin}): {_describe(exc)}") from None
         self._host = host
         return {**info, "backend": "local", "slot": self.name}
 
@@ -80,7 +87,8 @@ class LocalSlot(SerialSlot):
             reply = self._host.call("evaluate", job.work.model_dump_json(),
                                     timeout_s=evaluation_bound_s(job.work.task, self.spec.options))
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
-            raise HostFailed(f"the GPU's host process failed: {exc}", alive=isinstance(exc, RequestFailed)) from None
+            raise HostFailed(f"the GPU's host process failed: {_describe(exc)}",
+                             alive=isinstance(exc, RequestFailed)) from None
         return HostOutcome.model_validate_json(reply)
 
     def _stop(self, graceful: bool) -> None:

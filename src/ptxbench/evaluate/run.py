@@ -148,17 +148,17 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
     if regrade:
         return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
     connected = False
-    if backend == "ray":
-        from ptxbench.evaluate.ray_backend import connect, ray_slots
-
-        connected = connect(address)
-        slots: list[SerialSlot] = list(ray_slots(spec))
-    else:
-        from ptxbench.evaluate.pool import local_slots, visible_gpu_count
-
-        chosen = list(gpus) if gpus is not None else [device] if device is not None else list(range(visible_gpu_count()))
-        slots = list(local_slots(chosen, spec))
     try:
+        if backend == "ray":
+            from ptxbench.evaluate.ray_backend import connect, ray_slots
+
+            connected = connect(address)
+            slots: list[SerialSlot] = list(ray_slots(spec))
+        else:
+            from ptxbench.evaluate.pool import local_slots, visible_gpu_count
+
+            chosen = list(gpus) if gpus is not None else [device] if device is not None else list(range(visible_gpu_count()))
+            slots = list(local_slots(chosen, spec))
         if not slots:
             _prebuild(candidates, arch)
             return _sequential(candidates, arch, RunDir.open(out, _header(arch, options, {"gpu": None})),
