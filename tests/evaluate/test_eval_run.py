@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ptxbench.cli import app
@@ -57,3 +58,27 @@ def test_eval_takes_a_generations_file(tmp_path: Path) -> None:
     bad.write_text('{"completion": "x"}\n')
     refused = runner.invoke(app, ["eval", str(bad), "--out", str(tmp_path / "eval2")])
     assert refused.exit_code != 0
+
+
+def test_eval_refuses_gpu_choices_it_cannot_honour(tmp_path: Path) -> None:
+    candidate = str(EXAMPLES / "softmax.cu")
+    for arguments, message in [(["--gpus", "0"], "GPU 0 is not visible"),
+                               (["--gpus", "zero"], "GPU indices separated by commas"),
+                               (["--backend", "ray", "--gpus", "0"], "every GPU of the cluster is used"),
+                               (["--address", "auto"], "use it with --backend ray"),
+                               (["--backend", "slurm"], "local or ray")]:
+        result = runner.invoke(app, ["eval", candidate, "--out", str(tmp_path / "eval"), *arguments])
+        assert result.exit_code == 2 and message in result.output, (arguments, result.output)
+        assert not (tmp_path / "eval").exists(), "nothing is written before the choice is valid"
+
+
+def test_eval_on_a_ray_cluster_without_gpus_says_so_and_disconnects(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    result = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(tmp_path / "eval"),
+                                 "--backend", "ray"])
+    assert result.exit_code != 0
+    assert "the Ray cluster has no GPU" in str(result.exception)
+    assert not ray.is_initialized(), "the Ray instance the command started is shut down"

@@ -31,7 +31,7 @@ from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
 from ptxbench.evaluate.status import Evaluation, InfraFailure
 from ptxbench.evaluate.verdict import decide
-from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
+from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
@@ -188,6 +188,11 @@ def _stored(rundir: RunDir, candidate: Candidate) -> Evaluation | None:
     return Evaluation.model_validate_json(record.read_text()) if record.is_file() else None
 
 
+def _to_evaluate(stored: Evaluation | None) -> bool:
+    """On GPUs: a new item, or one the harness could not judge before (an infrastructure failure)."""
+    return stored is None or stored.infra_failure is not None
+
+
 def _record(rundir: RunDir, candidate: Candidate, evaluation: Evaluation, placement: dict | None = None) -> None:
     """The item's files, ``result.json`` last: its presence marks the item done."""
     folder = rundir.item(candidate.task.id, candidate.item)
@@ -220,8 +225,11 @@ def _sequential(candidates: list[Candidate], arch: Arch, rundir: RunDir, *, regr
 
 def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions, slots: list[SerialSlot],
              backend: Backend, on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
-    started = start_slots(slots)
+    if backend == "local":  # builds run while the GPUs open; a Ray node builds for itself
+        previous = RunDir.load(out) if (Path(out) / HEADER_FILE).is_file() else None
+        _prebuild([c for c in candidates if previous is None or _to_evaluate(_stored(previous, c))], arch)
     try:
+        started = start_slots(slots)
         devices = list(started.devices.values())
         environment = {**(devices[0] if devices else {"gpu": None}), "driver": _driver_version(), "backend": backend,
                        "gpus": devices, "retired_at_start": started.retired}
@@ -235,15 +243,13 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
                 continue
             first_of[folder] = index
             stored = _stored(rundir, candidate)
-            if stored is not None and stored.infra_failure is None:
+            if stored is not None and not _to_evaluate(stored):
                 results[index] = stored
                 if on_done:
                     on_done(stored)
             else:
                 jobs.append(Job(index, HostJob(task=candidate.task, arch=arch, source=candidate.source,
                                                origin=candidate.origin)))
-        if backend == "local":
-            _prebuild([candidates[job.index] for job in jobs], arch)
         no_gpu_left: list[int] = []
 
         def finish(job: Job, evaluation: Evaluation, placement: dict) -> None:
@@ -268,7 +274,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
 
         retired = schedule(jobs, started, on_result=on_result, on_give_up=on_give_up)
     finally:
-        for slot in started.slots:
+        for slot in slots:
             slot.close()
     ordered = [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
     if no_gpu_left:
