@@ -77,6 +77,24 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool) -> di
             "profile": profile, "per_minute": copies / minutes, "statuses": statuses}
 
 
+def _write(out: Path, result: dict) -> None:
+    """Write what has been measured so far, so a run cut short still leaves its finished parts."""
+    gpu = result["gpu"]
+    slug = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"evaluator_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"# Evaluator quality on {gpu} ({result['date']}, torch {result['torch']}, CUDA {result['cuda']})", "",
+             f"Command: `{result['command']}`", "",
+             "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
+              f"| {r['ncu_difference_pct']:.2f} % |" for r in result["timing"]]
+    lines += ["", "| candidates | ncu stage | evaluated per minute | statuses |", "|---|---|---|---|"]
+    lines += [f"| {t['copies']} x `{t['candidate']}` | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} "
+              f"| {', '.join(sorted(set(t['statuses'])))} |" for t in result["throughput"]]
+    (out / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+
+
 def main() -> None:
     import torch
 
@@ -92,39 +110,27 @@ def main() -> None:
                         help="gemm_bf16 candidates whose copies measure the throughput")
     parser.add_argument("--out", type=Path, default=OUT, help="folder for the result files")
     args = parser.parse_args()
-    rows = []
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+              "cpus": os.cpu_count(), "command": "python benchmarks/evaluator_benchmark.py " + " ".join(sys.argv[1:]),
+              "timing": [], "throughput": []}
     evaluator = GpuEvaluator(EvalOptions())
     try:
         for task_id in ("gemm_bf16", "rmsnorm"):
             task = get_task(task_id)
-            result = build(build_request((EXAMPLES / f"{task_id}.cu").read_text(), Arch.SM_90A, task))
-            shared_object = Path(result.directory) / "candidate.so"
+            built = build(build_request((EXAMPLES / f"{task_id}.cu").read_text(), Arch.SM_90A, task))
+            shared_object = Path(built.directory) / "candidate.so"
             spread = _spread(evaluator, task, shared_object, repeats=5)
             ncu_ms = _ncu_time(task, shared_object)
-            rows.append({"task": task_id, "workload": task.timed().name, **spread, "ncu_ms": ncu_ms,
-                         "ncu_difference_pct": 100 * abs(spread["median_ms"] - ncu_ms) / ncu_ms})
-            print(rows[-1], flush=True)
+            result["timing"].append({"task": task_id, "workload": task.timed().name, **spread, "ncu_ms": ncu_ms,
+                                     "ncu_difference_pct": 100 * abs(spread["median_ms"] - ncu_ms) / ncu_ms})
     finally:
         evaluator.close()
-    throughput = [_throughput("gemm_bf16", candidate, args.copies, profile)
-                  for candidate in args.candidates for profile in (False, True)]
-    gpu = torch.cuda.get_device_name()
-    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": gpu,
-              "torch": torch.__version__, "cuda": torch.version.cuda, "cpus": os.cpu_count(),
-              "timing": rows, "throughput": throughput}
-    slug = gpu.replace("NVIDIA ", "").replace(" ", "_").lower()
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"evaluator_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
-    lines = [f"# Evaluator quality on {gpu} ({result['date']}, torch {result['torch']})", "",
-             "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
-    lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
-              f"| {r['ncu_difference_pct']:.2f} % |" for r in rows]
-    lines += ["", "| candidates | ncu stage | evaluated per minute | statuses |", "|---|---|---|---|"]
-    lines += [f"| {t['copies']} x `{t['candidate']}` | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} "
-              f"| {', '.join(sorted(set(t['statuses'])))} |"
-              for t in throughput]
-    (args.out / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    _write(args.out, result)
+    for candidate in args.candidates:
+        for profile in (False, True):
+            result["throughput"].append(_throughput("gemm_bf16", candidate, args.copies, profile))
+            _write(args.out, result)
 
 
 if __name__ == "__main__":

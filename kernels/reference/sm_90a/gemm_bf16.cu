@@ -15,6 +15,9 @@
 //     128, and 64 for M <= 64 where the B stream (memory-bound) should come from as many SMs as possible.
 //   * setmaxnreg moves registers from the producer (40) to the consumers (232): the accumulators
 //     and their addressing fit without spills.
+//   * The epilogue goes through shared memory and TMA stores: each consumer writes 64 x 128 of its
+//     tile into a swizzled staging buffer (conflict-free), fences, and one thread issues the stores,
+//     so the global writes proceed while the consumer starts the next tile's wgmmas.
 //   * Output tiles are walked in a grouped order (8 tile-rows at a time) so the A and B panels the
 //     132 CTAs use at one moment stay in L2. The producer runs ahead into the next tile while the
 //     consumers write the current one, so the epilogue overlaps the next tile's loads.
@@ -30,6 +33,7 @@ constexpr int THREADS = 384;
 constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 reuse
 constexpr uint32_t A_BYTES = BM * BK * 2;  // 16 KiB
 constexpr uint32_t RING_BYTES = 192 * 1024;
+constexpr int C_COLS = 128;                // columns staged per TMA-store round (two 64-column boxes)
 
 template <int BN>
 struct Config {
@@ -43,11 +47,24 @@ struct Shared {
   static constexpr int STAGES = Config<BN>::STAGES;
   __nv_bfloat16 a[STAGES][BM * BK];  // each tile 1024-byte aligned (sizes are multiples of 1024)
   __nv_bfloat16 b[STAGES][BN * BK];
+  __nv_bfloat16 c[2][64 * C_COLS];   // per consumer: two 64 x 64 boxes, 128-byte swizzled
   uint64_t full[STAGES];
   uint64_t empty[STAGES];
 };
 template <int BN>
 constexpr size_t smem_bytes() { return sizeof(Shared<BN>) + 1024; }  // slack to align the base to 1024 B
+
+// Barrier for the 128 threads of one consumer warpgroup (ids 1 and 2; 0 is __syncthreads).
+__device__ __forceinline__ void warpgroup_barrier(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// Byte offset of element (row, col) in a staging buffer of 64 x 64 boxes with 128-byte swizzle:
+// the 16-byte chunk index within a 128-byte row is XORed with row % 8, as TMA expects.
+__device__ __forceinline__ uint32_t staged_offset(int row, int col) {
+  const int box = col / 64, cc = col % 64;
+  return box * 8192 + row * 128 + (((cc / 8) ^ (row % 8)) * 16) + (cc % 8) * 2;
+}
 
 // D (+)= A · Bᵀ for one 64 x BN x 16 step.
 template <int BN>
@@ -71,7 +88,7 @@ __device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int
 template <int BN>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+                const __grid_constant__ CUtensorMap map_c, int M, int N, int K) {
   constexpr int STAGES = Config<BN>::STAGES;
   constexpr uint32_t B_BYTES = Config<BN>::B_BYTES;
   extern __shared__ uint8_t smem_raw[];
@@ -151,19 +168,37 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
     ptx::wgmma_fence_acc(acc);
     if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
 
-    // Epilogue: registers (i, i+1) are adjacent columns of one row; store them as one bf16x2.
-    const int col0 = tn * BN;
+    // Epilogue, C_COLS columns per round: wait until the previous store has read the buffer, write
+    // bf16x2 pairs (registers i, i+1 are adjacent columns) into it swizzled, fence for the async
+    // proxy, then one thread stores the boxes; TMA clips rows >= M and columns >= N.
+    uint8_t* staging = reinterpret_cast<uint8_t*>(s.c[half]);
+    constexpr int ROUND_COLS = BN < C_COLS ? BN : C_COLS;
+    constexpr int ROUND_REGS = ROUND_COLS / 2;  // accumulators per thread in one round
 #pragma unroll
-    for (int i = 0; i < Config<BN>::ACC; i += 2) {
-      const int row = row0 + ptx::wgmma_acc_row(i);
-      const int col = col0 + ptx::wgmma_acc_col(i);
-      if (row < M && col < N)
-        *reinterpret_cast<__nv_bfloat162*>(C + static_cast<size_t>(row) * N + col) =
-            __floats2bfloat162_rn(acc[i], acc[i + 1]);
+    for (int i = 0; i < Config<BN>::ACC; i += 2) {  // fully unrolled: every condition is compile-time
+      const int round = i / ROUND_REGS;
+      if (i % ROUND_REGS == 0) {
+        if (signals) ptx::tma_store_wait_read<0>();
+        warpgroup_barrier(1 + half);
+      }
+      const int row = ptx::wgmma_acc_row(i);
+      const int col = ptx::wgmma_acc_col(i) - round * ROUND_COLS;
+      *reinterpret_cast<__nv_bfloat162*>(staging + staged_offset(row, col)) =
+          __floats2bfloat162_rn(acc[i], acc[i + 1]);
+      if ((i + 2) % ROUND_REGS == 0) {
+        ptx::fence_proxy_async_smem();
+        warpgroup_barrier(1 + half);
+        if (signals) {
+#pragma unroll
+          for (int box = 0; box < ROUND_COLS / 64; ++box)
+            ptx::tma_store_2d(&map_c, staging + box * 8192, tn * BN + round * ROUND_COLS + box * 64, row0);
+          ptx::tma_store_commit();
+        }
+      }
     }
   }
+  if (signals) ptx::tma_store_wait_read<0>();  // the buffer must outlive the stores reading it
 }
-
 
 // Time ~ (waves of tiles) x (work per tile), with a narrower tile a little less efficient per FLOP.
 int choose_bn(int64_t M, int64_t N, int sms) {
@@ -190,13 +225,17 @@ int launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int
   err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, BN, BK,
                              CU_TENSOR_MAP_SWIZZLE_128B);
   if (err != cudaSuccess) return static_cast<int>(err);
+  CUtensorMap map_c;
+  err = ptx::make_tma_map_2d(&map_c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, C, M, N, N, 64, 64,
+                             CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
   constexpr size_t smem = smem_bytes<BN>();
   if ((err = cudaFuncSetAttribute(gemm_bf16_sm90a<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem))) != cudaSuccess)
     return static_cast<int>(err);
   const int64_t tiles = ((M + BM - 1) / BM) * ((N + BN - 1) / BN);
   const int grid = static_cast<int>(tiles < sms ? tiles : sms);
-  gemm_bf16_sm90a<BN><<<grid, THREADS, smem, stream>>>(map_a, map_b, C, static_cast<int>(M),
+  gemm_bf16_sm90a<BN><<<grid, THREADS, smem, stream>>>(map_a, map_b, map_c, static_cast<int>(M),
                                                        static_cast<int>(N), static_cast<int>(K));
   return static_cast<int>(cudaGetLastError());
 }

@@ -8,7 +8,13 @@
 // 151936 bf16 = 297 KB > 227 KB), it splits the row over a CLUSTER of CTAs, each holding one slice of
 // it, and combines their partial results through distributed shared memory (DSMEM).
 //
-// Design
+// Two paths:
+// - Short rows (C * 2 <= 16 KB, e.g. r16384-c4096): one row per WARP, see softmax_warp_kernel below. A
+//   block-wide reduction per 8 KB row made every row wait on two __syncthreads of 512 threads that each
+//   hold only one 16-byte chunk; warps that own whole rows never wait on each other.
+// - Longer rows: the block/cluster kernel described next.
+//
+// Design (block/cluster kernel)
 // - Work unit: one row, processed by a cluster of n CTAs (n = 1, 2, 4 or 8, chosen on the host).
 //   CTA `rank` of the cluster owns columns [rank * slice, min(C, (rank + 1) * slice)) of every row the
 //   cluster processes; clusters are persistent and take rows c, c + G, c + 2G, ... (G clusters).
@@ -16,7 +22,7 @@
 //   engine) per slice, completing on the stage's mbarrier (transaction count = slice bytes). Thread 0
 //   is the producer; all 512 threads consume. The ring keeps S - 1 slices loading while one is being
 //   computed: for C = 32768 (64 KB rows, n = 1) that is 3 stages = 192 KB, one CTA per SM with 128 KB
-//   requested ahead; for short rows (<= 16 KB) the ring holds ~64 KB and several CTAs share an SM.
+//   requested ahead; for short slices (<= 16 KB) the ring holds ~64 KB and several CTAs share an SM.
 // - Per row, per CTA, with the slice in shared memory:
 //     A1. max over the slice with packed bf16x2 max (no conversion, two elements per instruction);
 //     A2. sum of exp(x - m) with m the thread's own max: exp2 on the MUFU with the log2(e) scale folded
@@ -42,9 +48,15 @@
 // Host: picks n, the slice (a multiple of 64 elements: 128-byte aligned slices) and S from the shared
 // memory per block, the number of co-resident clusters (cudaOccupancyMaxActiveClusters) and the
 // balance of rows over clusters: cost = ceil(R / G) * G (rows' worth of time on G units), with a 3 %
-// penalty per doubling of n for the exchange. Requirements of the copy engine, checked on the host:
-// X and Y 16-byte aligned, C a multiple of 8 (the task guarantees 64). Otherwise, or when no plan fits,
-// the call falls back to a plain CUDA kernel that is correct for any size and alignment.
+// penalty per doubling of n for the exchange. When the row needs a cluster anyway (n > 1, e.g. the
+// 297 KB qwen-vocab rows), a CTA's phases per row are serial (max, sum, exchange, normalise) and with
+// one CTA per SM the exchange and barrier latencies leave the SM idle; so for n > 1 a variant with a
+// ring of half the shared memory (two CTAs per SM, verified by the occupancy query) is also costed, and
+// preferred when its cost is within 10 % (qwen-vocab: n = 8, 3 stages of 37 KB, 2 CTAs per SM, instead
+// of n = 4, 3 stages of 74 KB, 1 CTA per SM). Rows that fit one CTA (C = 32768) keep the plan as before.
+// Requirements of the copy engine, checked on the host: X and Y 16-byte aligned, C a multiple of 8 (the
+// task guarantees 64). Otherwise, or when no plan fits, the call falls back to a plain CUDA kernel that
+// is correct for any size and alignment.
 // Remainders: the last CTA of a cluster gets a shorter slice (C - (n-1) * slice elements, still a
 // multiple of 8, i.e. 16 bytes); the last clusters get one row fewer than the others.
 
@@ -57,6 +69,7 @@ constexpr int kMaxCluster = 8;                        // portable cluster size l
 constexpr uint32_t kSmallSlice = 16 * 1024;           // slices up to this size: several CTAs per SM
 constexpr uint32_t kBytesInFlightPerCta = 64 * 1024;  // ring size aimed at for small slices
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr bool kPreferTwoCtasPerSm = true;            // cluster plans: see "Host" above
 
 // Shared-memory layout (host and device agree):
 //   [0, S * pitch)  the ring (pitch = slice bytes rounded up to 128)
@@ -234,6 +247,116 @@ softmax_bulk_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
   if (csize > 1) ptx::cluster_sync();  // no CTA exits while a peer may still write its slots
 }
 
+// ---- short rows: one row per WARP ------------------------------------------------------------------
+// For rows of at most kWarpRowMax bytes (C <= 8192: r16384-c4096, r3000-c1024) the block kernel above
+// spends most of its time in the two __syncthreads per row (each row is only 1-2 16-byte chunks per
+// thread of 512). Here a row belongs to one warp and no block barrier exists inside the loop:
+// - one CTA per SM, nwarps warps (host: as many as fit with two stages each, at most kWarpMaxWarps);
+//   global warp gw = warp * gridDim.x + blockIdx.x handles rows gw, gw + GW, ... (GW = gridDim.x * nwarps;
+//   warp-major, so that the warps of the last partial round of rows are spread over all SMs);
+// - each warp owns a private ring of S row-sized stages (S = 2 to 4) and its own S mbarriers; lane 0
+//   streams its rows in with ONE bulk copy per row (transaction count = row bytes);
+// - per row: warp max (packed bf16x2 max, then shuffles), warp sum of 2^(x log2e - M log2e) (shuffles),
+//   then y = 2^(x log2e - (M log2e + log2 S)) with 16-byte coalesced stores (512 contiguous bytes per
+//   warp store); a __syncwarp proves the stage is no longer read, and lane 0 refills it S rows ahead.
+constexpr int kWarpMaxWarps = 16;
+constexpr int kWarpMaxStages = 4;
+constexpr uint32_t kWarpRowMax = 16 * 1024;
+constexpr uint32_t kWarpTailBytes = 8 * kWarpMaxWarps * kWarpMaxStages;
+__host__ __device__ constexpr uint32_t warp_smem_bytes(uint32_t pitch, uint32_t nwarps, uint32_t stages) {
+  return nwarps * stages * pitch + kWarpTailBytes;
+}
+
+__global__ void __launch_bounds__(kWarpMaxWarps * 32, 1)
+softmax_warp_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restrict__ Y, int64_t R, int C,
+                    int stages) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const int nwarps = int(blockDim.x) >> 5;
+  const uint32_t row_bytes = uint32_t(C) * 2u;
+  const uint32_t pitch = slice_pitch(row_bytes);
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem + uint32_t(nwarps * stages) * pitch);  // 128-B aligned
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  uint8_t* const ring = smem + uint32_t(warp * stages) * pitch;  // this warp's S stages
+  uint64_t* const full = bars + warp * kWarpMaxStages;           // and their barriers
+  const int64_t gwarps = int64_t(gridDim.x) * nwarps;
+  const int64_t first_row = int64_t(warp) * gridDim.x + blockIdx.x;  // warp-major: see the design notes
+  const int64_t my_rows = first_row < R ? (R - first_row + gwarps - 1) / gwarps : 0;
+
+  if (tid == 0) {
+    for (int b = 0; b < nwarps * kWarpMaxStages; ++b) ptx::mbar_init(&bars[b], 1);  // producer's arrive + bytes
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();  // the initialised barriers are visible to every thread (and to the copy engine)
+
+  auto issue_row = [&](int64_t k, int s) {  // local row k into stage s (lane 0)
+    const int64_t row = first_row + k * gwarps;
+    ptx::mbar_arrive_expect_tx(&full[s], row_bytes);
+    ptx::bulk_load(ring + uint32_t(s) * pitch, X + row * C, row_bytes, &full[s]);
+  };
+  if (lane == 0) {
+    const int prologue = my_rows < stages ? int(my_rows) : stages;
+    for (int s = 0; s < prologue; ++s) issue_row(s, s);
+  }
+  // A warp only exits after all its own copies have completed (it waits for every row it loaded), so no
+  // copy is ever pending into the shared memory of an exited CTA.
+
+  const int nvec = C / 8;  // 16-byte chunks per row
+  int s = 0;           // k % stages
+  uint32_t phase = 0;  // (k / stages) & 1
+  for (int64_t k = 0; k < my_rows; ++k) {
+    const int64_t row = first_row + k * gwarps;
+    const uint4* const x4 = reinterpret_cast<const uint4*>(ring + uint32_t(s) * pitch);
+    ptx::mbar_wait(&full[s], phase);
+
+    // Max (exact on packed bf16 pairs), then over the warp.
+    __nv_bfloat162 mx2 = as_bf162(0xFF80FF80u);  // (-inf, -inf)
+#pragma unroll 4
+    for (int v = lane; v < nvec; v += 32) {
+      const uint4 r = x4[v];
+      mx2 = __hmax2(__hmax2(mx2, as_bf162(r.x)), __hmax2(as_bf162(r.y), __hmax2(as_bf162(r.z), as_bf162(r.w))));
+    }
+    float M = fmaxf(__low2float(mx2), __high2float(mx2));
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+    // Sum of 2^(x log2e - M log2e), two independent accumulators. (M = -inf only for an all -inf row.)
+    const float mL = M == -INFINITY ? 0.f : M * kLog2e;
+    float s0 = 0.f, s1 = 0.f;
+#pragma unroll 4
+    for (int v = lane; v < nvec; v += 32) {
+      const uint4 r = x4[v];
+      s0 += fast_exp2(fmaf(bf16_lo(r.x), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.x), kLog2e, -mL));
+      s1 += fast_exp2(fmaf(bf16_lo(r.y), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.y), kLog2e, -mL));
+      s0 += fast_exp2(fmaf(bf16_lo(r.z), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.z), kLog2e, -mL));
+      s1 += fast_exp2(fmaf(bf16_lo(r.w), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.w), kLog2e, -mL));
+    }
+    float sum = s0 + s1;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float bias = mL + fast_log2(sum);  // M log2e + log2 S; S >= 1
+
+    uint4* const y4 = reinterpret_cast<uint4*>(Y + row * C);
+#pragma unroll 4
+    for (int v = lane; v < nvec; v += 32) {
+      const uint4 r = x4[v];
+      const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+      uint32_t o[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        o[i] = ptx::pack_bf16x2(fast_exp2(fmaf(bf16_lo(w[i]), kLog2e, -bias)),
+                                fast_exp2(fmaf(bf16_hi(w[i]), kLog2e, -bias)));
+      y4[v] = make_uint4(o[0], o[1], o[2], o[3]);
+    }
+
+    __syncwarp();  // no lane reads stage s any more
+    if (lane == 0 && k + stages < my_rows) issue_row(k + stages, s);
+    if (++s == stages) {
+      s = 0;
+      phase ^= 1;
+    }
+  }
+}
+
 // Fallback for what the copy engine cannot take (misaligned pointers, C not a multiple of 8, no plan
 // that fits): one CTA per row, three passes over global memory with scalar accesses.
 __global__ void __launch_bounds__(kThreads)
@@ -273,6 +396,9 @@ struct DeviceFacts {
   int smem_optin = 0;
   OccupancyEntry cache[16];
   int next = 0;
+  bool warp_ok = false;
+  int warp_key = -1;    // occupancy of the warp kernel for this (smem, warps) ...
+  int warp_blocks = 0;  // ... is this many CTAs per SM
 };
 
 DeviceFacts* device_facts() {
@@ -288,6 +414,10 @@ DeviceFacts* device_facts() {
       cudaGetLastError();
       return nullptr;
     }
+    // The warp kernel is optional: if it cannot get the shared memory, short rows use the block kernel.
+    f.warp_ok = cudaFuncSetAttribute(softmax_warp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     f.smem_optin) == cudaSuccess;
+    if (!f.warp_ok) cudaGetLastError();
     f.ready = true;
   }
   return &f;
@@ -334,7 +464,8 @@ struct Plan {
 };
 
 bool make_plan(DeviceFacts& f, int64_t R, int64_t C, Plan& best) {
-  double best_cost = 0.0;
+  double best_cost = 0.0, dual_cost = 0.0;
+  Plan dual;  // best plan with two CTAs per SM (cluster sizes > 1 only)
   const uint64_t limit = uint64_t(f.smem_optin);
   int log2n = 0;
   for (int csize = 1; csize <= kMaxCluster; csize *= 2, ++log2n) {
@@ -361,7 +492,33 @@ bool make_plan(DeviceFacts& f, int64_t R, int64_t C, Plan& best) {
       best_cost = cost;
       best = {csize, int(slice), int(stages), smem, used};
     }
+    // The same cluster size with a shorter ring, so that two CTAs share an SM (half of the SM's shared
+    // memory each, 1 KB per CTA reserved by the system). Checked with the occupancy query, so a wrong
+    // guess only loses the variant.
+    if (csize > 1) {
+      const uint64_t half = (limit + 1024) / 2;
+      const uint64_t room = half > 1024 + kTailBytes ? half - 1024 - kTailBytes : 0;
+      uint64_t st2 = room / pitch;
+      if (st2 > kMaxStages) st2 = kMaxStages;
+      if (st2 >= 2 && st2 < stages) {
+        const uint32_t smem2 = smem_bytes(uint32_t(pitch), uint32_t(st2));
+        const int64_t units2 = resident_units(f, csize, smem2);
+        if (units2 * csize * 2 >= int64_t(f.sms) * 3) {  // really more than one CTA per SM on average
+          const int64_t used2 = R < units2 ? R : units2;
+          const int64_t waves2 = (R + used2 - 1) / used2;
+          const double cost2 = double(waves2 * used2) * (1.0 + 0.03 * log2n);
+          if (dual.csize == 0 || cost2 < dual_cost) {
+            dual_cost = cost2;
+            dual = {csize, int(slice), int(st2), smem2, used2};
+          }
+        }
+      }
+    }
   }
+  // Rows that need a cluster anyway (no single CTA holds two stages of one) are processed one slice per
+  // CTA with serial phases (max, sum, DSMEM exchange, normalise): with one CTA per SM, the exchange and
+  // barrier latencies leave the SM idle. Two CTAs per SM overlap them, worth up to 10 % of wave cost.
+  if (kPreferTwoCtasPerSm && best.csize > 1 && dual.csize != 0 && dual_cost <= 1.1 * best_cost) best = dual;
   return best.csize != 0;
 }
 
@@ -378,6 +535,37 @@ extern "C" int softmax(
                        (C % 8 == 0) && C < (int64_t(1) << 30);
   DeviceFacts* dev = aligned ? device_facts() : nullptr;
   Plan plan;
+  if (dev != nullptr && dev->warp_ok && C * 2 <= int64_t(kWarpRowMax)) {
+    // Short rows: one row per warp. As many warps as fit with two stages each, then as many stages as fit.
+    const uint64_t pitch = slice_pitch(uint32_t(C) * 2u);
+    const uint64_t limit = uint64_t(dev->smem_optin);
+    const uint64_t avail = limit > kWarpTailBytes ? limit - kWarpTailBytes : 0;
+    uint64_t nw = avail / (2 * pitch);
+    nw = nw > uint64_t(kWarpMaxWarps) ? uint64_t(kWarpMaxWarps) : nw;
+    uint64_t st = nw > 0 ? avail / (nw * pitch) : 0;
+    st = st > uint64_t(kWarpMaxStages) ? uint64_t(kWarpMaxStages) : st;
+    if (nw >= 1 && st >= 2) {
+      const uint32_t smem = warp_smem_bytes(uint32_t(pitch), uint32_t(nw), uint32_t(st));
+      const int key = int(smem) * 32 + int(nw);
+      if (dev->warp_key != key) {
+        int blocks = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, softmax_warp_kernel, int(nw * 32), smem) !=
+            cudaSuccess) {
+          cudaGetLastError();  // a refused configuration: the block kernel below is used instead
+          blocks = 0;
+        }
+        dev->warp_key = key;
+        dev->warp_blocks = blocks;
+      }
+      if (dev->warp_blocks > 0 && smem <= limit) {
+        const int64_t resident = int64_t(dev->sms) * dev->warp_blocks;
+        const int64_t needed = (R + int64_t(nw) - 1) / int64_t(nw);  // CTAs that get at least one row
+        const unsigned grid = unsigned(needed < resident ? needed : resident);
+        softmax_warp_kernel<<<grid, unsigned(nw * 32), smem, stream>>>(X, Y, R, int(C), int(st));
+        return (int)cudaGetLastError();
+      }
+    }
+  }
   if (dev != nullptr && make_plan(*dev, R, C, plan)) {
     if (plan.csize == 1) {
       softmax_bulk_kernel<<<unsigned(plan.clusters), kThreads, plan.smem, stream>>>(X, Y, R, C, plan.slice,
