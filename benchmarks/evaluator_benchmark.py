@@ -73,8 +73,10 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool) -> di
         results = evaluate_candidates(copies_of, Arch.SM_90A, Path(folder) / "run", EvalOptions(profile=profile))
         minutes = (time.perf_counter() - started) / 60
     statuses = [r.status.value if r.status else str(r.infra_failure) for r in results]
+    stages = sorted({name for r in results for name in r.durations_s})
+    mean_stage_s = {name: statistics.fmean(r.durations_s.get(name, 0.0) for r in results) for name in stages}
     return {"task": task_id, "candidate": candidate.resolve().relative_to(REPO).as_posix(), "copies": copies,
-            "profile": profile, "per_minute": copies / minutes, "statuses": statuses}
+            "profile": profile, "per_minute": copies / minutes, "statuses": statuses, "mean_stage_s": mean_stage_s}
 
 
 def _write(out: Path, result: dict) -> None:
@@ -88,9 +90,11 @@ def _write(out: Path, result: dict) -> None:
              "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
               f"| {r['ncu_difference_pct']:.2f} % |" for r in result["timing"]]
-    lines += ["", "| candidates | ncu stage | evaluated per minute | statuses |", "|---|---|---|---|"]
+    lines += ["", "| candidates | ncu stage | evaluated per minute | statuses | mean seconds per stage |",
+              "|---|---|---|---|---|"]
     lines += [f"| {t['copies']} x `{t['candidate']}` | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} "
-              f"| {', '.join(sorted(set(t['statuses'])))} |" for t in result["throughput"]]
+              f"| {', '.join(sorted(set(t['statuses'])))} | "
+              f"{', '.join(f'{k} {v:.1f}' for k, v in t.get('mean_stage_s', {}).items())} |" for t in result["throughput"]]
     (out / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
 

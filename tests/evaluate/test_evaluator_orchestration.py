@@ -47,6 +47,9 @@ def test_correct_candidate_passes_with_timings_and_roofline(monkeypatch: pytest.
     timed = evaluation.timings[0]
     assert timed.speedup == pytest.approx(0.5) and timed.baseline == "torch" and timed.roofline_pct is not None
     assert evaluation.features is None and "features unverified" in evaluation.message
+    stages = evaluation.durations_s
+    assert {"build_and_static", "worker_start", "load", "trials", "timing", "total"} <= set(stages)
+    assert stages["total"] >= sum(v for k, v in stages.items() if k != "total") > 0
     again = _evaluate(monkeypatch, "correct")  # the baseline now comes from the cache
     assert again.timings[0].baseline_ms == pytest.approx(1.0)
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import secrets
 import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -70,6 +73,7 @@ class GpuEvaluator:
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
         self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
+        self._durations: dict[str, float] = {}
 
     def close(self) -> None:
         self.worker.close()
@@ -83,11 +87,23 @@ class GpuEvaluator:
 
     def evaluate(self, task: Task, arch: Arch, source: str, name: str = "candidate.cu") -> Evaluation:
         """The candidate's evaluation, validated (the model forbids states the evidence cannot support)."""
+        self._durations = {}
+        started = time.perf_counter()
         evaluation = self._evaluate(task, arch, source, name)
-        return Evaluation.model_validate(evaluation.model_dump())
+        durations = {**self._durations, "total": time.perf_counter() - started}
+        return Evaluation.model_validate({**evaluation.model_dump(), "durations_s": durations})
+
+    @contextmanager
+    def _stage(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._durations[name] = self._durations.get(name, 0.0) + time.perf_counter() - started
 
     def _evaluate(self, task: Task, arch: Arch, source: str, name: str) -> Evaluation:
-        report = check_source(source, arch, task, name)
+        with self._stage("build_and_static"):
+            report = check_source(source, arch, task, name)
         result = report.build
         evaluation = Evaluation(candidate=name, task=task.id, task_hash=task.content_hash, arch=arch,
                                 status=Status.COMPILE_ERROR, build=result, static=report.static,
@@ -110,15 +126,19 @@ class GpuEvaluator:
             return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.NO_GPU,
                                                  "message": f"the GPU worker could not start: {exc}"})
         if self.options.time:
-            self.peaks()  # measured in a process no candidate has touched
-        self.worker.renew()  # a fresh process per candidate: nothing of the previous one survives
+            with self._stage("peaks"):  # once per evaluator: the first candidate carries it
+                self.peaks()  # measured in a process no candidate has touched
         try:
-            self.worker.wait_ready()
+            with self._stage("worker_start"):
+                self.worker.renew()  # a fresh process per candidate: nothing of the previous one survives
+                self.worker.wait_ready()
         except (WorkerDied, WorkerTimeout) as exc:
             return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
                                                  "message": f"a fresh GPU worker could not start: {exc}"})
         try:
-            self.worker.call("load", str(shared_object), task.model_dump_json(), timeout_s=self.options.call_timeout_s)
+            with self._stage("load"):
+                self.worker.call("load", str(shared_object), task.model_dump_json(),
+                                 timeout_s=self.options.call_timeout_s)
         except WorkerTimeout as exc:  # loading runs the library's static constructors: the candidate's code
             return evaluation.model_copy(update={"status": Status.TIMEOUT, "message": f"loading the library: {exc}"})
         except RequestFailed as exc:
@@ -129,7 +149,8 @@ class GpuEvaluator:
         libraries_at_load = self.worker.mapped_libraries()
         own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
 
-        trials, guards, failure = self._trials(task, own_kernels)
+        with self._stage("trials"):
+            trials, guards, failure = self._trials(task, own_kernels)
         guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
         evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
         if failure is not None:
@@ -141,13 +162,15 @@ class GpuEvaluator:
             return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
 
         if self.options.time:
-            evaluation = self._timing(task, evaluation)
+            with self._stage("timing"):
+                evaluation = self._timing(task, evaluation)
             if evaluation.status is Status.INCORRECT:  # a timed call's outputs were wrong
                 return evaluation
         if self.options.profile and shutil.which("ncu"):
             from ptxbench.evaluate.profiling import profile_requirements
 
-            features = profile_requirements(task, evaluation.arch, shared_object, self.options.profile_timeout_s)
+            with self._stage("profile"):
+                features = profile_requirements(task, evaluation.arch, shared_object, self.options.profile_timeout_s)
             evaluation = evaluation.model_copy(update={"features": features})
             missing = [f for f in features if not f.satisfied]
             if missing:

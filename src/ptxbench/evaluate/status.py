@@ -101,6 +101,9 @@ class Evaluation(BaseModel):
     timings: list[Timing] = Field(default_factory=list)
     features: list[RequirementExecution] | None = Field(
         default=None, description="Executed-instruction verdicts; None when no profiler ran (unverified)")
+    durations_s: dict[str, float] = Field(default_factory=dict, description=(
+        "Wall seconds per stage (build_and_static, worker_start, load, trials, timing, profile, total): where "
+        "the evaluator's time goes"))
 
     @property
     def correct(self) -> bool:
