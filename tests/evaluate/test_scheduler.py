@@ -78,8 +78,15 @@ def test_a_fault_requeues_the_job_to_another_slot_and_retires_the_slot_after_rep
     slots = [ScriptedSlot("a", lambda s, j: "ok"), ScriptedSlot("b", lambda s, j: "fault")]
     done, given_up, retired = _run(slots, 5, retire_after=2)
     assert sorted(done) == list(range(5)) and set(done.values()) == {"a"} and not given_up
-    assert retired == {"b": "faulted 2 times: b broke; b broke"} and slots[1].closed
+    assert retired == {"b": "faulted 2 times in a row: b broke; b broke"} and slots[1].closed
     assert len(slots[1].seen) == 2, "a retired slot gets no more work"
+
+
+def test_a_slot_that_evaluates_between_faults_is_not_retired() -> None:
+    bad = {0, 2, 4}  # candidates that fault wherever they run, each followed by a good one
+    slots = [ScriptedSlot("a", lambda s, j: "fault" if j.index in bad else "ok")]
+    done, given_up, retired = _run(slots, 6, max_attempts=1, retire_after=2)
+    assert sorted(done) == [1, 3, 5] and sorted(given_up) == [0, 2, 4] and not retired
 
 
 def test_a_job_that_faults_on_every_gpu_is_given_up_not_failed() -> None:

@@ -226,6 +226,7 @@ def _sequential(candidates: list[Candidate], arch: Arch, rundir: RunDir, *, regr
 def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions, slots: list[SerialSlot],
              backend: Backend, on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
     if backend == "local":  # builds run while the GPUs open; a Ray node builds for itself
+        find_toolchain().path("nvcc")  # a missing compiler is said once, not found as a fault on every GPU
         previous = RunDir.load(out) if (Path(out) / HEADER_FILE).is_file() else None
         _prebuild([c for c in candidates if previous is None or _to_evaluate(_stored(previous, c))], arch)
     try:

@@ -5,7 +5,8 @@ hands back futures. The driver thread alone receives outcomes, so it alone write
 
 Faults are the GPU's, never the candidate's: the job goes back to the front of the queue for another
 GPU, and the slot is restarted before its next job. A slot is retired when it cannot (re)start or has
-faulted ``retire_after`` times. A job interrupted ``max_attempts`` times is given up as an
+faulted ``retire_after`` times in a row (a GPU that evaluates in between is sound; what faulted was
+more likely the candidates). A job interrupted ``max_attempts`` times is given up as an
 infrastructure failure rather than allowed to take down every GPU in turn (a candidate may be what
 breaks them). When no slot is left, every job still queued is given up with the reasons.
 """
@@ -177,7 +178,7 @@ class _SlotState:
 def schedule(jobs: Sequence[Job], started: Started, *,
              on_result: Callable[[Job, HostOutcome, str], None],
              on_give_up: Callable[[Job, InfraFailure, str], None],
-             max_attempts: int = 2, retire_after: int = 2) -> dict[str, str]:
+             max_attempts: int = 2, retire_after: int = 3) -> dict[str, str]:
     """Run every job to a result or a give-up; returns the retired slots with their reasons."""
     states = {slot.name: _SlotState(slot) for slot in started.slots}
     retired = dict(started.retired)
@@ -204,7 +205,7 @@ def schedule(jobs: Sequence[Job], started: Started, *,
             queue.appendleft(job)
             log.warning("GPU %s faulted while evaluating job %d (re-queued): %s", state.slot.name, job.index, reason)
         if len(state.faults) >= retire_after:
-            retire(state, f"faulted {len(state.faults)} times: {'; '.join(state.faults)}")
+            retire(state, f"faulted {len(state.faults)} times in a row: {'; '.join(state.faults)}")
 
     while queue or inflight:
         live = [s for s in states.values() if not s.retired]
@@ -234,6 +235,7 @@ def schedule(jobs: Sequence[Job], started: Started, *,
             except Exception as exc:  # noqa: BLE001 - a failure of the slot, never of the candidate
                 outcome = HostOutcome(fault=f"{type(exc).__name__}: {exc}")
             if outcome.fault is None and outcome.evaluation is not None:
+                state.faults.clear()
                 on_result(job, outcome, state.slot.name)
             else:
                 fault(state, job, outcome.fault or "no evaluation came back")
