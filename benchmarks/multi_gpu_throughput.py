@@ -115,7 +115,8 @@ def _run(gpus: int, backend: str, tasks: list[str], copies: int, profile: bool) 
             per_gpu[key]["busy_s"] += placement["seconds"]
     statuses: dict[str, int] = defaultdict(int)
     for evaluation in results:
-        statuses[evaluation.status.value if evaluation.status else f"infra:{evaluation.infra_failure.value}"] += 1
+        failure = evaluation.infra_failure.value if evaluation.infra_failure else "?"
+        statuses[evaluation.status.value if evaluation.status else f"infra:{failure}"] += 1
     return {"gpus": gpus, "candidates": len(candidates), "seconds": seconds,
             "per_minute": len(candidates) / (seconds / 60), "statuses": dict(statuses),
             "per_gpu": {gpu: {**v, "busy_share": v["busy_s"] / seconds} for gpu, v in sorted(per_gpu.items())},
