@@ -203,7 +203,7 @@ def schedule(jobs: Sequence[Job], started: Started, *,
                             "not the candidate's verdict")
         else:
             queue.appendleft(job)
-            log.warning("GPU %s faulted while evaluating job %d (re-queued): %s", state.slot.name, job.index, reason)
+            log.warning("GPU %s faulted while evaluating %s (re-queued): %s", state.slot.name, job.work.origin, reason)
         if len(state.faults) >= retire_after:
             retire(state, f"faulted {len(state.faults)} times in a row: {'; '.join(state.faults)}")
 
