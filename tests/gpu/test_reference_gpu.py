@@ -1,0 +1,40 @@
+"""The gold set on the GPU: every reference kernel passes every workload (held-out ones included) and,
+where Nsight Compute is installed, executes every required feature — wgmma for the whole of a GEMM's
+FLOPs. Speed is measured by benchmarks/reference_kernels.py, not here. Run with `-m gpu`."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from ptxbench.arch.registry import Arch
+from ptxbench.check import read_candidate
+from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.evaluate.status import Status
+from ptxbench.tasks.loader import get_task
+
+from ..conftest import REPO
+
+pytestmark = pytest.mark.gpu
+REFERENCE = REPO / "kernels" / "reference" / "sm_90a"
+
+
+@pytest.fixture(scope="module")
+def evaluator():  # type: ignore[no-untyped-def]
+    gpu = GpuEvaluator(EvalOptions(trials=2, time=False, profile=shutil.which("ncu") is not None))
+    yield gpu
+    gpu.close()
+
+
+@pytest.mark.parametrize("path", sorted(REFERENCE.glob("*.cu")), ids=lambda p: p.stem)
+def test_reference_passes_with_its_features_executed(evaluator, path) -> None:  # type: ignore[no-untyped-def]
+    task = get_task(path.stem)
+    evaluation = evaluator.evaluate(task, Arch.SM_90A, read_candidate(path), path.name)
+    print(f"GOLD {path.stem}: {evaluation.status} {evaluation.message}")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert {t.role for t in evaluation.trials} == {w.role.value for w in task.workloads}
+    if evaluation.features is not None:
+        assert all(f.satisfied for f in evaluation.features)
+        shares = [f.flop_share for f in evaluation.features if f.requirement.min_flop_share]
+        assert all(share is not None and share >= 0.95 for share in shares), shares
