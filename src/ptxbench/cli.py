@@ -135,8 +135,8 @@ def check(
 
 @app.command("eval")
 def evaluate(
-    paths: list[Path] = typer.Argument(..., help="Candidate .cu files, directories of them, a generate/run directory, "
-                                       "or a generations .jsonl file"),
+    paths: Optional[list[Path]] = typer.Argument(None, help="Candidate .cu files, directories of them, a generate/run "
+                                                 "directory, or a generations .jsonl file"),
     task: Optional[str] = typer.Option("auto", "--task", help="Task id for every file; 'auto': the file's name"),
     arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
     out: Path = typer.Option(Path("runs/eval"), "--out", help="Run directory (resumed if it exists)"),
@@ -185,9 +185,13 @@ def evaluate(
             _fail(f"--gpus {gpus}: GPU {unseen[0]} is not visible ({visible} GPU(s) visible, numbered from 0)")
 
     if gold:
+        if paths:
+            _fail("--gold evaluates the bundled reference kernels: give no paths with it")
         paths = [Path(__file__).resolve().parents[2] / "kernels" / "reference" / arch.value]
         if not paths[0].is_dir():
             _fail(f"no reference kernels for {arch.value} yet ({paths[0]})")
+    elif not paths:
+        _fail("give candidate files or folders to evaluate (or --gold for the bundled reference kernels)")
     candidates = []
     for path in paths:
         if (path / "run.json").is_file():

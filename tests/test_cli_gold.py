@@ -1,0 +1,37 @@
+"""`ptxbench eval --gold` takes the bundled reference kernels (no paths), and eval without paths says what
+it needs. Without a GPU the gold run is static: every reference kernel is recorded as NO_GPU with its
+requirements found in the SASS."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ptxbench.cli import app
+
+runner = CliRunner()
+
+
+def test_gold_evaluates_every_reference_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("ptxbench.evaluate.run.gpu_available", lambda: False)
+    result = runner.invoke(app, ["eval", "--gold", "--out", str(tmp_path / "gold")])
+    assert result.exit_code == 0, result.output
+    records = sorted((tmp_path / "gold").rglob("result.json"))
+    tasks = {json.loads(r.read_text())["task"] for r in records}
+    assert tasks >= {"gemm_bf16", "gemm_fp8", "rmsnorm", "softmax", "transpose"}
+    for record in records:
+        evaluation = json.loads(record.read_text())
+        assert evaluation["infra_failure"] == "NO_GPU"
+        assert all(r["stage"] == "in_sass" for r in evaluation["static"]["requirements"]), evaluation["task"]
+    stored = (records[0].parent / "candidate.cu").read_text()
+    assert "inlined by PTXBench" in stored  # the run keeps exactly what was compiled
+
+
+def test_eval_needs_paths_or_gold(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["eval", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2 and "--gold" in result.output
+    result = runner.invoke(app, ["eval", "--gold", "kernels/examples", "--out", str(tmp_path / "y")])
+    assert result.exit_code == 2 and "no paths" in result.output
