@@ -8,15 +8,20 @@
 # aiohttp's parts). Ray's wheel is repacked without its Java jars and dashboard web client, which a
 # Python-only run never loads: whole, it is larger (76 MiB) than a call to the device may carry (64 MiB).
 #
+# --llm adds the OpenAI SDK and the parts of its stack that machine lacks, for the GPU tests that put a
+# scripted teacher behind a local OpenAI-compatible server (tests/gpu/test_fixit_gpu.py).
+#
 # Versions are pinned, so a rerun fetches the same files; .whl/ is replaced only once every download
 # has succeeded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ray=0
+llm=0
 for arg in "$@"; do
     case "$arg" in
         --ray) ray=1 ;;
-        *) echo "usage: $0 [--ray]" >&2; exit 2 ;;
+        --llm) llm=1 ;;
+        *) echo "usage: $0 [--ray] [--llm]" >&2; exit 2 ;;
     esac
 done
 staging=$(mktemp -d .whl.new.XXXXXX)
@@ -28,6 +33,10 @@ download() {
 }
 download pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.8.0 typing-inspection==0.4.5 \
     typing-extensions==4.16.0 pyelftools==0.33
+if [ "$llm" = 1 ]; then
+    download openai==3.57.0 jiter==0.19.0 sniffio==1.3.1 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 \
+        anyio==4.16.0 h11==0.16.0
+fi
 if [ "$ray" = 1 ]; then
     download ray==2.60.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
     tools=$(mktemp -d)
