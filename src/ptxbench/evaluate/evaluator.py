@@ -189,7 +189,8 @@ class GpuEvaluator:
             for _ in range(self.options.trials):
                 seed = secrets.randbits(62)
                 try:
-                    reply = self.worker.call("trial", workload.sizes, seed, timeout_s=self.options.call_timeout_s)
+                    with self._stage("trials.worker"):
+                        reply = self.worker.call("trial", workload.sizes, seed, timeout_s=self.options.call_timeout_s)
                 except WorkerTimeout as exc:
                     return trials, guards, (Status.TIMEOUT, f"workload {workload.name}: {exc}")
                 except WorkerDied as exc:
@@ -199,7 +200,8 @@ class GpuEvaluator:
                 if reply["code"] != 0:
                     return trials, guards, (Status.RUNTIME_ERROR,
                                             f"workload {workload.name}: the entry point returned cudaError {reply['code']}")
-                trial, found = self._judge_trial(task, workload, seed, reply, own_kernels)
+                with self._stage("trials.judge"):
+                    trial, found = self._judge_trial(task, workload, seed, reply, own_kernels)
                 trials.append(trial)
                 guards += found
                 if not trial.passed:

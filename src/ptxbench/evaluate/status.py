@@ -102,8 +102,8 @@ class Evaluation(BaseModel):
     features: list[RequirementExecution] | None = Field(
         default=None, description="Executed-instruction verdicts; None when no profiler ran (unverified)")
     durations_s: dict[str, float] = Field(default_factory=dict, description=(
-        "Wall seconds per stage (build_and_static, worker_start, load, trials, timing, profile, total): where "
-        "the evaluator's time goes"))
+        "Wall seconds per stage (build_and_static, peaks, worker_start, load, trials with its parts "
+        "trials.worker and trials.judge, timing, profile, total): where the evaluator's time goes"))
 
     @property
     def correct(self) -> bool:
