@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Everything PTXBench checks on a GPU, in one command on a machine without internet, in sections that
+# each have their own time limit, so one call of a lent GPU can run what fits and a run cut short
+# keeps what finished. Logs, JUnit files and benchmark results are collected into one archive,
+# $OUT/gpu_checks.tar.gz (or ./gpu_checks.tar.gz), because the lent machines return only a few files.
+#
+#   scripts/gpu_checks.sh [SECTION...]     (default: examples gold fixit scaleout refs, about 9 minutes)
+#
+# Sections (seconds are each one's limit; PTXBENCH_GPU_CHECK_SCALE multiplies them). The pytest ones:
+#   examples     tests/gpu/test_examples_gpu.py: the plain examples and the vendor baselines, 90 s
+#   adversarial  tests/gpu/test_evaluator_gpu.py: the evaluator on the examples and every known cheat, 480 s
+#   gold         tests/gpu/test_reference_gpu.py and the wrapper header's GPU test, 150 s
+#   fixit        tests/gpu/test_fixit_gpu.py (needs the --llm wheels), 80 s
+#   scaleout     tests/gpu/test_scaleout_gpu.py (the Ray part needs the --ray wheels), 90 s
+# and the benchmarks:
+#   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
+#   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
+#   multigpu   benchmarks/multi_gpu_throughput.py (1 GPU vs all visible), 300 s
+#
+# Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm]) are
+# installed from .whl/ first when that folder exists.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+sections=("$@")
+[ ${#sections[@]} -eq 0 ] && sections=(examples gold fixit scaleout refs)
+scale=${PTXBENCH_GPU_CHECK_SCALE:-1}
+dest=${OUT:-$PWD}
+work=$(mktemp -d /tmp/gpu_checks.XXXXXX)
+export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+
+archive() {
+    tar -czf "$dest/gpu_checks.tar.gz" -C "$work" . && echo "results: $dest/gpu_checks.tar.gz"
+}
+trap archive EXIT
+
+limit() { python3 -c "print(int($1 * $scale))"; }
+
+export PYTHONPATH=$PWD/src
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl; then
+        export PYTHONPATH=/tmp/site:$PWD/src
+    elif python3 -c "import pydantic" 2>/dev/null; then
+        echo "note: the wheels in .whl/ do not fit this Python; using the installed packages" >&2
+    else
+        echo "the wheels in .whl/ would not install and pydantic is missing" >&2; exit 1
+    fi
+fi
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; python3 -c \
+    "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"; \
+    ncu --version | tail -1; git rev-parse HEAD 2>/dev/null; date -u; } > "$work/environment.txt" 2>&1
+
+run_pytest() {  # name, limit in seconds, test files...
+    local name=$1 seconds=$2
+    shift 2
+    timeout "$(limit "$seconds")" python3 -m pytest -q -m gpu "$@" -p no:cacheprovider -rA -s \
+        --junitxml "$work/$name.xml" > "$work/$name.log" 2>&1
+    echo "$name: exit $? — $(grep -E ' in [0-9.]+s' "$work/$name.log" | tail -1)"
+}
+
+for section in "${sections[@]}"; do
+    case "$section" in
+        examples) run_pytest examples 90 tests/gpu/test_examples_gpu.py ;;
+        adversarial) run_pytest adversarial 480 tests/gpu/test_evaluator_gpu.py ;;
+        gold) run_pytest gold 150 tests/gpu/test_reference_gpu.py tests/context/test_wrappers_gpu.py ;;
+        fixit) run_pytest fixit 80 tests/gpu/test_fixit_gpu.py ;;
+        scaleout) run_pytest scaleout 90 tests/gpu/test_scaleout_gpu.py ;;
+        refs) timeout "$(limit 240)" python3 benchmarks/reference_kernels.py --out "$work/refs" > "$work/refs.log" 2>&1
+              echo "refs: exit $?"; grep -E "^## " "$work/refs.log" ;;
+        evaluator) timeout "$(limit 300)" python3 benchmarks/evaluator_benchmark.py --copies 4 \
+                       --candidates kernels/reference/sm_90a/gemm_bf16.cu --out "$work/evaluator" > "$work/evaluator.log" 2>&1
+                   echo "evaluator: exit $?"; tail -12 "$work/evaluator.log" ;;
+        multigpu) timeout "$(limit 300)" python3 benchmarks/multi_gpu_throughput.py --out "$work/multigpu" \
+                      > "$work/multigpu.log" 2>&1
+                  echo "multigpu: exit $?"; tail -12 "$work/multigpu.log" ;;
+        *) echo "unknown section: $section (examples adversarial gold fixit scaleout refs evaluator multigpu)" >&2 ;;
+    esac
+done
