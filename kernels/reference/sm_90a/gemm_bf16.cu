@@ -4,8 +4,9 @@
 // Design (one persistent CTA per SM, 384 threads = three warpgroups):
 //   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 64) and B (BN x 64) into
 //     a ring of shared memory (192 KiB: 4 stages for BN = 256, 6 for 128, 8 for 64) with TMA (128-byte
-//     swizzle, the layout wgmma reads without bank conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
-//     mbarrier (the consumers release it once their wgmmas have read it).
+//     swizzle, the layout wgmma reads without bank conflicts). Each stage has a "full" mbarrier (TMA
+//     completes its bytes there) and an "empty" mbarrier (the consumers release it once their wgmmas
+//     have read it).
 //   * warpgroups 1 and 2 are consumers: each owns 64 rows of the 128 x BN output tile and issues
 //     wgmma.m64nBNk16 straight from the swizzled shared tiles (BN / 2 fp32 accumulators per thread).
 //     One K-slice's wgmmas stay in flight while the next slice is issued (wait_group 1). A consumer
@@ -22,7 +23,8 @@
 //     132 CTAs use at one moment stay in L2. The producer runs ahead into the next tile while the
 //     consumers write the current one, so the epilogue overlaps the next tile's loads.
 //   * Remainders: K is a multiple of 64 and N of 64 (task rules). Rows of A past M and rows of B
-//     past N are zero-filled by TMA, and the epilogue stores only rows < M and columns < N.
+//     past N are zero-filled by TMA loads, and the TMA stores of the epilogue clip rows >= M and
+//     columns >= N.
 #include "ptx_wrappers.cuh"
 
 namespace {
