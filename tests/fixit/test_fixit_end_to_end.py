@@ -16,6 +16,7 @@ from ptxbench.fixit.train import TrainConfig, train
 from ptxbench.results.attempts import attempts_from_run
 
 from ..llm.conftest import FakeLLMServer, Reply
+from ..tiny_model import save_tiny_model
 from .test_mine_and_dataset import FIXED, _run
 from .test_repair import FixedWhenTiled
 
@@ -27,31 +28,16 @@ pytest.importorskip("peft")
 
 
 def _tiny_model(path: Path) -> Path:
-    """A random two-layer model whose tokenizer splits on whitespace; long enough for real prompts."""
+    """The tiny model with a vocabulary long enough for real prompts."""
     words = sorted(set((Path(__file__).read_text() + FIXED).split()))[:2000]
-    vocab = {token: i for i, token in enumerate(dict.fromkeys(["<unk>", "<pad>", "<s>", "</s>", *words]))}
-    core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>",
-                                                     bos_token="<s>", eos_token="</s>")
-    tokenizer.chat_template = ("{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} </s> {% endfor %}"
-                               "{% if add_generation_prompt %}assistant : {% endif %}")
-    tokenizer.save_pretrained(path)
-    config = transformers.LlamaConfig(vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16384,
-                                      pad_token_id=1, bos_token_id=2, eos_token_id=3)
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
-    return path
+    return save_tiny_model(path, words, max_positions=16384)
 
 
 def test_fixit_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("WANDB_DISABLED", "true")
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    teacher = FakeLLMServer()
-    teacher.thread.start()
-    try:
+    with FakeLLMServer() as teacher:
         failures = mine_failures([_run(tmp_path)], per_task=1)
         assert len(failures) == 1
         teacher.script.extend([
@@ -62,9 +48,6 @@ def test_fixit_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         pairs = repair(failures, "openai:teacher", tmp_path / "repairs", FixedWhenTiled(), turns=2,
                        base_url=f"{teacher.url}/v1")
         explained, rejected = explain(pairs, "openai:teacher", base_url=f"{teacher.url}/v1")
-    finally:
-        teacher.httpd.shutdown()
-        teacher.httpd.server_close()
     assert len(explained) == 1 and not rejected
     records, card = build_dataset(explained)
     export(records, card, tmp_path / "data")

@@ -25,11 +25,8 @@ class FixedWhenTiled:
 
 @pytest.fixture
 def teacher():  # type: ignore[no-untyped-def]
-    server = FakeLLMServer()
-    server.thread.start()
-    yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    with FakeLLMServer() as server:
+        yield server
 
 
 def test_repair_refines_until_the_evaluator_passes(teacher: FakeLLMServer, tmp_path: Path,

@@ -22,6 +22,8 @@ from ptxbench.fixit.train import (
 from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.types import CompletionRequest, Message, SamplingParams
 
+from ..tiny_model import save_tiny_model
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
@@ -31,30 +33,6 @@ pytest.importorskip("datasets")
 
 WORDS = ("fix the kernel it failed because the wgmma fence is missing add a fence before the mma "
          "here is the fixed file system user assistant : ```cuda ```").split()
-SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
-TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}assistant : {% endif %}"
-)
-
-
-def save_tiny_model(path: Path, chat_template: bool) -> Path:
-    vocab = {token: i for i, token in enumerate(dict.fromkeys(SPECIAL + WORDS))}
-    core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
-    )
-    if chat_template:
-        tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(path)
-    config = transformers.LlamaConfig(
-        vocab_size=len(vocab), hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=256, pad_token_id=1, bos_token_id=2, eos_token_id=3,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
-    return path
 
 
 def write_records(path: Path, count: int = 8) -> Path:
@@ -93,7 +71,7 @@ def small_config(tmp_path: Path, base: Path, **changes: object) -> TrainConfig:
 def test_trains_an_adapter_that_the_local_provider_loads(tmp_path: Path) -> None:
     from ptxbench.llm.providers.hf_local import HFLocalProvider
 
-    base = save_tiny_model(tmp_path / "tiny", chat_template=True)
+    base = save_tiny_model(tmp_path / "tiny", WORDS)
     config = small_config(tmp_path, base)
     result = train(config)
     out = config.output_dir
@@ -127,7 +105,7 @@ def test_trains_an_adapter_that_the_local_provider_loads(tmp_path: Path) -> None
 def test_plain_tokenizer_trains_on_the_providers_text_format(tmp_path: Path) -> None:
     """No chat template: records become the role-prefixed text the provider sends; too-long ones are
     left out and counted, not truncated."""
-    base = save_tiny_model(tmp_path / "tiny", chat_template=False)
+    base = save_tiny_model(tmp_path / "tiny", WORDS, chat_template=False)
     config = small_config(tmp_path, base, max_steps=1, max_seq_length=27, target_modules="all-linear")
     result = train(config)
     assert result.steps == 1 and not result.chat_template and math.isfinite(result.final_loss)
@@ -139,7 +117,7 @@ def test_loss_is_on_the_last_message_only(tmp_path: Path) -> None:
     earlier assistant turn."""
     from ptxbench.fixit.train import build_trainer
 
-    base = save_tiny_model(tmp_path / "tiny", chat_template=True)
+    base = save_tiny_model(tmp_path / "tiny", WORDS)
     record = {"messages": [{"role": "user", "content": "fix the kernel"}, {"role": "assistant", "content": "the mma"},
                            {"role": "user", "content": "it failed"}, {"role": "assistant", "content": "add a fence"}]}
     config = small_config(tmp_path, base)

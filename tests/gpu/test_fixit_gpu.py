@@ -28,18 +28,16 @@ def test_only_a_gpu_verified_repair_is_kept(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     plain = (EXAMPLES / "transpose.cu").read_text()
     expert = read_candidate(REPO / "kernels" / "reference" / "sm_90a" / "transpose.cu")
-    teacher = FakeLLMServer()
-    teacher.thread.start()
-    teacher.script.extend([Reply(text=f"```cuda\n{plain}\n```"), Reply(text=f"Using TMA:\n```cuda\n{expert}\n```")])
     gpu = GpuEvaluator(EvalOptions(trials=1, timing_budget_ms=20, call_timeout_s=60))
-    try:
-        (case, *_) = mine_failures([_run(tmp_path)])
-        pairs = repair([case], "openai:teacher", tmp_path / "repairs", GpuFeedbackEvaluator(gpu), turns=3,
-                       base_url=f"{teacher.url}/v1")
-    finally:
-        gpu.close()
-        teacher.httpd.shutdown()
-        teacher.httpd.server_close()
+    with FakeLLMServer() as teacher:
+        teacher.script.extend([Reply(text=f"```cuda\n{plain}\n```"),
+                               Reply(text=f"Using TMA:\n```cuda\n{expert}\n```")])
+        try:
+            (case, *_) = mine_failures([_run(tmp_path)])
+            pairs = repair([case], "openai:teacher", tmp_path / "repairs", GpuFeedbackEvaluator(gpu), turns=3,
+                           base_url=f"{teacher.url}/v1")
+        finally:
+            gpu.close()
     assert len(teacher.received) == 2
     sent_back = teacher.received[1].body["messages"][-1]["content"]
     print(f"FEEDBACK on the plain kernel:\n{sent_back}")

@@ -89,6 +89,14 @@ class FakeLLMServer:
         self.httpd.fake = self  # type: ignore[attr-defined]
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
+    def __enter__(self) -> "FakeLLMServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -133,11 +141,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[FakeLLMServer]:
-    fake = FakeLLMServer()
-    fake.thread.start()
-    yield fake
-    fake.httpd.shutdown()
-    fake.httpd.server_close()
+    with FakeLLMServer() as fake:
+        yield fake
 
 
 @pytest.fixture(autouse=True)

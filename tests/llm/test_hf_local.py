@@ -10,43 +10,13 @@ from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.providers import get_provider
 from ptxbench.llm.types import CompletionRequest, Message, SamplingParams
 
+from ..tiny_model import save_tiny_model
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
 WORDS = "write a kernel that uses wgmma tma mbarrier for gemm on hopper please system user assistant :".split()
-SPECIAL = ["<unk>", "<pad>", "<s>", "</s>"]
-TEMPLATE = (
-    "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} </s> {% endfor %}"
-    "{% if add_generation_prompt %}assistant : {% endif %}"
-)
-
-
-def save_tiny_model(path: Path, chat_template: bool) -> Path:
-    vocab = {token: i for i, token in enumerate(SPECIAL + WORDS)}
-    core = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
-    )
-    if chat_template:
-        tokenizer.chat_template = TEMPLATE
-    tokenizer.save_pretrained(path)
-    config = transformers.LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=1,
-        bos_token_id=2,
-        eos_token_id=3,
-    )
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(path)
-    return path
 
 
 def ask(spec: str, provider, temperature: float = 0.0) -> list:
@@ -66,7 +36,7 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize("chat_template", [True, False], ids=["chat-template", "plain"])
 def test_generates_and_counts_tokens(tmp_path: Path, chat_template: bool) -> None:
-    spec = f"hf:{save_tiny_model(tmp_path / 'tiny', chat_template)}"
+    spec = f"hf:{save_tiny_model(tmp_path / 'tiny', WORDS, chat_template=chat_template)}"
     provider = get_provider(spec, device="cpu")
     first, second = ask(spec, provider)
     assert first.error is None, first.error
@@ -79,7 +49,7 @@ def test_generates_and_counts_tokens(tmp_path: Path, chat_template: bool) -> Non
 
 def test_loads_a_lora_adapter(tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
-    base = save_tiny_model(tmp_path / "tiny", chat_template=True)
+    base = save_tiny_model(tmp_path / "tiny", WORDS)
     model = transformers.AutoModelForCausalLM.from_pretrained(base)
     config = peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     peft.get_peft_model(model, config).save_pretrained(tmp_path / "adapter")
