@@ -62,6 +62,14 @@ def _serve(connection: Connection, handler_path: str, device: int | None) -> Non
             connection.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
 
 
+def _end(process: multiprocessing.process.BaseProcess | None, connection: Connection | None) -> None:
+    if process is not None and process.is_alive():
+        process.kill()
+        process.join(timeout=10)
+    if connection is not None:
+        connection.close()
+
+
 class Worker:
     """One child process serving one handler; restarted after any failure that may have damaged it."""
 
@@ -99,18 +107,27 @@ class Worker:
             self.start()
         if self._ready:
             return
-        assert self._connection is not None and self._process is not None
         try:
-            if not self._connection.poll(self.start_timeout_s):
-                self.kill()
-                raise WorkerTimeout(self.start_timeout_s)
-            self._connection.recv()
+            self._receive(self.start_timeout_s)
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            self._process.join(timeout=10)
-            exitcode = self._process.exitcode
-            self.kill()
-            raise WorkerDied(exitcode) from None
+            raise self._died() from None
         self._ready = True
+
+    def _receive(self, timeout_s: float) -> Any:
+        """The process's next message; past ``timeout_s`` it is killed (a hang, as the caller sees it)."""
+        assert self._connection is not None
+        if not self._connection.poll(timeout_s):
+            self.kill()
+            raise WorkerTimeout(timeout_s)
+        return self._connection.recv()
+
+    def _died(self) -> WorkerDied:
+        """The pipe broke: the process exited. Reap it and say how it ended."""
+        assert self._process is not None
+        self._process.join(timeout=10)
+        exitcode = self._process.exitcode
+        self.kill()
+        return WorkerDied(exitcode)
 
     def renew(self) -> None:
         """End the current process and continue in a new one that nothing has run in yet."""
@@ -121,7 +138,7 @@ class Worker:
             self._ready = False  # its "ready" message waits in the pipe
         else:
             if spare is not None:
-                spare[1].close()
+                _end(*spare)
             self.start()
         if self.keep_spare:
             self._spare = self._spawn()
@@ -129,36 +146,23 @@ class Worker:
     def call(self, method: str, *args: Any, timeout_s: float) -> Any:
         """Run ``handler.method(*args)`` in the worker; raises WorkerTimeout, WorkerDied or RequestFailed."""
         self.wait_ready()
-        assert self._connection is not None and self._process is not None
+        assert self._connection is not None
         try:
             self._connection.send((method, args))
-            if not self._connection.poll(timeout_s):
-                self.kill()
-                raise WorkerTimeout(timeout_s)
-            kind, payload = self._connection.recv()
+            kind, payload = self._receive(timeout_s)
         except (EOFError, BrokenPipeError, ConnectionResetError):
-            self._process.join(timeout=10)
-            exitcode = self._process.exitcode
-            self.kill()
-            raise WorkerDied(exitcode) from None
+            raise self._died() from None
         if kind == "error":
             raise RequestFailed(*payload)
         return payload
 
     def kill(self) -> None:
-        if self._process is not None and self._process.is_alive():
-            self._process.kill()
-            self._process.join(timeout=10)
-        if self._connection is not None:
-            self._connection.close()
+        _end(self._process, self._connection)
         self._process, self._connection = None, None
 
     def close(self) -> None:
         if self._spare is not None:
-            process, connection = self._spare
-            process.kill()
-            process.join(timeout=10)
-            connection.close()
+            _end(*self._spare)
             self._spare = None
         if self._connection is not None and self._process is not None and self._process.is_alive():
             try:
