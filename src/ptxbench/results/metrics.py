@@ -338,23 +338,18 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|")
 
 
+def _format_estimate(estimate: Estimate | None, scale: float = 1.0, digits: int = 2, suffix: str = "") -> str:
+    if estimate is None:
+        return "–"
+    text = f"{estimate.value * scale:.{digits}f}{suffix}"
+    if estimate.low is not None and estimate.high is not None:
+        text += f" [{estimate.low * scale:.{digits}f}, {estimate.high * scale:.{digits}f}]"
+    return text
+
+
 def format_rate(estimate: Estimate | None) -> str:
     """A rate as a percentage with its interval: ``62.5 [55.0, 70.0]``."""
-    if estimate is None:
-        return "–"
-    text = f"{estimate.value * 100:.1f}"
-    if estimate.low is not None and estimate.high is not None:
-        text += f" [{estimate.low * 100:.1f}, {estimate.high * 100:.1f}]"
-    return text
-
-
-def _format_value(estimate: Estimate | None, suffix: str = "") -> str:
-    if estimate is None:
-        return "–"
-    text = f"{estimate.value:.2f}{suffix}"
-    if estimate.low is not None and estimate.high is not None:
-        text += f" [{estimate.low:.2f}, {estimate.high:.2f}]"
-    return text
+    return _format_estimate(estimate, scale=100, digits=1)
 
 
 _RATE_HEADERS = {"compile": "compile", "features_in_ptx": "in PTX", "features_in_sass": "in SASS",
@@ -374,7 +369,7 @@ def summary_table(summaries: Sequence[MetricSummary]) -> str:
     for summary in summaries:
         cells = [_cell("–" if summary.group[f] is None else summary.group[f]) for f in fields]
         cells += [format_rate(summary.rates.get(m)) for m in metrics]
-        cells += [_format_value(summary.speedup_geomean, "×"), _format_value(summary.roofline_pct_mean),
+        cells += [_format_estimate(summary.speedup_geomean, suffix="×"), _format_estimate(summary.roofline_pct_mean),
                   format_rate(summary.generalization), str(summary.n_tasks), str(summary.n_samples),
                   str(summary.n_attempts), str(summary.n_unmeasured)]
         lines.append("| " + " | ".join(cells) + " |")
