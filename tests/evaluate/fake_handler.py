@@ -32,3 +32,25 @@ class SlowToStart(Misbehaving):
 
     def __init__(self) -> None:
         time.sleep(1.5)
+
+
+class _RunsCommand:
+    """Unpickles as a call of ``os.system``: what a candidate could write into the pipe."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (os.system, (self.command,))
+
+
+class Forging(Misbehaving):
+    """Replies the harness never produces, as a candidate's native code could write them."""
+
+    def code_in_reply(self, marker: str) -> object:
+        return _RunsCommand(f"touch {marker}")
+
+    def tensor(self):  # type: ignore[no-untyped-def]
+        import torch
+
+        return {"outputs": {"C": torch.ones(3, dtype=torch.bfloat16)}, "size": torch.Size([3])}

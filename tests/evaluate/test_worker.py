@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 
 HANDLER = "tests.evaluate.fake_handler:Misbehaving"
 
@@ -61,3 +61,21 @@ def test_renew_continues_in_a_new_process_and_the_spare_is_reaped() -> None:
 def test_start_up_is_not_charged_to_a_requests_time_limit() -> None:
     with Worker("tests.evaluate.fake_handler:SlowToStart") as worker:
         assert worker.call("echo", 7, timeout_s=0.5) == 7  # the handler takes 1.5 s to build
+
+
+def test_a_reply_that_would_run_code_in_the_harness_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "ran"
+    with Worker("tests.evaluate.fake_handler:Forging") as worker:
+        first = worker.call("pid", timeout_s=60)
+        with pytest.raises(ForgedReply, match="may not name posix.system"):
+            worker.call("code_in_reply", str(marker), timeout_s=60)
+        assert not marker.exists(), "the forged pickle ran in the harness"
+        assert worker.call("pid", timeout_s=60) != first, "the process that forged it was killed"
+
+
+def test_tensors_still_cross_the_allow_list() -> None:
+    torch = pytest.importorskip("torch")
+    with Worker("tests.evaluate.fake_handler:Forging") as worker:
+        reply = worker.call("tensor", timeout_s=60)
+    assert torch.equal(reply["outputs"]["C"], torch.ones(3, dtype=torch.bfloat16))
+    assert reply["size"] == torch.Size([3])

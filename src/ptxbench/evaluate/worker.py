@@ -4,14 +4,20 @@ ends the worker, never the harness.
 The worker serves requests from a handler object created in the child (``"module:Class"``, built
 with the device index). Each request has a time limit; past it the worker is killed and replaced.
 The parent never trusts the child's judgement: handlers return raw data, and the verdicts are made
-in the parent.
+in the parent. Nor does it trust the child's bytes: the candidate's code runs in the child and can
+write to the pipe, so replies are unpickled with an allow-list of the types a reply holds (tensors,
+their storages, dtypes); anything else (a pickle that would call ``os.system`` in the harness) ends
+the child as ``ForgedReply``.
 """
 
 from __future__ import annotations
 
 import importlib
+import io
 import multiprocessing
 import os
+import pickle
+import time
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
@@ -32,6 +38,47 @@ class WorkerTimeout(PtxbenchError):
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
         super().__init__(f"no answer within {seconds:g} s (hang or endless loop); the process was killed")
+
+
+class ForgedReply(WorkerDied):
+    """The child sent a reply the harness never produces: its code tampered with the channel."""
+
+    def __init__(self, detail: str) -> None:
+        self.exitcode = None
+        self.detail = detail
+        PtxbenchError.__init__(self, f"the candidate's process sent a forged reply ({detail}); it was refused and killed")
+
+
+# What a reply may name when unpickled: tensors as torch.multiprocessing shares them (CUDA IPC
+# handles, shared-memory storages) and the types their metadata needs. Dtypes are checked by type.
+_REPLY_GLOBALS = {
+    "torch.multiprocessing.reductions": {"rebuild_tensor", "rebuild_cuda_tensor", "rebuild_typed_storage",
+                                         "rebuild_storage_fd", "rebuild_storage_filename", "rebuild_storage_empty"},
+    "torch": {"Tensor", "Size"},
+    "torch.storage": {"UntypedStorage", "TypedStorage"},
+    "multiprocessing.resource_sharer": {"DupFd"},
+}
+
+
+class _ReplyUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _REPLY_GLOBALS.get(module, ()):
+            return super().find_class(module, name)
+        if module == "torch":
+            import torch
+
+            value = getattr(torch, name, None)
+            if isinstance(value, torch.dtype):
+                return value
+        raise pickle.UnpicklingError(f"a reply may not name {module}.{name}")
+
+
+def load_reply(data: bytes) -> Any:
+    """Unpickle bytes from a child, allowing only what a harness reply contains."""
+    try:
+        return _ReplyUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:  # noqa: BLE001 - any malformed or forged payload is the child's doing
+        raise ForgedReply(f"{type(exc).__name__}: {exc}") from None
 
 
 class RequestFailed(PtxbenchError):
@@ -70,6 +117,9 @@ def _end(process: multiprocessing.process.BaseProcess | None, connection: Connec
         connection.close()
 
 
+_REPLY_KINDS = ("ready", "ok", "error")
+
+
 class Worker:
     """One child process serving one handler; restarted after any failure that may have damaged it."""
 
@@ -83,6 +133,7 @@ class Worker:
         self._connection: Connection | None = None
         self._spare: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
         self._ready = False  # the current process has built its handler
+        self._sent_at: float | None = None  # when the request in flight was sent
 
     @property
     def pid(self) -> int | None:
@@ -108,18 +159,32 @@ class Worker:
         if self._ready:
             return
         try:
-            self._receive(self.start_timeout_s)
+            kind, _ = self._receive(self.start_timeout_s)
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise self._died() from None
+        if kind != "ready":
+            self.kill()
+            raise ForgedReply(f"{kind!r} before the process said it was ready")
         self._ready = True
 
-    def _receive(self, timeout_s: float) -> Any:
-        """The process's next message; past ``timeout_s`` it is killed (a hang, as the caller sees it)."""
+    def _receive(self, timeout_s: float, since: float | None = None) -> Any:
+        """The process's next message; ``timeout_s`` after ``since`` (a monotonic time; default now) it is
+        killed (a hang, as the caller sees it), and a message that is not a harness reply kills it too
+        (``ForgedReply``)."""
         assert self._connection is not None
-        if not self._connection.poll(timeout_s):
+        waited = time.monotonic() - since if since is not None else 0.0
+        if not self._connection.poll(max(0.0, timeout_s - waited)):
             self.kill()
             raise WorkerTimeout(timeout_s)
-        return self._connection.recv()
+        data = self._connection.recv_bytes()
+        try:
+            message = load_reply(data)
+            if not (isinstance(message, tuple) and len(message) == 2 and message[0] in _REPLY_KINDS):
+                raise ForgedReply(f"a {type(message).__name__} instead of a (kind, payload) pair")
+        except ForgedReply:
+            self.kill()
+            raise
+        return message
 
     def _died(self) -> WorkerDied:
         """The pipe broke: the process exited. Reap it and say how it ended."""
@@ -145,15 +210,34 @@ class Worker:
 
     def call(self, method: str, *args: Any, timeout_s: float) -> Any:
         """Run ``handler.method(*args)`` in the worker; raises WorkerTimeout, WorkerDied or RequestFailed."""
+        self.send(method, *args)
+        return self.receive(timeout_s)
+
+    def send(self, method: str, *args: Any) -> None:
+        """Start ``handler.method(*args)``; ``receive`` gets its answer, so the caller can work meanwhile."""
         self.wait_ready()
         assert self._connection is not None
         try:
             self._connection.send((method, args))
-            kind, payload = self._receive(timeout_s)
+            self._sent_at = time.monotonic()
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._died() from None
+
+    def receive(self, timeout_s: float) -> Any:
+        """The answer to the request sent last, at most ``timeout_s`` after it was sent; raises
+        WorkerTimeout, WorkerDied or RequestFailed."""
+        try:
+            kind, payload = self._receive(timeout_s, since=self._sent_at)
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise self._died() from None
         if kind == "error":
+            if not (isinstance(payload, tuple) and len(payload) == 3 and all(isinstance(p, str) for p in payload)):
+                self.kill()
+                raise ForgedReply("an error report that is not three strings")
             raise RequestFailed(*payload)
+        if kind == "ready":  # only ever the first message of a process
+            self.kill()
+            raise ForgedReply("a second ready message")
         return payload
 
     def kill(self) -> None:
