@@ -1,0 +1,81 @@
+"""Who may use a GPU now: the untimed work of many evaluations at once, or one evaluation's timing alone.
+
+Several evaluations can share one GPU (lanes): correctness trials, reference computations and the ncu
+stage tolerate company, but a timed measurement does not. A reader-writer lock across processes
+(``flock`` on files named after the GPU's UUID) gives timing the GPU to itself, and any process of
+this machine that evaluates on the same GPU (another lane, another run) takes part.
+
+A turnstile keeps timing from starving: once a lane waits to time, no new untimed work starts until
+it has had its turn. The invariant the evaluator keeps with it: a process holding a candidate's code
+lives only while its lane holds the lock, so no candidate can run anything during another's timing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+KEY_VARIABLE = "PTXBENCH_GPU_LOCK"  # set for worker processes: the key of the GPU they start on
+
+
+def default_lock_folder() -> Path:
+    return Path(os.environ.get("PTXBENCH_LOCK_DIR") or Path(tempfile.gettempdir()) / "ptxbench-gpu-locks")
+
+
+class GpuLock:
+    """The lock of one GPU, named by its UUID (or any stable key), usable from any process."""
+
+    def __init__(self, key: str, folder: Path | None = None) -> None:
+        folder = folder or default_lock_folder()
+        folder.mkdir(parents=True, exist_ok=True)
+        slug = re.sub(r"[^A-Za-z0-9_.-]", "_", key) or "gpu"
+        self._main = folder / f"{slug}.lock"
+        self._turnstile = folder / f"{slug}.turnstile"
+        self.waited_s = 0.0  # time spent waiting for the GPU, for the evaluator's stage durations
+
+    @contextmanager
+    def _held(self, path: Path, mode: int) -> Iterator[None]:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(descriptor, mode)
+            yield
+        finally:
+            os.close(descriptor)  # closing releases the lock, also when the process dies
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        """Untimed GPU work: runs beside other untimed work, never during a timing."""
+        started = time.perf_counter()
+        with self._held(self._turnstile, fcntl.LOCK_EX):
+            pass  # a lane waiting to time holds the turnstile: new untimed work queues behind it
+        with self._held(self._main, fcntl.LOCK_SH):
+            self.waited_s += time.perf_counter() - started
+            yield
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Timing: waits until the untimed work in progress ends, and lets nothing else start meanwhile."""
+        started = time.perf_counter()
+        with self._held(self._turnstile, fcntl.LOCK_EX):
+            with self._held(self._main, fcntl.LOCK_EX):
+                self.waited_s += time.perf_counter() - started
+                yield
+
+
+@contextmanager
+def shared_if_known() -> Iterator[None]:
+    """The GPU's lock, shared, when this process was started for a known GPU (``KEY_VARIABLE``): a worker
+    holds it while it opens the GPU and warms up, so its start-up never overlaps a timing."""
+    key = os.environ.get(KEY_VARIABLE)
+    if not key:
+        yield
+        return
+    with GpuLock(key).shared():
+        yield
