@@ -14,6 +14,16 @@ from ptxbench.tasks.model import Task
 from ptxbench.tasks.reference import make_inputs, run_reference
 
 BEHAVIOUR = "PTXBENCH_FAKE_BEHAVIOUR"
+SPANS = "PTXBENCH_FAKE_SPANS"  # a file: each trial and timing call then takes 0.2 s and logs its span
+
+
+def _span(kind: str) -> None:
+    log = os.environ.get(SPANS)
+    if log:
+        started = time.time()
+        time.sleep(0.2)
+        with open(log, "a") as out:
+            out.write(f"{kind} {os.getpid()} {started} {time.time()}\n")
 
 
 class FakeRunner:
@@ -22,10 +32,13 @@ class FakeRunner:
         self.task: Task | None = None
 
     def device_info(self) -> dict[str, Any]:
-        return {"name": "Fake H200", "torch": torch.__version__, "cuda": None, "cudnn": None}
+        return {"name": "Fake H200", "torch": str(torch.__version__), "cuda": None, "cudnn": None}
 
     def peaks(self) -> dict[str, float]:
         return {"bytes_per_s": 4.0e12, "bf16_flops": 7.5e14, "fp8_flops": 1.2e15}
+
+    def set_task(self, task_json: str) -> None:
+        self.task = Task.model_validate_json(task_json)
 
     def load(self, shared_object: str, task_json: str) -> list[str]:
         from pathlib import Path
@@ -48,6 +61,7 @@ class FakeRunner:
         return outputs
 
     def trial(self, sizes: dict[str, int], seed: int) -> dict[str, Any]:
+        _span("trial")
         if self.behaviour == "hang":
             time.sleep(3600)
         if self.behaviour == "crash":
@@ -69,9 +83,13 @@ class FakeRunner:
                 "inputs_after": inputs}
 
     def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
-             warmup: int = 3) -> dict[str, Any]:
-        stats = {"candidate": (2.0, 0.01), **{name: (1.0, 0.01) for name in baselines}}
-        return {"stats": stats, "samples": 10, "last_seed": seeds[-1], "last_outputs": self._outputs(sizes, seeds[-1])}
+             warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
+        if candidate and not hasattr(self, "kernels"):
+            raise RuntimeError("no candidate is loaded to time")
+        _span("time")
+        stats = {**({"candidate": (2.0, 0.01)} if candidate else {}), **{name: (1.0, 0.01) for name in baselines}}
+        return {"stats": stats, "samples": 10, "last_seed": seeds[-1],
+                "last_outputs": self._outputs(sizes, seeds[-1]) if candidate else {}}
 
 
 STATE = "PTXBENCH_FAKE_STATE"

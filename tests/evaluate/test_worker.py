@@ -42,20 +42,24 @@ def test_parent_reads_the_workers_libraries_itself() -> None:
         assert any("libc" in path for path in worker.mapped_libraries())
 
 
-def test_renew_continues_in_a_new_process_and_the_spare_is_reaped() -> None:
-    worker = Worker(HANDLER, keep_spare=True)
+def test_renew_continues_in_a_new_process_and_the_spares_are_reaped() -> None:
+    worker = Worker(HANDLER, spares=2)
     try:
         first = worker.call("pid", timeout_s=60)
         worker.renew()
         second = worker.call("pid", timeout_s=60)
         assert second != first
-        spare = worker._spare
-        assert spare is not None and spare[0].is_alive()  # started ahead for the next candidate
+        spares = list(worker._spares)
+        assert len(spares) == 2 and all(process.is_alive() for process, _ in spares)  # started ahead
         worker.renew()
-        assert worker.call("pid", timeout_s=60) == spare[0].pid
+        assert worker.call("pid", timeout_s=60) == spares[0][0].pid, "the oldest spare goes first"
+        worker.renew()
+        assert worker.call("pid", timeout_s=60) == spares[1][0].pid
+        assert len(worker._spares) == 2
+        spares = list(worker._spares)
     finally:
         worker.close()
-    assert worker._spare is None and not spare[0].is_alive()
+    assert not worker._spares and not any(process.is_alive() for process, _ in spares)
 
 
 def test_start_up_is_not_charged_to_a_requests_time_limit() -> None:

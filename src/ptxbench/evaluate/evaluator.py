@@ -6,10 +6,19 @@ held-out ones included, each judged here from raw data (RUNTIME_ERROR, TIMEOUT, 
 guards: provenance, streams, canaries, input mutation, libraries) → timing of the timed and visible
 workloads with the outputs of timed calls re-checked and a physical-floor check → executed features
 (ncu). Any guard finding makes the candidate REJECTED.
+
+Sharing the GPU: untimed stages hold the GPU's lock shared and timing holds it alone (``GpuLock``), so
+several evaluations (lanes, or other runs on this machine) overlap their untimed work and never
+disturb a measurement. A process holding the candidate's code exists only while its lane holds the
+lock: trials run in one fresh process, timing in another, and each is ended before the lock is let go.
+Vendor baselines are timed in the timing process *before* the candidate is loaded into it, so no
+candidate code can slow the baseline it is compared against (and a cached baseline never comes from a
+process a candidate touched).
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import time
@@ -23,6 +32,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
 from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
+from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.evaluate.gpu_side import CANARY_VALUE
 from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import (
@@ -34,12 +44,13 @@ from ptxbench.evaluate.verdict import (
     provenance_guards,
     unique,
 )
-from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
 from ptxbench.toolchain.compile import default_cache_dir
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
+WORKER_SPARES = 3  # fresh processes starting ahead: two are used per candidate, each takes ~7 s to start
 
 # Datasheet peaks (dense): no kernel can beat them, so a faster time means the work was not done.
 PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
@@ -55,6 +66,8 @@ class EvalOptions(BaseModel):
     timing_budget_ms: float = Field(default=300.0, gt=0, description="measured time per workload and side")
     profile: bool = Field(default=True, description="prove executed instructions with ncu when it is installed")
     profile_timeout_s: float = Field(default=600.0, gt=0)
+    lanes: int = Field(default=1, ge=1, le=16, description=(
+        "candidates evaluated at once on each GPU: their untimed stages overlap, timing runs alone"))
 
 
 def _peaks(device_name: str) -> dict[str, float] | None:
@@ -69,11 +82,12 @@ class GpuEvaluator:
         """``handler`` and ``reference_device`` exist so the orchestration can be tested without a GPU."""
         self.options = options or EvalOptions()
         self.reference_device = reference_device
-        self.worker = Worker(handler, device, keep_spare=True)
+        self.worker = Worker(handler, device, spares=WORKER_SPARES)
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
         self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
         self._durations: dict[str, float] = {}
+        self._lock: GpuLock | None = None
 
     def close(self) -> None:
         self.worker.close()
@@ -83,14 +97,27 @@ class GpuEvaluator:
             self._device = self.worker.call("device_info", timeout_s=300)
         return self._device
 
+    @property
+    def lock(self) -> GpuLock:
+        """The GPU's lock, shared with every evaluation on this GPU (named by its UUID)."""
+        if self._lock is None:
+            device = self.device()
+            key = str(device.get("uuid") or f"{device.get('name')}-{self.worker.device}")
+            self._lock = GpuLock(key)
+            os.environ[KEY_VARIABLE] = key  # workers started from now on take it while they open the GPU
+        return self._lock
+
     # -- the whole evaluation -------------------------------------------------------------------
 
     def evaluate(self, task: Task, arch: Arch, source: str, name: str = "candidate.cu") -> Evaluation:
         """The candidate's evaluation, validated (the model forbids states the evidence cannot support)."""
         self._durations = {}
+        waited = self._lock.waited_s if self._lock is not None else 0.0
         started = time.perf_counter()
         evaluation = self._evaluate(task, arch, source, name)
         durations = {**self._durations, "total": time.perf_counter() - started}
+        if self._lock is not None:
+            durations["gpu_lock_wait"] = self._lock.waited_s - waited
         return Evaluation.model_validate({**evaluation.model_dump(), "durations_s": durations})
 
     @contextmanager
@@ -99,7 +126,10 @@ class GpuEvaluator:
         try:
             yield
         finally:
-            self._durations[name] = self._durations.get(name, 0.0) + time.perf_counter() - started
+            self._count(name, time.perf_counter() - started)
+
+    def _count(self, name: str, seconds: float) -> None:
+        self._durations[name] = self._durations.get(name, 0.0) + seconds
 
     def _evaluate(self, task: Task, arch: Arch, source: str, name: str) -> Evaluation:
         with self._stage("build_and_static"):
@@ -116,6 +146,8 @@ class GpuEvaluator:
                                                  "guards": [GuardFinding(guard=Guard.LIBRARY_CALL, detail=linked[0])]})
         try:
             return self._run(task, evaluation, Path(result.directory) / "candidate.so")
+        except ForgedReply as exc:
+            return _forged(evaluation, exc)
         except WorkerDied as exc:
             return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": str(exc)})
 
@@ -125,37 +157,28 @@ class GpuEvaluator:
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
             return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.NO_GPU,
                                                  "message": f"the GPU worker could not start: {exc}"})
-        if self.options.time:
-            with self._stage("peaks"):  # once per evaluator: the first candidate carries it
+        if self.options.time and self._peaks is None:
+            with self._stage("peaks"), self.lock.exclusive():  # once per evaluator: the first candidate carries it
                 self.peaks()  # measured in a process no candidate has touched
-        try:
-            with self._stage("worker_start"):
-                self.worker.renew()  # a fresh process per candidate: nothing of the previous one survives
-                self.worker.wait_ready()
-        except (WorkerDied, WorkerTimeout) as exc:
-            return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
-                                                 "message": f"a fresh GPU worker could not start: {exc}"})
-        try:
-            with self._stage("load"):
-                self.worker.call("load", str(shared_object), task.model_dump_json(),
-                                 timeout_s=self.options.call_timeout_s)
-        except WorkerTimeout as exc:  # loading runs the library's static constructors: the candidate's code
-            return evaluation.model_copy(update={"status": Status.TIMEOUT, "message": f"loading the library: {exc}"})
-        except RequestFailed as exc:
-            if exc.kind in ("OSError", "AttributeError"):  # ctypes: the library or its entry point would not load
-                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"})
-            return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
-                                                 "message": f"the worker could not load the candidate: {exc}"})
-        libraries_at_load = self.worker.mapped_libraries()
         own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
-
-        with self._stage("trials"):
-            trials, guards, failure = self._trials(task, own_kernels)
-        guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
-        evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
+        # A fresh process is awaited before the lock is taken: a starting worker takes the lock itself.
+        failure = self._fresh_worker()
         if failure is not None:
-            status, message = failure
-            self.worker.kill()
+            return evaluation.model_copy(update=failure)
+        with self.lock.shared():
+            try:
+                failure = self._load(task, shared_object)
+                if failure is not None:
+                    return evaluation.model_copy(update=failure)
+                libraries_at_load = self.worker.mapped_libraries()
+                with self._stage("trials"):
+                    trials, guards, ended = self._trials(task, own_kernels)
+                guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
+            finally:
+                self.worker.kill()  # the candidate's process ends while its lane still holds the GPU
+        evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
+        if ended is not None:
+            status, message = ended
             return evaluation.model_copy(update={"status": status, "message": message})
         status = decide(evaluation)
         if status is not Status.PASSED:
@@ -163,21 +186,57 @@ class GpuEvaluator:
 
         if self.options.time:
             with self._stage("timing"):
-                evaluation = self._timing(task, evaluation)
-            if evaluation.status is Status.INCORRECT:  # a timed call's outputs were wrong
+                evaluation, final = self._timing(task, evaluation, shared_object)
+            if final:  # a timed call failed, or its outputs were wrong
                 return evaluation
         if self.options.profile and shutil.which("ncu"):
-            from ptxbench.evaluate.profiling import profile_requirements
+            from ptxbench.evaluate.profiling import NoCounterPermission, ProfiledRunFailed, profile_requirements
 
-            with self._stage("profile"):
-                features = profile_requirements(task, evaluation.arch, shared_object, self.options.profile_timeout_s)
-            evaluation = evaluation.model_copy(update={"features": features})
-            missing = [f for f in features if not f.satisfied]
-            if missing:
-                evaluation = evaluation.model_copy(update={"guards": evaluation.guards + [
-                    GuardFinding(guard=Guard.FEATURE_NOT_EXECUTED, detail=f.message) for f in missing]})
+            try:
+                with self._stage("profile"), self.lock.shared():
+                    features, launched = profile_requirements(task, evaluation.arch, shared_object,
+                                                              self.options.profile_timeout_s)
+            except NoCounterPermission as exc:  # unverified, never "used": the status says so
+                status = decide(evaluation)
+                return evaluation.model_copy(update={"status": status,
+                                                     "message": f"{_summary(evaluation, status)} ({exc})"})
+            except ProfiledRunFailed as exc:
+                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "timings": evaluation.timings,
+                                                     "message": f"executed-instruction proof: {exc}"})
+            guards = [GuardFinding(guard=Guard.FEATURE_NOT_EXECUTED, detail=f.message) for f in features if not f.satisfied]
+            foreign = sorted({name for name in launched if base_name(name) not in own_kernels})
+            if foreign:
+                guards.append(GuardFinding(guard=Guard.FOREIGN_KERNELS, detail=(
+                    f"under ncu the call launched kernels that are not in the candidate's module: {', '.join(foreign[:3])}")))
+            evaluation = evaluation.model_copy(update={"features": features, "guards": unique(evaluation.guards + guards)})
         status = decide(evaluation)
         return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
+
+    def _fresh_worker(self) -> dict | None:
+        """Continue in a process nothing has run in; an update for the evaluation when none could start."""
+        try:
+            with self._stage("worker_start"):
+                self.worker.renew()  # a fresh process: nothing of the previous candidate survives
+                self.worker.wait_ready()
+        except (WorkerDied, WorkerTimeout) as exc:
+            return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
+                    "message": f"a fresh GPU worker could not start: {exc}"}
+        return None
+
+    def _load(self, task: Task, shared_object: Path) -> dict | None:
+        """Load the candidate into the current worker; an update for the evaluation when that fails."""
+        try:
+            with self._stage("load"):
+                self.worker.call("load", str(shared_object), task.model_dump_json(),
+                                 timeout_s=self.options.call_timeout_s)
+        except WorkerTimeout as exc:  # loading runs the library's static constructors: the candidate's code
+            return {"status": Status.TIMEOUT, "message": f"loading the library: {exc}"}
+        except RequestFailed as exc:
+            if exc.kind in ("OSError", "AttributeError"):  # ctypes: the library or its entry point would not load
+                return {"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"}
+            return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
+                    "message": f"the worker could not load the candidate: {exc}"}
+        return None
 
     # -- stages -----------------------------------------------------------------------------------
 
@@ -190,32 +249,43 @@ class GpuEvaluator:
                 seed = secrets.randbits(62)
                 try:
                     with self._stage("trials.worker"):
-                        reply = self.worker.call("trial", workload.sizes, seed, timeout_s=self.options.call_timeout_s)
+                        self.worker.send("trial", workload.sizes, seed)
+                        # the expected outputs are computed here while the candidate runs there
+                        with self._stage("trials.expect"):
+                            inputs, expected = self._expect(task, workload, seed)
+                        reply = self.worker.receive(self.options.call_timeout_s)
+                except ForgedReply as exc:
+                    guards.append(GuardFinding(guard=Guard.FORGED_REPLY, detail=str(exc)))
+                    return trials, guards, (Status.REJECTED, f"workload {workload.name}: {exc}")
                 except WorkerTimeout as exc:
                     return trials, guards, (Status.TIMEOUT, f"workload {workload.name}: {exc}")
-                except WorkerDied as exc:
-                    return trials, guards, (Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}")
-                except RequestFailed as exc:
+                except (WorkerDied, RequestFailed) as exc:
                     return trials, guards, (Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}")
                 if reply["code"] != 0:
                     return trials, guards, (Status.RUNTIME_ERROR,
                                             f"workload {workload.name}: the entry point returned cudaError {reply['code']}")
+                for phase, seconds in (reply.get("phases_s") or {}).items():
+                    if isinstance(seconds, float):  # the worker's own account, kept for diagnosis only
+                        self._count(f"trials.worker.{phase}", seconds)
                 with self._stage("trials.judge"):
-                    trial, found = self._judge_trial(task, workload, seed, reply, own_kernels)
+                    trial, found = self._judge_trial(task, workload, seed, reply, inputs, expected, own_kernels)
+                del reply  # the worker's tensors are released before its next call
                 trials.append(trial)
                 guards += found
                 if not trial.passed:
                     break  # the next workload says more than another seed of this one
         return trials, guards, None
 
-    def _judge_trial(self, task: Task, workload: Workload, seed: int, reply: dict,
+    def _expect(self, task: Task, workload: Workload, seed: int) -> tuple[dict, dict]:
+        """The trial's inputs as drawn here (to check the candidate left its copy unchanged) and the reference."""
+        inputs = dict(make_inputs(task, workload.sizes, seed, device=self.reference_device))
+        return inputs, run_reference(task, inputs, workload.sizes)
+
+    def _judge_trial(self, task: Task, workload: Workload, seed: int, reply: dict, inputs: dict, expected: dict,
                      own_kernels: set[str]) -> tuple[TrialResult, list[GuardFinding]]:
-        sizes = workload.sizes
-        inputs = dict(make_inputs(task, sizes, seed, device=self.reference_device))
         guards = provenance_guards(reply["activities"], reply["stream"], own_kernels)
         guards += canary_guards(reply["canaries"], CANARY_VALUE)
         guards += mutation_guards(inputs, reply["inputs_after"])
-        expected = run_reference(task, inputs, sizes)
         outputs = {name: tensor.to(self.reference_device) for name, tensor in reply["outputs"].items()}
         comparisons = compare_outputs(task, outputs, expected)
         return TrialResult(workload=workload.name, role=workload.role.value, seed=seed, comparisons=comparisons,
@@ -231,47 +301,89 @@ class GpuEvaluator:
                 self._peaks = {}
         return self._peaks
 
-    def _timing(self, task: Task, evaluation: Evaluation) -> Evaluation:
+    def _timing(self, task: Task, evaluation: Evaluation, shared_object: Path) -> tuple[Evaluation, bool]:
+        """Time the timed and visible workloads with the GPU to this lane alone, then re-check the outputs
+        of timed calls; True with an evaluation that already has its verdict (a failure). Baselines not
+        in the cache are timed first, in the same fresh process, before the candidate is loaded into it."""
         from ptxbench.evaluate.baselines import baseline_variants
 
         device = self.device()
-        datasheet = _peaks(device["name"])
-        measured = self.peaks()  # cached: measured before any candidate was loaded
+        workloads = [w for w in task.workloads if w.role is not Role.HELDOUT]
+        keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in baseline_variants(task)}
+                for w in workloads}
+        budget_ms = self.options.timing_budget_ms
+        limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
+        measured: dict[str, dict] = {}
+        failure = self._fresh_worker()  # awaited before the lock: a starting worker takes the lock itself
+        if failure is not None:
+            return evaluation.model_copy(update=failure), True
+        with self.lock.exclusive():
+            try:
+                with self._stage("timing.baselines"):
+                    self.worker.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
+                    for workload in workloads:
+                        missing = [v for v, k in keys[workload.name].items() if self.baseline_cache.get(k) is None]
+                        if missing:
+                            reply = self.worker.call("time", workload.sizes, _seeds(), missing, budget_ms, 3, False,
+                                                     timeout_s=limit_s)
+                            for variant in missing:
+                                self.baseline_cache.put(keys[workload.name][variant], *reply["stats"][variant])
+                failure = self._load(task, shared_object)
+                if failure is not None:
+                    return evaluation.model_copy(update=failure), True
+                with self._stage("timing.candidate"):
+                    for workload in workloads:
+                        reply = self.worker.call("time", workload.sizes, _seeds(), [], budget_ms, timeout_s=limit_s)
+                        # the candidate's process ends with the lock: its outputs are copied out first
+                        reply["last_outputs"] = {k: v.clone() for k, v in reply["last_outputs"].items()}
+                        measured[workload.name] = reply
+            except ForgedReply as exc:
+                return _forged(evaluation, exc), True
+            except WorkerTimeout as exc:
+                return evaluation.model_copy(update={"status": Status.TIMEOUT, "message": f"timing: {exc}"}), True
+            except (WorkerDied, RequestFailed) as exc:
+                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"timing: {exc}"}), True
+            finally:
+                self.worker.kill()
+        with self.lock.shared():
+            checked = self._timings_checked(task, evaluation, workloads, keys, measured)
+        return checked, checked.status is Status.INCORRECT
+
+    def _timings_checked(self, task: Task, evaluation: Evaluation, workloads: list[Workload],
+                         keys: dict[str, dict[str, dict[str, str]]], measured: dict[str, dict]) -> Evaluation:
+        """Timings with throughput and roofline shares, once the outputs of timed calls are re-checked."""
+        datasheet = _peaks(self.device()["name"])
+        peaks = self.peaks()  # cached: measured before any candidate was loaded
         fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
         timings: list[Timing] = []
         guards = list(evaluation.guards)
-        trials = list(evaluation.trials)
-        for workload in [w for w in task.workloads if w.role is not Role.HELDOUT]:
-            seeds = [secrets.randbits(62) for _ in range(3)]
-            keys = {v: BaselineCache.key(task.content_hash, workload.name, v, device) for v in baseline_variants(task)}
-            cached = {v: self.baseline_cache.get(k) for v, k in keys.items()}
-            to_measure = [v for v, record in cached.items() if record is None]
-            reply = self.worker.call("time", workload.sizes, seeds, to_measure, self.options.timing_budget_ms,
-                                     timeout_s=self.options.call_timeout_s + 10 * self.options.timing_budget_ms / 1e3 + 120)
+        for workload in workloads:
+            reply = measured[workload.name]
             inputs = dict(make_inputs(task, workload.sizes, reply["last_seed"], device=self.reference_device))
             expected = run_reference(task, inputs, workload.sizes)
-            recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in reply["last_outputs"].items()}, expected)
+            recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in reply["last_outputs"].items()},
+                                      expected)
             if not all(c.passed for c in recheck):
-                trials.append(TrialResult(workload=workload.name, role="timed-recheck", seed=reply["last_seed"],
-                                          comparisons=recheck, passed=False))
-                failed = evaluation.model_copy(update={"trials": trials, "timings": []})
-                return failed.model_copy(update={"status": Status.INCORRECT,
-                                                 "message": f"outputs of timed calls on {workload.name} were wrong"})
-            stats = reply["stats"]
-            for variant in to_measure:
-                self.baseline_cache.put(keys[variant], *stats[variant])
-            baselines = {v: (record.median_ms, record.iqr_ms) for v, record in cached.items() if record is not None}
-            baselines.update({v: tuple(stats[v]) for v in to_measure})
-            candidate_ms, candidate_iqr = stats["candidate"]
+                trials = [*evaluation.trials, TrialResult(workload=workload.name, role="timed-recheck",
+                                                          seed=reply["last_seed"], comparisons=recheck, passed=False)]
+                return evaluation.model_copy(update={
+                    "trials": trials, "timings": [], "status": Status.INCORRECT,
+                    "message": f"outputs of timed calls on {workload.name} were wrong"})
+            baselines = {}
+            for variant, key in keys[workload.name].items():
+                record = self.baseline_cache.get(key)
+                if record is not None:
+                    baselines[variant] = (record.median_ms, record.iqr_ms)
+            candidate_ms, candidate_iqr = reply["stats"]["candidate"]
             best = min(baselines, key=lambda v: baselines[v][0], default=None)
             flops = task.flops_for(workload.sizes)
             moved = task.bytes_for(workload.sizes)
             seconds = candidate_ms / 1e3
             attainable = None
-            if measured:
-                attainable = moved / measured["bytes_per_s"]
+            if peaks:
+                attainable = moved / peaks["bytes_per_s"]
                 if flops:
-                    attainable = max(attainable, flops / measured["fp8_flops" if fp8 else "bf16_flops"])
+                    attainable = max(attainable, flops / peaks["fp8_flops" if fp8 else "bf16_flops"])
             timings.append(Timing(workload=workload.name, candidate_ms=candidate_ms, candidate_iqr_ms=candidate_iqr,
                                   baseline=best, baseline_ms=baselines[best][0] if best else None,
                                   baseline_iqr_ms=baselines[best][1] if best else None, samples=reply["samples"],
@@ -283,7 +395,18 @@ class GpuEvaluator:
                     guards.append(GuardFinding(guard=Guard.BELOW_PHYSICAL_FLOOR, detail=(
                         f"{workload.name}: {candidate_ms:.4f} ms is below the physical floor {floor_s * 1e3:.4f} ms "
                         "(datasheet bandwidth and tensor-core peak)")))
-        return evaluation.model_copy(update={"timings": timings, "guards": unique(guards), "trials": trials})
+        return evaluation.model_copy(update={"timings": timings, "guards": unique(guards)})
+
+
+def _seeds() -> list[int]:
+    """Three fresh input sets, rotated over the timed calls."""
+    return [secrets.randbits(62) for _ in range(3)]
+
+
+def _forged(evaluation: Evaluation, exc: ForgedReply) -> Evaluation:
+    return evaluation.model_copy(update={"status": Status.REJECTED, "message": str(exc), "timings": [],
+                                         "guards": [*evaluation.guards, GuardFinding(guard=Guard.FORGED_REPLY,
+                                                                                    detail=str(exc))]})
 
 
 def _summary(evaluation: Evaluation, status: Status) -> str:

@@ -8,6 +8,7 @@ CUDA-event times. Expected outputs never exist in this process.
 from __future__ import annotations
 
 import statistics
+import time
 from typing import Any
 
 CANARY_BYTES = 4096
@@ -31,19 +32,39 @@ class CandidateRunner:
         import torch
         import torch.multiprocessing  # noqa: F401 - registers tensor sharing for replies
 
+        from ptxbench.evaluate.gpu_lock import shared_if_known
+
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible to the worker")
         self.torch = torch
         self.library = None
         self.task = None
-        self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        with shared_if_known():  # opening the GPU and warming up must not overlap another lane's timing
+            self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Pay one-time costs here, while the process is a spare and no candidate waits: starting the
+        kernel tracer (CUPTI), loading the kernels that draw inputs, the first event-timed launch."""
+        from torch.profiler import ProfilerActivity, profile
+
+        torch = self.torch
+        generator = torch.Generator(device="cuda")
+        generator.manual_seed(0)
+        with profile(activities=[ProfilerActivity.CUDA]):
+            for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn):
+                values = torch.randn(4096, generator=generator, device="cuda")
+                mask = torch.rand(4096, generator=generator, device="cuda") < 0.01
+                torch.where(mask, values * 8, values).to(dtype)
+            torch.cuda.synchronize()
+        self._time(lambda s: None, torch.cuda.current_stream(), 1)
 
     def device_info(self) -> dict[str, Any]:
         torch = self.torch
         properties = torch.cuda.get_device_properties(0)
         return {"name": properties.name, "capability": f"{properties.major}.{properties.minor}",
                 "sms": properties.multi_processor_count, "memory_bytes": properties.total_memory,
-                "l2_bytes": getattr(properties, "L2_cache_size", None), "torch": torch.__version__,
+                "l2_bytes": getattr(properties, "L2_cache_size", None), "torch": str(torch.__version__),
                 "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
 
     def peaks(self) -> dict[str, float]:
@@ -61,11 +82,16 @@ class CandidateRunner:
         return {"bytes_per_s": self.copy_bandwidth(), "bf16_flops": flops / (bf16_ms / 1e3),
                 "fp8_flops": flops / (fp8_ms / 1e3)}
 
-    def load(self, shared_object: str, task_json: str) -> list[str]:
-        from ptxbench.evaluate.library import CandidateLibrary
+    def set_task(self, task_json: str) -> None:
+        """The task whose inputs and baselines later requests use (no candidate loaded)."""
         from ptxbench.tasks.model import Task
 
         self.task = Task.model_validate_json(task_json)
+
+    def load(self, shared_object: str, task_json: str) -> list[str]:
+        from ptxbench.evaluate.library import CandidateLibrary
+
+        self.set_task(task_json)
         self.library = CandidateLibrary(shared_object, self.task)
         return []
 
@@ -91,27 +117,40 @@ class CandidateRunner:
         from ptxbench.tasks.reference import make_inputs
 
         torch = self.torch
+        clock = time.perf_counter
+        phases = {"start": clock()}
+        torch.cuda.ipc_collect()  # frees what the parent has released of earlier replies
         inputs = make_inputs(self.task, sizes, seed, device="cuda")
         outputs, buffers = self._outputs_with_canaries(sizes)
         stream = torch.cuda.Stream()
         marker = torch.zeros(1, device="cuda")
         _checked_sync(torch)
+        phases["inputs"] = clock()
         with profile(activities=[ProfilerActivity.CUDA]) as trace:
+            phases["trace_start"] = clock()
             with torch.cuda.stream(stream):
                 marker.add_(1)  # the first activity: names the launch stream in the trace's numbering
             code = self.library(inputs, outputs, sizes, stream)
             stream.synchronize()
             _checked_sync(torch)
+            phases["call"] = clock()
+        phases["trace_stop"] = clock()
         activities = sorted((e for e in trace.profiler.kineto_results.events() if e.device_type().name == "CUDA"),
                             key=lambda e: e.start_ns())
         launch_stream = activities[0].device_resource_id() if activities else None
+        phases["trace_read"] = clock()
+        marks = list(phases.items())
+        # Tensors stay on the GPU: the parent maps them through CUDA IPC instead of copying them through
+        # host memory (hundreds of MB per trial on the large GEMMs). Only this process's memory is shared.
         return {
             "code": code,
             "stream": launch_stream,
             "activities": [{"name": e.name(), "stream": e.device_resource_id()} for e in activities[1:]],
-            "outputs": {k: v.cpu() for k, v in outputs.items()},
+            "outputs": dict(outputs),
             "canaries": {k: torch.cat([b[:CANARY_BYTES], b[-CANARY_BYTES:]]).cpu() for k, b in buffers.items()},
-            "inputs_after": {k: v.cpu() for k, v in inputs.items()},
+            "inputs_after": dict(inputs),
+            # where this process's time went (diagnostics only: nothing is judged on it)
+            "phases_s": {name: at - marks[i - 1][1] for i, (name, at) in enumerate(marks) if i},
         }
 
     # -- timing -------------------------------------------------------------------------------------
@@ -133,8 +172,10 @@ class CandidateRunner:
         return times
 
     def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
-             warmup: int = 3) -> dict[str, Any]:
-        """Candidate and baselines interleaved, inputs rotated over ``seeds``, L2 flushed before each call.
+             warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
+        """The candidate (unless ``candidate`` is False) and ``baselines`` interleaved, inputs rotated over
+        ``seeds``, L2 flushed before each call. The evaluator times baselines with ``candidate=False``
+        before any candidate is loaded, so untrusted code never shares a process with their measurement.
 
         The statistic is the median (and inter-quartile range) of per-call event times on the launch
         stream; the loop stops when ``budget_ms`` of measured time is spent (at least 5 calls each).
@@ -148,10 +189,12 @@ class CandidateRunner:
         stream = torch.cuda.Stream()
         variants = baseline_variants(self.task)
         chosen = {name: variants[name] for name in baselines}
-        results: dict[str, list[float]] = {"candidate": [], **{name: [] for name in chosen}}
+        if candidate and self.library is None:
+            raise RuntimeError("no candidate is loaded to time")
+        results: dict[str, list[float]] = {**({"candidate": []} if candidate else {}), **{name: [] for name in chosen}}
         turn = {"i": 0}
 
-        def candidate(s: Any) -> None:
+        def run_candidate(s: Any) -> None:
             inputs = input_sets[turn["i"] % len(input_sets)]
             code = self.library(inputs, outputs, sizes, s)
             if code != 0:
@@ -163,25 +206,24 @@ class CandidateRunner:
                     fn(input_sets[turn["i"] % len(input_sets)], sizes)
             return call
 
+        calls = {**({"candidate": run_candidate} if candidate else {}),
+                 **{name: run_baseline(fn) for name, fn in chosen.items()}}
         for _ in range(warmup):
-            self._time(candidate, stream, 1)
-            for fn in chosen.values():
-                self._time(run_baseline(fn), stream, 1)
-        spent = 0.0
-        while spent < budget_ms or len(results["candidate"]) < 5:
+            for call in calls.values():
+                self._time(call, stream, 1)
+        spent, rounds = 0.0, 0
+        while (spent < budget_ms or rounds < 5) and rounds < 1000:
             turn["i"] += 1
-            results["candidate"] += self._time(candidate, stream, 1)
-            for name, fn in chosen.items():
-                results[name] += self._time(run_baseline(fn), stream, 1)
+            rounds += 1
+            for name, call in calls.items():
+                results[name] += self._time(call, stream, 1)
             spent += sum(values[-1] for values in results.values())
-            if len(results["candidate"]) >= 1000:
-                break
         last = turn["i"] % len(input_sets)
         return {
             "stats": {name: _median_iqr(values) for name, values in results.items()},
-            "samples": len(results["candidate"]),
+            "samples": rounds,
             "last_seed": seeds[last],
-            "last_outputs": {k: v.cpu() for k, v in outputs.items()},
+            "last_outputs": dict(outputs) if candidate else {},  # CUDA tensors: the parent maps them (IPC)
         }
 
     def copy_bandwidth(self) -> float:

@@ -47,6 +47,7 @@ class Guard(str, Enum):
     OUT_OF_BOUNDS_WRITE = "out_of_bounds_write"
     BELOW_PHYSICAL_FLOOR = "below_physical_floor"
     FEATURE_NOT_EXECUTED = "feature_not_executed"
+    FORGED_REPLY = "forged_reply"
 
 
 class GuardFinding(BaseModel):
@@ -103,7 +104,9 @@ class Evaluation(BaseModel):
         default=None, description="Executed-instruction verdicts; None when no profiler ran (unverified)")
     durations_s: dict[str, float] = Field(default_factory=dict, description=(
         "Wall seconds per stage (build_and_static, peaks, worker_start, load, trials with its parts "
-        "trials.worker and trials.judge, timing, profile, total): where the evaluator's time goes"))
+        "trials.worker (request to reply), trials.expect (the reference, computed meanwhile) and trials.judge, "
+        "timing with timing.baselines and timing.candidate, profile, gpu_lock_wait (waiting for the GPU "
+        "while other evaluations used it), total): where the evaluator's time goes"))
 
     @property
     def correct(self) -> bool:

@@ -19,6 +19,7 @@ import os
 import pickle
 import time
 import traceback
+from collections import deque
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -124,14 +125,16 @@ class Worker:
     """One child process serving one handler; restarted after any failure that may have damaged it."""
 
     def __init__(self, handler: str, device: int | None = None, start_timeout_s: float = 120.0,
-                 keep_spare: bool = False) -> None:
-        """``keep_spare``: ``renew`` swaps in a process started in advance, so a fresh process per candidate
-        does not cost its start-up (importing torch, creating a CUDA context) on the critical path."""
+                 spares: int = 0) -> None:
+        """``spares``: processes kept starting in advance; ``renew`` swaps in the oldest, so a fresh process
+        does not cost its start-up (importing torch, creating a CUDA context, warming up: ~7 s on an
+        H200 host) on the critical path. An evaluation renews twice (trials, timing) in less time than
+        one start-up, hence more than one."""
         self.handler, self.device, self.start_timeout_s = handler, device, start_timeout_s
-        self.keep_spare = keep_spare
+        self.spares = spares
         self._process: multiprocessing.process.BaseProcess | None = None
         self._connection: Connection | None = None
-        self._spare: tuple[multiprocessing.process.BaseProcess, Connection] | None = None
+        self._spares: deque[tuple[multiprocessing.process.BaseProcess, Connection]] = deque()
         self._ready = False  # the current process has built its handler
         self._sent_at: float | None = None  # when the request in flight was sent
 
@@ -197,16 +200,15 @@ class Worker:
     def renew(self) -> None:
         """End the current process and continue in a new one that nothing has run in yet."""
         self.kill()
-        spare, self._spare = self._spare, None
-        if spare is not None and spare[0].is_alive():
-            self._process, self._connection = spare
+        while self._spares and not self._spares[0][0].is_alive():
+            _end(*self._spares.popleft())
+        if self._spares:
+            self._process, self._connection = self._spares.popleft()
             self._ready = False  # its "ready" message waits in the pipe
         else:
-            if spare is not None:
-                _end(*spare)
             self.start()
-        if self.keep_spare:
-            self._spare = self._spawn()
+        while len(self._spares) < self.spares:
+            self._spares.append(self._spawn())
 
     def call(self, method: str, *args: Any, timeout_s: float) -> Any:
         """Run ``handler.method(*args)`` in the worker; raises WorkerTimeout, WorkerDied or RequestFailed."""
@@ -245,9 +247,8 @@ class Worker:
         self._process, self._connection = None, None
 
     def close(self) -> None:
-        if self._spare is not None:
-            _end(*self._spare)
-            self._spare = None
+        while self._spares:
+            _end(*self._spares.popleft())
         if self._connection is not None and self._process is not None and self._process.is_alive():
             try:
                 self._connection.send(None)
