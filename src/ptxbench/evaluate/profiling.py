@@ -1,20 +1,25 @@
 """The executed-instruction stage: one call of the candidate under Nsight Compute, in its own process.
 
-Only that call is profiled (cudaProfilerStart/Stop around it, after a warm-up call), with the
+Only that call is profiled (cuProfilerStart/Stop around it, after a warm-up call), with the
 per-opcode executed-instruction metric; ``executed.judge_execution`` turns the counts into verdicts.
-Clocks are left alone (``--clock-control none``).
+Clocks are left alone (``--clock-control none``). The profiled program is ``profile_one.py``, which
+runs on the standard library and the CUDA driver alone, so the stage does not pay for starting torch.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import secrets
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from ptxbench.arch.registry import Arch
+from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import NCU_METRICS, RequirementExecution, judge_execution, parse_ncu_csv
 from ptxbench.tasks.model import Task
 
@@ -24,15 +29,83 @@ def ncu_command(program: list[str]) -> list[str]:
             "--print-metric-instances", "details", "--metrics", ",".join(NCU_METRICS), *program]
 
 
-def profile_requirements(task: Task, arch: Arch, shared_object: Path, timeout_s: float) -> list[RequirementExecution]:
+def _scratch() -> str | None:
+    """RAM-backed scratch space where there is one: the inputs written for the profiled run are large."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+
+
+def _cuda_runtime() -> list[str]:
+    """The CUDA runtime this process has loaded (torch's), so the profiled program links the same one."""
+    try:
+        with open("/proc/self/maps") as maps:
+            found = {line.split()[-1] for line in maps if "libcudart.so" in line}
+    except OSError:
+        return []
+    return sorted(found)[:1]
+
+
+def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, folder: Path) -> list[str]:
+    """The command ncu runs: ``profile_one.py`` on a plan with one fresh input set drawn here (with the
+    trials' distributions, so the profiled call sees data like theirs) written as raw bytes."""
+    import torch
+
+    from ptxbench.contract.signature import parameters
+    from ptxbench.tasks.reference import make_inputs
+
+    inputs = make_inputs(task, sizes, secrets.randbits(62), device="cuda" if torch.cuda.is_available() else "cpu")
+    outputs = {spec.name: spec for spec in task.outputs}
+    arguments: list[dict] = []
+    for parameter in parameters(task):
+        if parameter.kind == "input":
+            host = inputs[parameter.name].contiguous().cpu()
+            path = folder / f"{parameter.name}.bin"
+            path.write_bytes(ctypes.string_at(host.data_ptr(), host.numel() * host.element_size()))
+            arguments.append({"kind": "input", "file": str(path)})
+        elif parameter.kind == "output":
+            spec = outputs[parameter.name]
+            arguments.append({"kind": "output", "bytes": spec.numel(sizes) * spec.dtype.size})
+        elif parameter.kind == "size":
+            arguments.append({"kind": "size", "value": int(sizes[parameter.name])})
+        else:
+            arguments.append({"kind": "stream"})
+    plan = folder / "plan.json"
+    plan.write_text(json.dumps({"library": str(shared_object), "entry_point": task.entry_point,
+                                "preload": _cuda_runtime(), "arguments": arguments}))
+    return [sys.executable, "-I", str(Path(__file__).with_name("profile_one.py")), str(plan)]
+
+
+class NoCounterPermission(PtxbenchError):
+    """ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): features stay unverified."""
+
+
+class ProfiledRunFailed(PtxbenchError):
+    """The candidate's call failed or hung under ncu although it ran outside it."""
+
+
+def profile_requirements(task: Task, arch: Arch, shared_object: Path,
+                         timeout_s: float) -> tuple[list[RequirementExecution], list[str]]:
+    """The requirements judged on executed counts, and the names of every kernel the profiled call
+    launched (seen from outside the candidate's process, so a library kernel cannot hide)."""
     sizes = task.timed().sizes
-    with tempfile.TemporaryDirectory() as folder:
-        task_file = Path(folder) / "task.json"
-        task_file.write_text(task.model_dump_json())
-        program = [sys.executable, "-m", "ptxbench.evaluate.profile_one", str(shared_object), str(task_file),
-                   json.dumps(sizes)]
-        proc = subprocess.run(ncu_command(program), capture_output=True, text=True, timeout=timeout_s,
-                              env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    profiles = parse_ncu_csv(proc.stdout)
+    with tempfile.TemporaryDirectory(dir=_scratch()) as folder:
+        program = profiled_program(task, sizes, shared_object, Path(folder))
+        # its own session, so a timeout ends the candidate's process too, not only ncu
+        with subprocess.Popen(ncu_command(program), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True) as proc:
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.communicate()
+                raise ProfiledRunFailed(f"no end within {timeout_s:g} s under ncu; the process was killed") from None
+    if "ERR_NVGPUCTRPERM" in stdout + stderr:
+        raise NoCounterPermission("ncu may not read the performance counters here (ERR_NVGPUCTRPERM)")
+    try:
+        profiles = parse_ncu_csv(stdout)
+    except ValueError:
+        tail = (stderr or stdout).strip().splitlines()[-3:]
+        raise ProfiledRunFailed(f"the call under ncu ended without a profile (exit {proc.returncode}): "
+                                + " | ".join(tail)) from None
     flops = task.flops_for(sizes)
-    return [judge_execution(requirement, arch, profiles, flops) for requirement in task.requirements_for(arch)]
+    features = [judge_execution(requirement, arch, profiles, flops) for requirement in task.requirements_for(arch)]
+    return features, [profile.name for profile in profiles]
