@@ -97,3 +97,24 @@ def test_gpu_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     assert pin_for(0) == "4" and pin_for(1) == "GPU-abc", "indices are this process's, mapped to what it sees"
     with pytest.raises(GpuSelectionError, match="not visible"):
         pin_for(2)
+
+
+def test_lanes_share_a_gpu_and_timing_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spans_log = tmp_path / "spans"
+    monkeypatch.setenv("PTXBENCH_FAKE_SPANS", str(spans_log))
+    monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    options = OPTIONS.model_copy(update={"time": True, "lanes": 3})
+    results = evaluate_candidates(candidates(6), Arch.SM_90A, tmp_path / "run", options, gpus=[0],
+                                  handler=f"{FAKE}:FakeRunner", reference_device="cpu")
+    assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
+    slots = {placement["slot"] for _, placement, _ in stored(tmp_path / "run").values()}
+    assert slots <= {"0.0", "0.1", "0.2"} and len(slots) > 1, "several lanes of GPU 0 took work"
+    spans = [(kind, float(start), float(end)) for kind, _, start, end in
+             (line.split() for line in spans_log.read_text().splitlines())]
+    timings = [s for s in spans if s[0] == "time"]
+    trials = [s for s in spans if s[0] == "trial"]
+    assert timings and trials
+    overlaps = [(a, b) for a in timings for b in spans if a is not b and a[1] < b[2] and b[1] < a[2]]
+    assert not overlaps, f"nothing runs on the GPU while a lane times: {overlaps[:3]}"
+    assert any(a[1] < b[2] and b[1] < a[2] for a in trials for b in trials if a is not b), \
+        "the untimed trials of different lanes overlap"

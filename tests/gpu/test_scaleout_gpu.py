@@ -71,3 +71,16 @@ def test_local_pool_on_one_chosen_gpu(tmp_path: Path) -> None:
     results = evaluate_candidates(candidates, Arch.SM_90A, tmp_path / "run", OPTIONS, gpus=[0])
     assert all(e.status is Status.PASSED for e in results), [e.message for e in results]
     assert {p["slot"] for p in _placements(tmp_path / "run").values()} == {"0"}
+
+
+def test_lanes_share_one_gpu_with_timing_alone(tmp_path: Path) -> None:
+    """Three reference kernels in two lanes of GPU 0: both lanes work; each is timed, proven with ncu, and passes."""
+    references = EXAMPLES.parents[0] / "reference" / "sm_90a"
+    candidates = [candidate_from_file(references / f"{name}.cu", get_task(name)) for name in ("softmax", "transpose", "rmsnorm")]
+    options = OPTIONS.model_copy(update={"lanes": 2, "profile": True})
+    results = evaluate_candidates(candidates, Arch.SM_90A, tmp_path / "run", options, gpus=[0])
+    for evaluation in results:
+        print(f"LANES {evaluation.task}: {evaluation.status} {evaluation.durations_s}")
+    assert all(e.status is Status.PASSED for e in results), [e.message for e in results]
+    assert all(e.timings and e.timings[0].baseline_ms for e in results)
+    assert {p["slot"] for p in _placements(tmp_path / "run").values()} == {"0.0", "0.1"}

@@ -1,4 +1,4 @@
-"""The local backend: the chosen GPUs of this machine, one host process per GPU.
+"""The local backend: the chosen GPUs of this machine, one host process per GPU (and lane).
 
 Each host is a ``Worker`` serving ``GpuHost``, pinned to its GPU through ``CUDA_VISIBLE_DEVICES``
 before CUDA starts, so the candidate's worker, the reference and ``ncu`` all run on that GPU. Builds
@@ -65,8 +65,8 @@ def _describe(exc: Exception) -> str:
 class LocalSlot(SerialSlot):
     """One GPU of this machine behind its host process."""
 
-    def __init__(self, index: int, spec: HostSpec) -> None:
-        super().__init__(str(index))
+    def __init__(self, index: int, spec: HostSpec, lane: int | None = None) -> None:
+        super().__init__(str(index) if lane is None else f"{index}.{lane}")
         self.pin = pin_for(index)
         self.spec = spec
         self._host: Worker | None = None
@@ -114,4 +114,6 @@ class LocalSlot(SerialSlot):
 
 
 def local_slots(indices: Sequence[int], spec: HostSpec) -> list[LocalSlot]:
-    return [LocalSlot(index, spec) for index in indices]
+    """One slot per GPU, or per GPU and lane (named ``GPU.lane``) when several share each GPU."""
+    lanes = spec.options.lanes
+    return [LocalSlot(index, spec, None if lanes == 1 else lane) for index in indices for lane in range(lanes)]

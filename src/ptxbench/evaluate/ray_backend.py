@@ -71,9 +71,12 @@ def prebuild(request_json: str) -> str:
 
 
 @functools.cache
-def _remote_types(cpus_per_gpu: float) -> tuple[Any, Any]:
+def _remote_types(cpus_per_gpu: float, lanes: int = 1) -> tuple[Any, Any]:
+    """Lanes share a GPU: each actor asks for 1/lanes of one, so Ray places ``lanes`` actors per GPU
+    (they coordinate their timing through the GPU's lock on that node)."""
     ray = _ray()
-    actor = ray.remote(num_gpus=1, num_cpus=cpus_per_gpu, max_restarts=0, max_task_retries=0)(GpuActor)
+    actor = ray.remote(num_gpus=1 / lanes, num_cpus=cpus_per_gpu / lanes, max_restarts=0,
+                       max_task_retries=0)(GpuActor)
     task = ray.remote(num_cpus=1, max_retries=0)(prebuild)
     return actor, task
 
@@ -101,7 +104,7 @@ class RaySlot(SerialSlot):
 
     def _open(self) -> dict[str, Any]:
         ray = _ray()
-        actor_type, _ = _remote_types(self.cpus_per_gpu)
+        actor_type, _ = _remote_types(self.cpus_per_gpu, self.spec.options.lanes)
         actor = actor_type.remote()
         try:
             info: dict[str, Any] = ray.get(actor.start.remote(self.spec.model_dump_json()), timeout=START_TIMEOUT_S)
@@ -114,7 +117,7 @@ class RaySlot(SerialSlot):
     def _prepare(self, job: Job) -> Any:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        _, task = _remote_types(self.cpus_per_gpu)
+        _, task = _remote_types(self.cpus_per_gpu, self.spec.options.lanes)
         node = self._node_id
         strategy = NodeAffinitySchedulingStrategy(node, soft=True) if node else "DEFAULT"
         request = build_request(job.work.source, job.work.arch, job.work.task)
@@ -174,8 +177,8 @@ def disconnect() -> None:
 
 
 def ray_slots(spec: HostSpec, cpus_per_gpu: float = 1.0) -> list[RaySlot]:
-    """One slot per GPU of the cluster."""
+    """One slot per GPU of the cluster and lane."""
     gpus = int(_ray().cluster_resources().get("GPU", 0))
     if gpus == 0:
         raise RayUnavailable("the Ray cluster has no GPU (ray.cluster_resources() lists none)")
-    return [RaySlot(index, spec, cpus_per_gpu) for index in range(gpus)]
+    return [RaySlot(index, spec, cpus_per_gpu) for index in range(gpus * spec.options.lanes)]
