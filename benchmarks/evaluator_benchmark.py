@@ -5,7 +5,7 @@ Goals (evaluator issue): repeat spread <= 1 %, agreement with ncu's gpu__time_du
 >= 10 GEMM-class candidates per minute with the ncu stage. Writes
 benchmarks/results/evaluator_<gpu>.{json,md}.
 
-    python benchmarks/evaluator_benchmark.py [--copies 6] [--candidates FILE...] [--out DIR]
+    python benchmarks/evaluator_benchmark.py [--copies 6] [--candidates FILE...] [--lanes 1 4] [--out DIR]
 """
 
 from __future__ import annotations
@@ -42,21 +42,19 @@ def _spread(evaluator, task, shared_object: Path, repeats: int) -> dict:  # type
 
 def _ncu_time(task, shared_object: Path) -> float:  # type: ignore[no-untyped-def]
     from ptxbench.evaluate.executed import parse_ncu_csv
-    from ptxbench.evaluate.profiling import ncu_command
+    from ptxbench.evaluate.profiling import ncu_command, profiled_program
 
     with tempfile.TemporaryDirectory() as folder:
-        task_file = Path(folder) / "task.json"
-        task_file.write_text(task.model_dump_json())
-        program = [sys.executable, "-m", "ptxbench.evaluate.profile_one", str(shared_object), str(task_file),
-                   json.dumps(task.timed().sizes)]
+        program = profiled_program(task, task.timed().sizes, shared_object, Path(folder))
         proc = subprocess.run(ncu_command(program), capture_output=True, text=True, timeout=600)
     profiles = parse_ncu_csv(proc.stdout)
     return sum(p.duration_ns or 0 for p in profiles) / 1e6
 
 
-def _throughput(task_id: str, candidate: Path, copies: int, profile: bool) -> dict:
+def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes: int = 1) -> dict:
     """Candidates per minute through ``evaluate_candidates`` (the ``ptxbench eval`` pipeline: builds on
-    every core ahead of the GPU, a fresh worker per candidate), after the GPU's peaks are measured."""
+    every core ahead of the GPU, fresh workers per candidate, ``lanes`` candidates at once with timing
+    alone on the GPU). The first candidate of a run also measures the GPU's peaks."""
     from ptxbench.arch.registry import Arch
     from ptxbench.check import read_candidate
     from ptxbench.evaluate.evaluator import EvalOptions
@@ -70,13 +68,18 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool) -> di
                  for index in range(copies)]
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
-        results = evaluate_candidates(copies_of, Arch.SM_90A, Path(folder) / "run", EvalOptions(profile=profile))
+        results = evaluate_candidates(copies_of, Arch.SM_90A, Path(folder) / "run",
+                                      EvalOptions(profile=profile, lanes=lanes))
         minutes = (time.perf_counter() - started) / 60
     statuses = [r.status.value if r.status else str(r.infra_failure) for r in results]
     stages = sorted({name for r in results for name in r.durations_s})
     mean_stage_s = {name: statistics.fmean(r.durations_s.get(name, 0.0) for r in results) for name in stages}
+    timed = [t for r in results for t in r.timings if t.workload == results[0].timings[0].workload] \
+        if results and results[0].timings else []
     return {"task": task_id, "candidate": candidate.resolve().relative_to(REPO).as_posix(), "copies": copies,
-            "profile": profile, "per_minute": copies / minutes, "statuses": statuses, "mean_stage_s": mean_stage_s}
+            "profile": profile, "lanes": lanes, "per_minute": copies / minutes, "statuses": statuses,
+            "mean_stage_s": mean_stage_s,
+            "timed_workload_ms": [t.candidate_ms for t in timed], "baseline_ms": [t.baseline_ms for t in timed]}
 
 
 def _write(out: Path, result: dict) -> None:
@@ -90,10 +93,11 @@ def _write(out: Path, result: dict) -> None:
              "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
               f"| {r['ncu_difference_pct']:.2f} % |" for r in result["timing"]]
-    lines += ["", "| candidates | ncu stage | evaluated per minute | statuses | mean seconds per stage |",
-              "|---|---|---|---|---|"]
-    lines += [f"| {t['copies']} x `{t['candidate']}` | {'on' if t['profile'] else 'off'} | {t['per_minute']:.1f} "
-              f"| {', '.join(sorted(set(t['statuses'])))} | "
+    lines += ["", "| candidates | lanes | ncu stage | evaluated per minute | statuses | timed workload ms "
+              "(each candidate) | mean seconds per stage |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {t['copies']} x `{t['candidate']}` | {t.get('lanes', 1)} | {'on' if t['profile'] else 'off'} "
+              f"| {t['per_minute']:.1f} | {', '.join(sorted(set(t['statuses'])))} | "
+              f"{', '.join(f'{v:.3f}' for v in t.get('timed_workload_ms', []))} | "
               f"{', '.join(f'{k} {v:.1f}' for k, v in t.get('mean_stage_s', {}).items())} |" for t in result["throughput"]]
     (out / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
@@ -113,6 +117,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=Path, nargs="+", default=[EXAMPLES / "gemm_bf16.cu"],
                         help="gemm_bf16 candidates whose copies measure the throughput")
     parser.add_argument("--out", type=Path, default=OUT, help="folder for the result files")
+    parser.add_argument("--lanes", type=int, nargs="+", default=[1, 4], help="lanes per GPU to measure throughput with")
+    parser.add_argument("--skip-timing-quality", action="store_true", help="measure throughput only")
+    parser.add_argument("--ncu-only", action="store_true", help="throughput with the ncu stage only (the goal's case)")
     args = parser.parse_args()
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -120,7 +127,7 @@ def main() -> None:
               "timing": [], "throughput": []}
     evaluator = GpuEvaluator(EvalOptions())
     try:
-        for task_id in ("gemm_bf16", "rmsnorm"):
+        for task_id in () if args.skip_timing_quality else ("gemm_bf16", "rmsnorm"):
             task = get_task(task_id)
             built = build(build_request((EXAMPLES / f"{task_id}.cu").read_text(), Arch.SM_90A, task))
             shared_object = Path(built.directory) / "candidate.so"
@@ -132,9 +139,10 @@ def main() -> None:
         evaluator.close()
     _write(args.out, result)
     for candidate in args.candidates:
-        for profile in (False, True):
-            result["throughput"].append(_throughput("gemm_bf16", candidate, args.copies, profile))
-            _write(args.out, result)
+        for lanes in args.lanes:
+            for profile in (True,) if args.ncu_only else (True, False):
+                result["throughput"].append(_throughput("gemm_bf16", candidate, args.copies, profile, lanes))
+                _write(args.out, result)
 
 
 if __name__ == "__main__":
