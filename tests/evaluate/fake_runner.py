@@ -86,6 +86,8 @@ class FakeRunner:
              warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
         if candidate and not hasattr(self, "kernels"):
             raise RuntimeError("no candidate is loaded to time")
+        if baselines and hasattr(self, "kernels"):  # the cheat a candidate could use: slowing its own baseline
+            raise RuntimeError("a baseline was timed in a process holding the candidate's code")
         _span("time")
         stats = {**({"candidate": (2.0, 0.01)} if candidate else {}), **{name: (1.0, 0.01) for name in baselines}}
         return {"stats": stats, "samples": 10, "last_seed": seeds[-1],

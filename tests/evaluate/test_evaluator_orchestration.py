@@ -81,3 +81,21 @@ def test_hang_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     finally:
         evaluator.close()
     assert evaluation.status is Status.TIMEOUT and "within 3 s" in evaluation.message
+
+
+def test_baselines_are_timed_before_any_candidate_code_is_loaded(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A candidate sharing a process with its baseline could slow the baseline (a background thread that
+    pauses while the candidate runs), and the cache would keep the slowed number for every later
+    candidate. The stand-in worker refuses to time a baseline once a candidate is loaded."""
+    from ptxbench.evaluate.baseline_cache import BaselineCache
+
+    monkeypatch.setenv(BEHAVIOUR, "correct")
+    evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=20), handler=HANDLER, reference_device="cpu")
+    evaluator.baseline_cache = BaselineCache(tmp_path / "baselines")
+    try:
+        evaluation = evaluator.evaluate(_small_softmax(), Arch.SM_90A, (EXAMPLES / "softmax.cu").read_text())
+    finally:
+        evaluator.close()
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert len(list((tmp_path / "baselines").glob("*.json"))) == 2, "both timed workloads' baselines were measured"
+    assert all(t.baseline_ms for t in evaluation.timings)
