@@ -88,3 +88,16 @@ def test_when_every_gpu_is_retired_the_rest_are_recorded_as_infrastructure_failu
     assert all(evaluation.status is None for evaluation, _, _ in found.values())
     assert InfraFailure.NO_GPU in {evaluation.infra_failure for evaluation, _, _ in found.values()}
     assert ray.is_initialized(), "a cluster the caller started is left running"
+
+
+def test_lanes_put_several_actors_on_each_gpu(tmp_path: Path) -> None:
+    from ptxbench.results.rundir import RunDir
+
+    out = tmp_path / "run"
+    results = evaluate_candidates(candidates(4), Arch.SM_90A, out, OPTIONS.model_copy(update={"lanes": 2}),
+                                  backend="ray", handler=f"{FAKE}:FakeRunner", reference_device="cpu")
+    assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
+    started = RunDir.load(out).header.environment["gpus"]
+    assert len(started) == 4, "two lanes on each of the two GPUs: four actors"
+    pins = sorted(gpu["cuda_visible_devices"] for gpu in started)
+    assert pins == ["0", "0", "1", "1"], "each GPU carries two actors with half of it each"
