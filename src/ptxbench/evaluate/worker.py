@@ -118,7 +118,16 @@ def _end(process: multiprocessing.process.BaseProcess | None, connection: Connec
         connection.close()
 
 
-_REPLY_KINDS = ("ready", "ok", "error")
+def _check_message(message: Any, ready: bool) -> None:
+    """A message is ("ready", pid) first and only first, then ("ok", payload) or ("error", three strings)."""
+    if not (isinstance(message, tuple) and len(message) == 2 and message[0] in ("ready", "ok", "error")):
+        raise ForgedReply(f"a {type(message).__name__} instead of a (kind, payload) pair")
+    kind, payload = message
+    if (kind == "ready") != ready:
+        raise ForgedReply(f"{kind!r} where {'the ready message' if ready else 'a reply'} was due")
+    if kind == "error" and not (isinstance(payload, tuple) and len(payload) == 3
+                                and all(isinstance(p, str) for p in payload)):
+        raise ForgedReply("an error report that is not three strings")
 
 
 class Worker:
@@ -162,28 +171,23 @@ class Worker:
         if self._ready:
             return
         try:
-            kind, _ = self._receive(self.start_timeout_s)
+            self._receive(self.start_timeout_s, ready=True)
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise self._died() from None
-        if kind != "ready":
-            self.kill()
-            raise ForgedReply(f"{kind!r} before the process said it was ready")
         self._ready = True
 
-    def _receive(self, timeout_s: float, since: float | None = None) -> Any:
+    def _receive(self, timeout_s: float, since: float | None = None, ready: bool = False) -> tuple[str, Any]:
         """The process's next message; ``timeout_s`` after ``since`` (a monotonic time; default now) it is
         killed (a hang, as the caller sees it), and a message that is not a harness reply kills it too
-        (``ForgedReply``)."""
+        (``ForgedReply``). ``ready``: the message must be the process's first, its "ready"."""
         assert self._connection is not None
         waited = time.monotonic() - since if since is not None else 0.0
         if not self._connection.poll(max(0.0, timeout_s - waited)):
             self.kill()
             raise WorkerTimeout(timeout_s)
-        data = self._connection.recv_bytes()
         try:
-            message = load_reply(data)
-            if not (isinstance(message, tuple) and len(message) == 2 and message[0] in _REPLY_KINDS):
-                raise ForgedReply(f"a {type(message).__name__} instead of a (kind, payload) pair")
+            message = load_reply(self._connection.recv_bytes())
+            _check_message(message, ready)
         except ForgedReply:
             self.kill()
             raise
@@ -233,13 +237,7 @@ class Worker:
         except (EOFError, BrokenPipeError, ConnectionResetError):
             raise self._died() from None
         if kind == "error":
-            if not (isinstance(payload, tuple) and len(payload) == 3 and all(isinstance(p, str) for p in payload)):
-                self.kill()
-                raise ForgedReply("an error report that is not three strings")
             raise RequestFailed(*payload)
-        if kind == "ready":  # only ever the first message of a process
-            self.kill()
-            raise ForgedReply("a second ready message")
         return payload
 
     def kill(self) -> None:
