@@ -21,6 +21,7 @@ from pathlib import Path
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import NCU_METRICS, RequirementExecution, judge_execution, parse_ncu_csv
+from ptxbench.evaluate.worker import mapped_libraries
 from ptxbench.tasks.model import Task
 
 
@@ -36,12 +37,7 @@ def _scratch() -> str | None:
 
 def _cuda_runtime() -> list[str]:
     """The CUDA runtime this process has loaded (torch's), so the profiled program links the same one."""
-    try:
-        with open("/proc/self/maps") as maps:
-            found = {line.split()[-1] for line in maps if "libcudart.so" in line}
-    except OSError:
-        return []
-    return sorted(found)[:1]
+    return sorted(path for path in mapped_libraries("self") if "libcudart.so" in path)[:1]
 
 
 def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, folder: Path) -> list[str]:

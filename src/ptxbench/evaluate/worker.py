@@ -118,6 +118,15 @@ def _end(process: multiprocessing.process.BaseProcess | None, connection: Connec
         connection.close()
 
 
+def mapped_libraries(pid: int | str) -> set[str]:
+    """Shared objects mapped into process ``pid`` (or "self") now, from /proc; empty if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
+    except OSError:
+        return set()
+
+
 def _check_message(message: Any, ready: bool) -> None:
     """A message is ("ready", pid) first and only first, then ("ok", payload) or ("error", three strings)."""
     if not (isinstance(message, tuple) and len(message) == 2 and message[0] in ("ready", "ok", "error")):
@@ -257,13 +266,7 @@ class Worker:
 
     def mapped_libraries(self) -> set[str]:
         """Shared objects mapped into the worker now (read by the parent from /proc, not asked of the child)."""
-        if self.pid is None:
-            return set()
-        try:
-            with open(f"/proc/{self.pid}/maps") as maps:
-                return {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
-        except OSError:
-            return set()
+        return set() if self.pid is None else mapped_libraries(self.pid)
 
     def __enter__(self) -> "Worker":
         return self
