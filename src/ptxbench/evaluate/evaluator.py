@@ -311,6 +311,12 @@ class GpuEvaluator:
         workloads = [w for w in task.workloads if w.role is not Role.HELDOUT]
         keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in baseline_variants(task)}
                 for w in workloads}
+        baselines: dict[str, dict[str, tuple[float, float]]] = {w.name: {} for w in workloads}  # (median, IQR) ms
+        for workload, variants in keys.items():
+            for variant, key in variants.items():
+                record = self.baseline_cache.get(key)
+                if record is not None:
+                    baselines[workload][variant] = (record.median_ms, record.iqr_ms)
         budget_ms = self.options.timing_budget_ms
         limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
         measured: dict[str, dict] = {}
@@ -322,12 +328,14 @@ class GpuEvaluator:
                 with self._stage("timing.baselines"):
                     self.worker.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
                     for workload in workloads:
-                        missing = [v for v, k in keys[workload.name].items() if self.baseline_cache.get(k) is None]
+                        missing = [v for v in keys[workload.name] if v not in baselines[workload.name]]
                         if missing:
                             reply = self.worker.call("time", workload.sizes, _seeds(), missing, budget_ms, 3, False,
                                                      timeout_s=limit_s)
                             for variant in missing:
-                                self.baseline_cache.put(keys[workload.name][variant], *reply["stats"][variant])
+                                median_ms, iqr_ms = reply["stats"][variant]
+                                self.baseline_cache.put(keys[workload.name][variant], median_ms, iqr_ms)
+                                baselines[workload.name][variant] = (median_ms, iqr_ms)
                 failure = self._load(task, shared_object)
                 if failure is not None:
                     return evaluation.model_copy(update=failure), True
@@ -346,12 +354,14 @@ class GpuEvaluator:
             finally:
                 self.worker.kill()
         with self.lock.shared():
-            checked = self._timings_checked(task, evaluation, workloads, keys, measured)
+            checked = self._timings_checked(task, evaluation, workloads, baselines, measured)
         return checked, checked.status is Status.INCORRECT
 
     def _timings_checked(self, task: Task, evaluation: Evaluation, workloads: list[Workload],
-                         keys: dict[str, dict[str, dict[str, str]]], measured: dict[str, dict]) -> Evaluation:
-        """Timings with throughput and roofline shares, once the outputs of timed calls are re-checked."""
+                         baselines_of: dict[str, dict[str, tuple[float, float]]],
+                         measured: dict[str, dict]) -> Evaluation:
+        """Timings with throughput and roofline shares, once the outputs of timed calls are re-checked;
+        ``baselines_of``: per workload, each vendor variant's (median, IQR) in ms."""
         datasheet = _peaks(self.device()["name"])
         peaks = self.peaks()  # cached: measured before any candidate was loaded
         fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
@@ -369,11 +379,7 @@ class GpuEvaluator:
                 return evaluation.model_copy(update={
                     "trials": trials, "timings": [], "status": Status.INCORRECT,
                     "message": f"outputs of timed calls on {workload.name} were wrong"})
-            baselines = {}
-            for variant, key in keys[workload.name].items():
-                record = self.baseline_cache.get(key)
-                if record is not None:
-                    baselines[variant] = (record.median_ms, record.iqr_ms)
+            baselines = baselines_of[workload.name]
             candidate_ms, candidate_iqr = reply["stats"]["candidate"]
             best = min(baselines, key=lambda v: baselines[v][0], default=None)
             flops = task.flops_for(workload.sizes)
