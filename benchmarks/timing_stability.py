@@ -1,0 +1,155 @@
+"""Why a kernel's median differs between fresh processes, and whether timing the vendor baseline next to
+the candidate cancels it.
+
+Each of ``--processes`` fresh processes times the vendor baseline, then loads the candidate and times it,
+``--repeats`` times each (the evaluator's own ``CandidateRunner.time``), while ``nvidia-smi`` samples the
+SM clock, power and temperature every 50 ms. The result shows the spread of the medians across
+processes, within a process, and of the candidate/baseline ratio, next to the clocks seen during each
+measurement. Writes ``timing_stability_<task>_<gpu>.json``.
+
+    python benchmarks/timing_stability.py [--task gemm_bf16] [--candidate FILE] [--processes 6] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "benchmarks" / "results"
+
+_CHILD = """
+import json, secrets, sys, time
+from ptxbench.evaluate.baselines import baseline_variants
+from ptxbench.evaluate.gpu_side import CandidateRunner
+from ptxbench.tasks.loader import get_task
+task = get_task(sys.argv[1]); so = sys.argv[2]; repeats = int(sys.argv[3]); budget = float(sys.argv[4])
+sizes = task.timed().sizes
+runner = CandidateRunner()
+runner.set_task(task.model_dump_json())
+seeds = [secrets.randbits(62) for _ in range(3)]
+variants = list(baseline_variants(task))
+rows = []
+def measure(kind, candidate):
+    started = time.time()
+    reply = runner.time(sizes, seeds, [] if candidate else variants, budget, 3, candidate)
+    stats = reply["stats"]["candidate" if candidate else variants[0]]
+    rows.append({"kind": kind, "start": started, "end": time.time(), "median_ms": stats[0], "iqr_ms": stats[1]})
+for _ in range(repeats):
+    measure("baseline", False)
+runner.load(so, task.model_dump_json())
+for _ in range(repeats):
+    measure("candidate", True)
+print("ROWS" + json.dumps(rows))
+"""
+
+
+def _spread_pct(values: list[float]) -> float:
+    return 100 * (max(values) - min(values)) / statistics.median(values) if values else 0.0
+
+
+def _clock_during(samples: list[dict], start: float, end: float) -> dict:
+    inside = [s for s in samples if start <= s["t"] <= end]
+    if not inside:
+        return {}
+    return {key: statistics.fmean(s[key] for s in inside) for key in ("sm_mhz", "power_w", "temp_c")} | {
+        "reasons": sorted({s["reasons"] for s in inside})}
+
+
+def _sampler() -> subprocess.Popen:
+    return subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active",
+                             "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
+
+
+def main() -> None:
+    import threading
+
+    import torch
+
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import build_request, read_candidate
+    from ptxbench.tasks.loader import get_task
+    from ptxbench.toolchain.compile import build
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--task", default="gemm_bf16")
+    parser.add_argument("--candidate", type=Path, default=REPO / "kernels" / "reference" / "sm_90a" / "gemm_bf16.cu")
+    parser.add_argument("--processes", type=int, default=6)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--budget-ms", type=float, default=300.0)
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args()
+    task = get_task(args.task)
+    built = build(build_request(read_candidate(args.candidate), Arch.SM_90A, task))
+    if not built.ok:
+        raise SystemExit(f"{args.candidate} did not build:\n{built.log[-3000:]}")
+    shared_object = str(Path(built.directory) / "candidate.so")
+
+    samples: list[dict] = []
+    sampler = _sampler()
+
+    def read() -> None:
+        assert sampler.stdout is not None
+        for line in sampler.stdout:
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                samples.append({"t": time.time(), "sm_mhz": float(parts[0]), "power_w": float(parts[1]),
+                                "temp_c": float(parts[2]), "reasons": parts[3]})
+            except (ValueError, IndexError):
+                continue
+    threading.Thread(target=read, daemon=True).start()
+    processes = []
+    try:
+        for index in range(args.processes):
+            proc = subprocess.run([sys.executable, "-c", _CHILD, args.task, shared_object, str(args.repeats),
+                                   str(args.budget_ms)], capture_output=True, text=True, timeout=300)
+            line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("ROWS")), None)
+            if line is None:
+                raise SystemExit(f"process {index} failed:\n{proc.stderr[-3000:]}")
+            rows = json.loads(line[4:])
+            time.sleep(0.5)
+            for row in rows:
+                row["clocks"] = _clock_during(samples, row["start"], row["end"])
+            processes.append(rows)
+            time.sleep(secrets.randbelow(4))  # idle gaps of 0-3 s, as between the stages of an evaluation
+    finally:
+        sampler.terminate()
+
+    def medians(kind: str) -> list[list[float]]:
+        return [[r["median_ms"] for r in rows if r["kind"] == kind] for rows in processes]
+
+    base, cand = medians("baseline"), medians("candidate")
+    ratios = [statistics.median(c) / statistics.median(b) for b, c in zip(base, cand)]
+    summary = {
+        "baseline_spread_across_processes_pct": _spread_pct([statistics.median(b) for b in base]),
+        "candidate_spread_across_processes_pct": _spread_pct([statistics.median(c) for c in cand]),
+        "baseline_spread_within_process_pct": max(_spread_pct(b) for b in base),
+        "candidate_spread_within_process_pct": max(_spread_pct(c) for c in cand),
+        "ratio_spread_across_processes_pct": _spread_pct(ratios),
+        "ratios": ratios,
+    }
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+              "command": "python benchmarks/timing_stability.py " + " ".join(sys.argv[1:]),
+              "task": args.task, "workload": task.timed().name, "summary": summary, "processes": processes}
+    slug = result["gpu"].replace("NVIDIA ", "").replace(" ", "_").lower()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"timing_stability_{args.task}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(summary, indent=2))
+    for index, rows in enumerate(processes):
+        for row in rows:
+            clocks = row["clocks"]
+            print(f"process {index} {row['kind']:9s} {row['median_ms']:.4f} ms  iqr {row['iqr_ms']:.4f}  "
+                  f"sm {clocks.get('sm_mhz', 0):.0f} MHz  {clocks.get('power_w', 0):.0f} W  "
+                  f"{clocks.get('temp_c', 0):.0f} C  {clocks.get('reasons', '')}")
+
+
+if __name__ == "__main__":
+    main()
