@@ -15,6 +15,7 @@ from ptxbench.tasks.reference import make_inputs, run_reference
 
 BEHAVIOUR = "PTXBENCH_FAKE_BEHAVIOUR"
 SPANS = "PTXBENCH_FAKE_SPANS"  # a file: each trial and timing call then takes 0.2 s and logs its span
+PIDS = "PTXBENCH_FAKE_PIDS"  # a file: the loaded candidate's process writes its pid there
 
 
 def _span(kind: str) -> None:
@@ -48,6 +49,9 @@ class FakeRunner:
         from ptxbench.static.sass import disassemble, per_kernel_histogram
 
         self.task = Task.model_validate_json(task_json)
+        if os.environ.get(PIDS):
+            with open(os.environ[PIDS], "w") as out:
+                out.write(str(os.getpid()))
         mangled = list(per_kernel_histogram(disassemble(Path(shared_object).with_suffix(".cubin"))))
         self.kernels = [base_name(name) for name in demangle(mangled).values()]
         return []
@@ -82,16 +86,45 @@ class FakeRunner:
                 "canaries": {o.name: canary for o in self.task.outputs},
                 "inputs_after": inputs}
 
-    def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
-             warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
+    def _check_timing(self, baselines: list[str], candidate: bool) -> None:
         if candidate and not hasattr(self, "kernels"):
             raise RuntimeError("no candidate is loaded to time")
         if baselines and hasattr(self, "kernels"):  # the cheat a candidate could use: slowing its own baseline
             raise RuntimeError("a baseline was timed in a process holding the candidate's code")
+
+    def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
+             warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
+        self._check_timing(baselines, candidate)
         _span("time")
         stats = {**({"candidate": (2.0, 0.01)} if candidate else {}), **{name: (1.0, 0.01) for name in baselines}}
         return {"stats": stats, "samples": 10, "last_seed": seeds[-1],
                 "last_outputs": self._outputs(sizes, seeds[-1]) if candidate else {}}
+
+    def prepare_timing(self, sizes: dict[str, int], seeds: list[int], baselines: list[str],
+                       candidate: bool = True) -> None:
+        self._check_timing(baselines, candidate)
+        _span("time")
+        self._timing = (sizes, seeds, baselines, candidate)
+
+    def time_rounds(self, rounds: int) -> dict[str, list[float]]:
+        """2 ms a call for the candidate, 1 ms for a baseline (1.5 ms when "slowed-baseline": as if the
+        candidate's process disturbed it). A baseline is timed only while the candidate's process is
+        stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the candidate wrote its pid to."""
+        from ptxbench.evaluate.worker import process_state
+
+        sizes, seeds, baselines, candidate = self._timing
+        pids = os.environ.get(PIDS)
+        if baselines and pids and os.path.exists(pids):
+            candidate_pid = int(open(pids).read())
+            if process_state(candidate_pid) not in ("T", "t", None):
+                raise RuntimeError(f"the candidate's process {candidate_pid} ran while the baseline was timed")
+        baseline_ms = 1.5 if self.behaviour == "slowed-baseline" else 1.0
+        return {**({"candidate": [2.0] * rounds} if candidate else {}),
+                **{name: [baseline_ms] * rounds for name in baselines}}
+
+    def timed_outputs(self) -> dict[str, Any]:
+        sizes, seeds, _, _ = self._timing
+        return {"last_seed": seeds[-1], "last_outputs": self._outputs(sizes, seeds[-1])}
 
 
 STATE = "PTXBENCH_FAKE_STATE"

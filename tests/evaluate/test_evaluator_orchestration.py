@@ -99,3 +99,41 @@ def test_baselines_are_timed_before_any_candidate_code_is_loaded(monkeypatch: py
     assert evaluation.status is Status.PASSED, evaluation.message
     assert len(list((tmp_path / "baselines").glob("*.json"))) == 2, "both timed workloads' baselines were measured"
     assert all(t.baseline_ms for t in evaluation.timings)
+
+
+def _evaluate_with_fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path, behaviour: str):  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.baseline_cache import BaselineCache
+
+    monkeypatch.setenv(BEHAVIOUR, behaviour)
+    evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=20), handler=HANDLER, reference_device="cpu")
+    evaluator.baseline_cache = BaselineCache(tmp_path / "baselines")
+    try:
+        return evaluator.evaluate(_small_softmax(), Arch.SM_90A, (EXAMPLES / "softmax.cu").read_text())
+    finally:
+        evaluator.close()
+
+
+def test_baseline_is_interleaved_with_the_candidate_stopped(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The baseline runs in its own clean process in rounds alternating with the candidate's; the stand-in
+    baseline refuses to run unless the candidate's process is stopped (checked to fail without the stop)."""
+    from .fake_runner import PIDS
+
+    monkeypatch.setenv(PIDS, str(tmp_path / "candidate.pid"))
+    evaluation = _evaluate_with_fresh_cache(monkeypatch, tmp_path, "correct")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert (tmp_path / "candidate.pid").exists(), "the check ran"
+    for timing in evaluation.timings:
+        assert timing.baseline_source == "interleaved" and timing.baseline_ms == timing.baseline_clean_ms == 1.0
+        assert timing.candidate_ms == 2.0 and timing.samples >= 5 and timing.speedup == 0.5
+
+
+def test_a_baseline_slowed_beside_the_candidate_is_replaced_by_its_clean_time(monkeypatch: pytest.MonkeyPatch,
+                                                                               tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Interleaved, the baseline reads 1.5 ms against a clean 1.0 ms: the candidate gains only the allowance."""
+    from ptxbench.evaluate.evaluator import BASELINE_DISTURBANCE
+
+    evaluation = _evaluate_with_fresh_cache(monkeypatch, tmp_path, "slowed-baseline")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    for timing in evaluation.timings:
+        assert timing.baseline_source == "clean" and timing.baseline_clean_ms == 1.0
+        assert timing.baseline_ms == pytest.approx(1.0 * (1 + BASELINE_DISTURBANCE))

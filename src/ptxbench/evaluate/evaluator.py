@@ -11,16 +11,19 @@ Sharing the GPU: untimed stages hold the GPU's lock shared and timing holds it a
 several evaluations (lanes, or other runs on this machine) overlap their untimed work and never
 disturb a measurement. A process holding the candidate's code exists only while its lane holds the
 lock: trials run in one fresh process, timing in another, and each is ended before the lock is let go.
-Vendor baselines are timed in the timing process *before* the candidate is loaded into it, so no
-candidate code can slow the baseline it is compared against (and a cached baseline never comes from a
-process a candidate touched).
+Vendor baselines are timed in the evaluator's baseline process, which never loads candidate code, in
+rounds alternating with the candidate's (the two see the GPU in the same power and thermal state); the
+candidate's process is stopped meanwhile, and a baseline slowed beyond its clean, cached time is not
+trusted. No candidate code can thus buy itself a slower baseline.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
+import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,7 +36,8 @@ from ptxbench.check import check_source
 from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
-from ptxbench.evaluate.gpu_side import CANARY_VALUE
+from ptxbench.errors import PtxbenchError
+from ptxbench.evaluate.gpu_side import CANARY_VALUE, median_iqr
 from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import (
     base_name,
@@ -51,10 +55,24 @@ from ptxbench.toolchain.compile import default_cache_dir
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
 WORKER_SPARES = 3  # fresh processes starting ahead: two are used per candidate, each takes ~7 s to start
+# Interleaved timing (see GpuEvaluator._timing): measured time per side between switches, the rounds of
+# the first chunk (a warm-up, dropped), the bounds on a chunk and on a workload's calls.
+CHUNK_MS = 20.0
+WARM_UP_ROUNDS = 3
+MAX_CHUNK_ROUNDS = 64
+MIN_SAMPLES = 5
+MAX_SAMPLES = 2000
+# An interleaved baseline may be this much slower than its clean time before it is distrusted. Within
+# one process, a power-capped GEMM's median drifts by up to ~8 % on an H200 (timing_stability_h200.json).
+BASELINE_DISTURBANCE = 0.10
 
 # Datasheet peaks (dense): no kernel can beat them, so a faster time means the work was not done.
 PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
          "H100": {"bytes_per_s": 3.35e12, "bf16": 989e12, "fp8": 1979e12}}
+
+
+class BaselineFailed(PtxbenchError):
+    """The vendor-baseline process failed: the harness's failure, not the candidate's."""
 
 
 class EvalOptions(BaseModel):
@@ -63,7 +81,8 @@ class EvalOptions(BaseModel):
     trials: int = Field(default=3, ge=1, description="fresh input sets per workload")
     call_timeout_s: float = Field(default=60.0, gt=0)
     time: bool = True
-    timing_budget_ms: float = Field(default=300.0, gt=0, description="measured time per workload and side")
+    timing_budget_ms: float = Field(default=100.0, gt=0, description=(
+        "measured time per workload and side (candidate, baseline), at least MIN_SAMPLES calls each"))
     profile: bool = Field(default=True, description="prove executed instructions with ncu when it is installed")
     profile_timeout_s: float = Field(default=600.0, gt=0)
     lanes: int = Field(default=1, ge=1, le=16, description=(
@@ -83,6 +102,9 @@ class GpuEvaluator:
         self.options = options or EvalOptions()
         self.reference_device = reference_device
         self.worker = Worker(handler, device, spares=WORKER_SPARES)
+        # Vendor baselines and peaks are timed in a process that lives as long as the evaluator and never
+        # loads candidate code, so no candidate can reach the measurement it is compared against.
+        self.baselines = Worker(handler, device)
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
         self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
@@ -91,6 +113,7 @@ class GpuEvaluator:
 
     def close(self) -> None:
         self.worker.close()
+        self.baselines.close()
 
     def device(self) -> dict:
         if self._device is None:
@@ -158,8 +181,11 @@ class GpuEvaluator:
             return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.NO_GPU,
                                                  "message": f"the GPU worker could not start: {exc}"})
         if self.options.time and self._peaks is None:
+            failure = self._baseline_worker_ready()
+            if failure is not None:
+                return evaluation.model_copy(update=failure)
             with self._stage("peaks"), self.lock.exclusive():  # once per evaluator: the first candidate carries it
-                self.peaks()  # measured in a process no candidate has touched
+                self.peaks()  # measured in the baseline process, which no candidate touches
         own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
         # A fresh process is awaited before the lock is taken: a starting worker takes the lock itself.
         failure = self._fresh_worker()
@@ -296,55 +322,66 @@ class GpuEvaluator:
         empty when they could not be measured, and then no roofline share is reported."""
         if self._peaks is None:
             try:
-                self._peaks = self.worker.call("peaks", timeout_s=300)
+                self._peaks = self.baselines.call("peaks", timeout_s=300)
             except (RequestFailed, WorkerDied, WorkerTimeout):
+                self.baselines.kill()
                 self._peaks = {}
         return self._peaks
 
     def _timing(self, task: Task, evaluation: Evaluation, shared_object: Path) -> tuple[Evaluation, bool]:
         """Time the timed and visible workloads with the GPU to this lane alone, then re-check the outputs
-        of timed calls; True with an evaluation that already has its verdict (a failure). Baselines not
-        in the cache are timed first, in the same fresh process, before the candidate is loaded into it."""
+        of timed calls; True with an evaluation that already has its verdict (a failure).
+
+        The candidate is timed in rounds that alternate with its vendor baseline, timed in the evaluator's
+        baseline process (which never holds candidate code): a GEMM near peak runs at the GPU's power
+        cap, where the clock drifts by several percent within seconds and between processes, and only
+        measurements taken side by side compare fairly. The candidate's process is stopped while the
+        baseline runs. Each baseline also has a clean time, measured alone before any candidate code is
+        loaded and cached: an interleaved baseline slower than that allows is not trusted (the
+        candidate's process may have slowed it), and the clean time plus the allowance is compared."""
         from ptxbench.evaluate.baselines import baseline_variants
 
         device = self.device()
         workloads = [w for w in task.workloads if w.role is not Role.HELDOUT]
         keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in baseline_variants(task)}
                 for w in workloads}
-        baselines: dict[str, dict[str, tuple[float, float]]] = {w.name: {} for w in workloads}  # (median, IQR) ms
+        clean: dict[str, dict[str, tuple[float, float]]] = {w.name: {} for w in workloads}  # (median, IQR) ms
         for workload, variants in keys.items():
             for variant, key in variants.items():
                 record = self.baseline_cache.get(key)
                 if record is not None:
-                    baselines[workload][variant] = (record.median_ms, record.iqr_ms)
+                    clean[workload][variant] = (record.median_ms, record.iqr_ms)
         budget_ms = self.options.timing_budget_ms
         limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
         measured: dict[str, dict] = {}
         failure = self._fresh_worker()  # awaited before the lock: a starting worker takes the lock itself
+        if failure is None:
+            failure = self._baseline_worker_ready()
         if failure is not None:
             return evaluation.model_copy(update=failure), True
         with self.lock.exclusive():
             try:
-                with self._stage("timing.baselines"):
-                    self.worker.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
+                with self._stage("timing.baselines"), self._baseline_call():
+                    self.baselines.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
                     for workload in workloads:
-                        missing = [v for v in keys[workload.name] if v not in baselines[workload.name]]
+                        missing = [v for v in keys[workload.name] if v not in clean[workload.name]]
                         if missing:
-                            reply = self.worker.call("time", workload.sizes, _seeds(), missing, budget_ms, 3, False,
-                                                     timeout_s=limit_s)
+                            reply = self.baselines.call("time", workload.sizes, _seeds(), missing, budget_ms, 3, False,
+                                                        timeout_s=limit_s)
                             for variant in missing:
                                 median_ms, iqr_ms = reply["stats"][variant]
                                 self.baseline_cache.put(keys[workload.name][variant], median_ms, iqr_ms)
-                                baselines[workload.name][variant] = (median_ms, iqr_ms)
+                                clean[workload.name][variant] = (median_ms, iqr_ms)
                 failure = self._load(task, shared_object)
                 if failure is not None:
                     return evaluation.model_copy(update=failure), True
-                with self._stage("timing.candidate"):
+                with self._stage("timing.interleaved"):
                     for workload in workloads:
-                        reply = self.worker.call("time", workload.sizes, _seeds(), [], budget_ms, timeout_s=limit_s)
-                        # the candidate's process ends with the lock: its outputs are copied out first
-                        reply["last_outputs"] = {k: v.clone() for k, v in reply["last_outputs"].items()}
-                        measured[workload.name] = reply
+                        fastest = min(clean[workload.name], key=lambda v: clean[workload.name][v][0])
+                        measured[workload.name] = self._interleaved(workload, fastest, budget_ms, limit_s)
+            except BaselineFailed as exc:
+                return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
+                                                     "message": f"timing the vendor baseline: {exc}"}), True
             except ForgedReply as exc:
                 return _forged(evaluation, exc), True
             except WorkerTimeout as exc:
@@ -354,14 +391,62 @@ class GpuEvaluator:
             finally:
                 self.worker.kill()
         with self.lock.shared():
-            checked = self._timings_checked(task, evaluation, workloads, baselines, measured)
+            checked = self._timings_checked(task, evaluation, workloads, clean, measured)
         return checked, checked.status is Status.INCORRECT
 
+    def _interleaved(self, workload: Workload, variant: str, budget_ms: float, limit_s: float) -> dict:
+        """The candidate (in the current worker, loaded) and the baseline ``variant`` (in the baseline
+        process) on the same input seeds, in alternating chunks of rounds until each side has
+        ``budget_ms`` of measured time and MIN_SAMPLES calls; the first chunk warms up and is dropped."""
+        seeds = _seeds()
+        with self._baseline_call():
+            self.baselines.call("prepare_timing", workload.sizes, seeds, [variant], False, timeout_s=limit_s)
+        self.worker.call("prepare_timing", workload.sizes, seeds, [], True, timeout_s=limit_s)
+        samples: dict[str, list[float]] = {"candidate": [], "baseline": []}
+        rounds, warm_up = WARM_UP_ROUNDS, True
+        while True:
+            candidate = self.worker.call("time_rounds", rounds, timeout_s=limit_s)["candidate"]
+            with self.worker.paused(), self._baseline_call():
+                baseline = self.baselines.call("time_rounds", rounds, timeout_s=limit_s)[variant]
+            if not warm_up:
+                samples["candidate"] += candidate
+                samples["baseline"] += baseline
+            warm_up = False
+            if all(len(v) >= MIN_SAMPLES and sum(v) >= budget_ms for v in samples.values()) \
+                    or len(samples["candidate"]) >= MAX_SAMPLES:
+                break
+            per_call = max(statistics.median(candidate), statistics.median(baseline), 1e-3)
+            rounds = max(1, min(MAX_CHUNK_ROUNDS, math.ceil(CHUNK_MS / per_call)))
+        reply = self.worker.call("timed_outputs", timeout_s=limit_s)
+        # the candidate's process ends with the lock: its outputs are copied out first
+        return {"candidate": median_iqr(samples["candidate"]), "baseline": (variant, median_iqr(samples["baseline"])),
+                "samples": len(samples["candidate"]), "last_seed": reply["last_seed"],
+                "last_outputs": {k: v.clone() for k, v in reply["last_outputs"].items()}}
+
+    def _baseline_worker_ready(self) -> dict | None:
+        """The baseline process started (before any lock is taken: starting, it takes the lock itself)."""
+        try:
+            with self._stage("worker_start"), self._baseline_call():
+                self.baselines.wait_ready()
+        except BaselineFailed as exc:
+            return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
+                    "message": f"the vendor-baseline worker could not start: {exc}"}
+        return None
+
+    @contextmanager
+    def _baseline_call(self) -> Iterator[None]:
+        """Failures of the baseline process are the harness's, never the candidate's."""
+        try:
+            yield
+        except (WorkerDied, WorkerTimeout, RequestFailed) as exc:
+            self.baselines.kill()
+            raise BaselineFailed(str(exc)) from exc
+
     def _timings_checked(self, task: Task, evaluation: Evaluation, workloads: list[Workload],
-                         baselines_of: dict[str, dict[str, tuple[float, float]]],
+                         clean_of: dict[str, dict[str, tuple[float, float]]],
                          measured: dict[str, dict]) -> Evaluation:
         """Timings with throughput and roofline shares, once the outputs of timed calls are re-checked;
-        ``baselines_of``: per workload, each vendor variant's (median, IQR) in ms."""
+        ``clean_of``: per workload, each vendor variant's clean (median, IQR) in ms."""
         datasheet = _peaks(self.device()["name"])
         peaks = self.peaks()  # cached: measured before any candidate was loaded
         fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
@@ -379,9 +464,12 @@ class GpuEvaluator:
                 return evaluation.model_copy(update={
                     "trials": trials, "timings": [], "status": Status.INCORRECT,
                     "message": f"outputs of timed calls on {workload.name} were wrong"})
-            baselines = baselines_of[workload.name]
-            candidate_ms, candidate_iqr = reply["stats"]["candidate"]
-            best = min(baselines, key=lambda v: baselines[v][0], default=None)
+            candidate_ms, candidate_iqr = reply["candidate"]
+            variant, (baseline_ms, baseline_iqr) = reply["baseline"]
+            clean_ms = clean_of[workload.name][variant][0]
+            trusted = baseline_ms <= clean_ms * (1 + BASELINE_DISTURBANCE)
+            if not trusted:  # slowed beside the candidate: the clean time, with the drift allowance, instead
+                baseline_ms, baseline_iqr = clean_ms * (1 + BASELINE_DISTURBANCE), clean_of[workload.name][variant][1]
             flops = task.flops_for(workload.sizes)
             moved = task.bytes_for(workload.sizes)
             seconds = candidate_ms / 1e3
@@ -391,8 +479,9 @@ class GpuEvaluator:
                 if flops:
                     attainable = max(attainable, flops / peaks["fp8_flops" if fp8 else "bf16_flops"])
             timings.append(Timing(workload=workload.name, candidate_ms=candidate_ms, candidate_iqr_ms=candidate_iqr,
-                                  baseline=best, baseline_ms=baselines[best][0] if best else None,
-                                  baseline_iqr_ms=baselines[best][1] if best else None, samples=reply["samples"],
+                                  baseline=variant, baseline_ms=baseline_ms, baseline_iqr_ms=baseline_iqr,
+                                  baseline_clean_ms=clean_ms, baseline_source="interleaved" if trusted else "clean",
+                                  samples=reply["samples"],
                                   tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
                                   roofline_pct=100 * attainable / seconds if attainable else None))
             if datasheet is not None:

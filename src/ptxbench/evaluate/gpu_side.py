@@ -39,6 +39,7 @@ class CandidateRunner:
         self.torch = torch
         self.library = None
         self.task = None
+        self._timing: dict[str, Any] | None = None  # one workload's measurement (prepare_timing)
         with shared_if_known():  # opening the GPU and warming up must not overlap another lane's timing
             self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
             self._warm_up()
@@ -171,32 +172,26 @@ class CandidateRunner:
             times.append(start.elapsed_time(end))
         return times
 
-    def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
-             warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
-        """The candidate (unless ``candidate`` is False) and ``baselines`` interleaved, inputs rotated over
-        ``seeds``, L2 flushed before each call. The evaluator times baselines with ``candidate=False``
-        before any candidate is loaded, so untrusted code never shares a process with their measurement.
-
-        The statistic is the median (and inter-quartile range) of per-call event times on the launch
-        stream; the loop stops when ``budget_ms`` of measured time is spent (at least 5 calls each).
-        """
+    def prepare_timing(self, sizes: dict[str, int], seeds: list[int], baselines: list[str],
+                       candidate: bool = True) -> None:
+        """Set up one workload's measurement for ``time_rounds``: input sets drawn from ``seeds`` (rotated
+        over the calls), NaN-filled outputs, a launch stream, and the calls to time: the candidate (unless
+        ``candidate`` is False) and the named vendor baselines."""
         from ptxbench.evaluate.baselines import baseline_variants
         from ptxbench.tasks.reference import make_inputs
 
         torch = self.torch
-        input_sets = [make_inputs(self.task, sizes, seed, device="cuda") for seed in seeds]
-        outputs, _ = self._outputs_with_canaries(sizes)
-        stream = torch.cuda.Stream()
-        variants = baseline_variants(self.task)
-        chosen = {name: variants[name] for name in baselines}
         if candidate and self.library is None:
             raise RuntimeError("no candidate is loaded to time")
-        results: dict[str, list[float]] = {**({"candidate": []} if candidate else {}), **{name: [] for name in chosen}}
+        self._timing = None  # the previous workload's buffers go before this one's are drawn
+        input_sets = [make_inputs(self.task, sizes, seed, device="cuda") for seed in seeds]
+        outputs, _ = self._outputs_with_canaries(sizes)
+        variants = baseline_variants(self.task)
+        chosen = {name: variants[name] for name in baselines}
         turn = {"i": 0}
 
         def run_candidate(s: Any) -> None:
-            inputs = input_sets[turn["i"] % len(input_sets)]
-            code = self.library(inputs, outputs, sizes, s)
+            code = self.library(input_sets[turn["i"] % len(input_sets)], outputs, sizes, s)
             if code != 0:
                 raise RuntimeError(f"the entry point returned cudaError {code} during timing")
 
@@ -208,23 +203,51 @@ class CandidateRunner:
 
         calls = {**({"candidate": run_candidate} if candidate else {}),
                  **{name: run_baseline(fn) for name, fn in chosen.items()}}
-        for _ in range(warmup):
-            for call in calls.values():
-                self._time(call, stream, 1)
+        self._timing = {"calls": calls, "turn": turn, "seeds": seeds, "outputs": outputs,
+                        "stream": torch.cuda.Stream()}
+
+    def time_rounds(self, rounds: int) -> dict[str, list[float]]:
+        """``rounds`` rounds of the prepared calls, each call once per round with the next input set; the
+        event time of every call in ms. Returns with this process's GPU work finished, so none of it can
+        run into a measurement that another process makes next."""
+        if self._timing is None:
+            raise RuntimeError("prepare_timing comes first")
+        calls, turn, stream = self._timing["calls"], self._timing["turn"], self._timing["stream"]
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            turn["i"] += 1
+            for name, call in calls.items():
+                times[name] += self._time(call, stream, 1)
+        _checked_sync(self.torch)
+        return times
+
+    def timed_outputs(self) -> dict[str, Any]:
+        """The outputs of the last timed call and the seed of its inputs, for the parent's re-check."""
+        if self._timing is None:
+            raise RuntimeError("prepare_timing comes first")
+        seeds, turn = self._timing["seeds"], self._timing["turn"]
+        return {"last_seed": seeds[turn["i"] % len(seeds)], "last_outputs": dict(self._timing["outputs"])}
+
+    def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
+             warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
+        """The prepared calls timed in one go, in this process alone (``budget_ms`` of measured time, at
+        least 5 rounds): how the evaluator times a vendor baseline in a process no candidate has touched.
+        Candidates are timed by the evaluator in rounds interleaved with such a process instead.
+
+        The statistic is the median (and inter-quartile range) of per-call event times on the launch
+        stream, the L2 flushed before each call.
+        """
+        self.prepare_timing(sizes, seeds, baselines, candidate)
+        self.time_rounds(warmup)
+        results: dict[str, list[float]] = {name: [] for name in self._timing["calls"]}
         spent, rounds = 0.0, 0
         while (spent < budget_ms or rounds < 5) and rounds < 1000:
-            turn["i"] += 1
             rounds += 1
-            for name, call in calls.items():
-                results[name] += self._time(call, stream, 1)
-            spent += sum(values[-1] for values in results.values())
-        last = turn["i"] % len(input_sets)
-        return {
-            "stats": {name: _median_iqr(values) for name, values in results.items()},
-            "samples": rounds,
-            "last_seed": seeds[last],
-            "last_outputs": dict(outputs) if candidate else {},  # CUDA tensors: the parent maps them (IPC)
-        }
+            for name, values in self.time_rounds(1).items():
+                results[name] += values
+                spent += values[-1]
+        return {"stats": {name: median_iqr(values) for name, values in results.items()}, "samples": rounds,
+                **(self.timed_outputs() if candidate else {"last_seed": None, "last_outputs": {}})}
 
     def copy_bandwidth(self) -> float:
         """Device-to-device copy bandwidth in bytes/s (read + write), the memory roofline here."""
@@ -236,7 +259,7 @@ class CandidateRunner:
         return 2 * source.numel() / (statistics.median(times) / 1e3)
 
 
-def _median_iqr(values: list[float]) -> tuple[float, float]:
+def median_iqr(values: list[float]) -> tuple[float, float]:
     ordered = sorted(values)
     if len(ordered) < 4:
         return statistics.median(ordered), 0.0

@@ -66,7 +66,8 @@ class TrialResult(BaseModel):
 
 
 class Timing(BaseModel):
-    """Median and inter-quartile range of CUDA-event times with L2 flushed before each call."""
+    """Median and inter-quartile range of CUDA-event times with L2 flushed before each call; the
+    candidate and its baseline are timed in alternating rounds, so both see the GPU in the same state."""
 
     workload: str
     candidate_ms: float
@@ -74,6 +75,12 @@ class Timing(BaseModel):
     baseline: str | None = None
     baseline_ms: float | None = None
     baseline_iqr_ms: float | None = None
+    baseline_clean_ms: float | None = Field(default=None, description=(
+        "The baseline timed alone in a process no candidate has touched (cached per GPU and library "
+        "versions); the compared baseline is at most this plus the evaluator's disturbance allowance"))
+    baseline_source: str | None = Field(default=None, description=(
+        "'interleaved': timed in rounds alternating with the candidate's; 'clean': the interleaved time "
+        "was slower than the clean time allows, so the clean time (plus the allowance) was compared"))
     samples: int
     tflops: float | None = None
     gbps: float | None = None

@@ -17,9 +17,12 @@ import io
 import multiprocessing
 import os
 import pickle
+import signal
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -125,6 +128,22 @@ def mapped_libraries(pid: int | str) -> set[str]:
             return {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
     except OSError:
         return set()
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of process ``pid`` from /proc ('T': stopped), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _wait_stopped(pid: int, timeout_s: float = 1.0) -> None:
+    """SIGSTOP is delivered asynchronously: wait until the process is really stopped (or gone)."""
+    deadline = time.monotonic() + timeout_s
+    while process_state(pid) not in ("T", "t", None) and time.monotonic() < deadline:
+        time.sleep(0.0005)
 
 
 def _check_message(message: Any, ready: bool) -> None:
@@ -248,6 +267,22 @@ class Worker:
         if kind == "error":
             raise RequestFailed(*payload)
         return payload
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """The process stopped (SIGSTOP) for the duration: it can start nothing, on the CPU or the GPU,
+        while another process measures. Resumed afterwards even on error; a dead process is left as is."""
+        pid = self.pid
+        if pid is not None:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+                _wait_stopped(pid)
+        try:
+            yield
+        finally:
+            if pid is not None:
+                with suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
     def kill(self) -> None:
         _end(self._process, self._connection)
