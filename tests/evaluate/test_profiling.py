@@ -41,3 +41,24 @@ def test_the_program_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
              "print(sorted(m for m in ('torch', 'ptxbench', 'pydantic') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-I", "-c", probe, *command[2:]], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr
+
+
+def test_the_program_holds_the_gpu_lock_while_it_uses_the_gpu(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The evaluator does not hold the lock through ncu's start-up; the profiled program takes it, shared,
+    before it opens the GPU, so it waits while a lane times (and without a GPU then stops at the driver)."""
+    import time
+
+    from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
+
+    monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv(KEY_VARIABLE, "GPU-test")
+    command = profiled_program(get_task("rmsnorm"), {"T": 4, "Hd": 64}, tmp_path / "candidate.so", tmp_path)
+    plan = json.loads(Path(command[3]).read_text())
+    assert plan["gpu_lock"] == {"key": "GPU-test", "folder": str(tmp_path / "locks")}
+    lock = GpuLock("GPU-test", tmp_path / "locks")
+    with lock.exclusive():
+        program = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        assert program.poll() is None, "it waits for the timing to end"
+    program.communicate(timeout=60)
+    assert program.returncode is not None

@@ -219,7 +219,7 @@ class GpuEvaluator:
             from ptxbench.evaluate.profiling import NoCounterPermission, ProfiledRunFailed, profile_requirements
 
             try:
-                with self._stage("profile"), self.lock.shared():
+                with self._stage("profile"):  # the profiled program holds the GPU's lock (shared) itself
                     features, launched = profile_requirements(task, evaluation.arch, shared_object,
                                                               self.options.profile_timeout_s)
             except NoCounterPermission as exc:  # unverified, never "used": the status says so

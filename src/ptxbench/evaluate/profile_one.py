@@ -6,15 +6,18 @@ between cuProfilerStart and cuProfilerStop, so only the candidate's own launches
 Neither torch nor ptxbench is imported: starting Python with torch took ~6 s of the ~7 s stage on
 an H200, and nothing of that is needed to launch one call.
 
-The plan (written by ``profiling.write_plan``) lists the entry point's arguments in order: inputs
+The plan (written by ``profiling.profiled_program``) lists the entry point's arguments in order: inputs
 (a file of raw bytes each), outputs (a byte count), sizes (an integer) and the stream.
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import json
 import sys
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 
 
 class DriverError(RuntimeError):
@@ -39,8 +42,26 @@ def _device_buffer(driver: ctypes.CDLL, size: int) -> ctypes.c_uint64:
     return pointer
 
 
+def _gpu_lock(plan: dict) -> AbstractContextManager:
+    """The GPU's lock, shared, for the whole of this process's GPU work when the plan names it: the
+    evaluator does not hold it for ncu's own start-up, only this program does, for the part that uses
+    the GPU. ``gpu_lock.py`` is loaded by its path: it needs the standard library alone."""
+    if not plan.get("gpu_lock"):
+        return nullcontext()
+    spec = importlib.util.spec_from_file_location("ptxbench_gpu_lock", Path(__file__).with_name("gpu_lock.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared()
+
+
 def main(plan_path: str) -> int:
     plan = json.loads(open(plan_path).read())
+    with _gpu_lock(plan):
+        return _profile(plan)
+
+
+def _profile(plan: dict) -> int:
     driver = _driver()
     driver.check("cuInit", 0)
     device, context = ctypes.c_int(), ctypes.c_void_p()

@@ -16,11 +16,13 @@ import signal
 import subprocess
 import sys
 import tempfile
+from contextlib import suppress
 from pathlib import Path
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import NCU_METRICS, RequirementExecution, judge_execution, parse_ncu_csv
+from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, shared_if_known
 from ptxbench.evaluate.worker import mapped_libraries
 from ptxbench.tasks.model import Task
 
@@ -48,7 +50,8 @@ def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, fol
     from ptxbench.contract.signature import parameters
     from ptxbench.tasks.reference import make_inputs
 
-    inputs = make_inputs(task, sizes, secrets.randbits(62), device="cuda" if torch.cuda.is_available() else "cpu")
+    with shared_if_known():  # drawing the inputs uses the GPU
+        inputs = make_inputs(task, sizes, secrets.randbits(62), device="cuda" if torch.cuda.is_available() else "cpu")
     outputs = {spec.name: spec for spec in task.outputs}
     arguments: list[dict] = []
     for parameter in parameters(task):
@@ -65,8 +68,10 @@ def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, fol
         else:
             arguments.append({"kind": "stream"})
     plan = folder / "plan.json"
+    key = os.environ.get(KEY_VARIABLE)  # the program holds the GPU's lock itself while it uses the GPU
+    gpu_lock = {"key": key, "folder": str(default_lock_folder())} if key else None
     plan.write_text(json.dumps({"library": str(shared_object), "entry_point": task.entry_point,
-                                "preload": _cuda_runtime(), "arguments": arguments}))
+                                "preload": _cuda_runtime(), "arguments": arguments, "gpu_lock": gpu_lock}))
     return [sys.executable, "-I", str(Path(__file__).with_name("profile_one.py")), str(plan)]
 
 
@@ -94,6 +99,9 @@ def profile_requirements(task: Task, arch: Arch, shared_object: Path,
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
                 raise ProfiledRunFailed(f"no end within {timeout_s:g} s under ncu; the process was killed") from None
+            finally:
+                with suppress(ProcessLookupError):  # whatever the candidate's code left running there ends too
+                    os.killpg(proc.pid, signal.SIGKILL)
     if "ERR_NVGPUCTRPERM" in stdout + stderr:
         raise NoCounterPermission("ncu may not read the performance counters here (ERR_NVGPUCTRPERM)")
     try:
