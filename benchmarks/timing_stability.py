@@ -8,6 +8,7 @@ processes, within a process, and of the candidate/baseline ratio, next to the cl
 measurement. Writes ``timing_stability_<task>_<gpu>.json``.
 
     python benchmarks/timing_stability.py [--task gemm_bf16] [--candidate FILE] [--processes 6] [--out DIR]
+    python benchmarks/timing_stability.py --interleaving 6 [--task ...]   (the evaluator's interleaved timing)
 """
 
 from __future__ import annotations
@@ -68,6 +69,45 @@ def _sampler() -> subprocess.Popen:
                              "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
 
 
+def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: ignore[no-untyped-def]
+    """The evaluator's interleaved timing of the timed workload, ``repeats`` times per setting (chunk
+    length between switches, measured time per side), in one evaluator: how far the candidate/baseline
+    ratio spreads. A chunk of 0 ms alternates after every call."""
+    from ptxbench.evaluate import evaluator as evaluator_module
+    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+
+    evaluator = GpuEvaluator(EvalOptions())
+    settings = [(0.0, 100.0), (20.0, 100.0), (0.0, 400.0), (20.0, 400.0)]
+    rows = []
+    try:
+        evaluator.device()
+        evaluator.baselines.wait_ready()
+        evaluator.worker.call("load", shared_object, task.model_dump_json(), timeout_s=120)
+        evaluator.baselines.call("set_task", task.model_dump_json(), timeout_s=120)
+        variant = next(iter(baseline_variants(task)))
+        for chunk_ms, budget_ms in settings:
+            evaluator_module.CHUNK_MS = chunk_ms
+            for _ in range(repeats):
+                started = time.perf_counter()
+                measured = evaluator._interleaved(task.timed(), variant, budget_ms, 600)
+                candidate_ms, baseline_ms = measured["candidate"][0], measured["baseline"][1][0]
+                rows.append({"chunk_ms": chunk_ms, "budget_ms": budget_ms, "candidate_ms": candidate_ms,
+                             "baseline_ms": baseline_ms, "ratio": baseline_ms / candidate_ms,
+                             "samples": measured["samples"], "seconds": time.perf_counter() - started})
+    finally:
+        evaluator.close()
+    summary = []
+    for chunk_ms, budget_ms in settings:
+        chosen = [r for r in rows if r["chunk_ms"] == chunk_ms and r["budget_ms"] == budget_ms]
+        summary.append({"chunk_ms": chunk_ms, "budget_ms": budget_ms,
+                        "ratio_spread_pct": _spread_pct([r["ratio"] for r in chosen]),
+                        "candidate_spread_pct": _spread_pct([r["candidate_ms"] for r in chosen]),
+                        "baseline_spread_pct": _spread_pct([r["baseline_ms"] for r in chosen]),
+                        "seconds_each": statistics.fmean(r["seconds"] for r in chosen)})
+    return {"summary": summary, "rows": rows}
+
+
 def main() -> None:
     import threading
 
@@ -85,12 +125,25 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--interleaving", type=int, default=0, metavar="REPEATS",
+                        help="instead: the evaluator's interleaved timing, REPEATS times per setting")
     args = parser.parse_args()
     task = get_task(args.task)
     built = build(build_request(read_candidate(args.candidate), Arch.SM_90A, task))
     if not built.ok:
         raise SystemExit(f"{args.candidate} did not build:\n{built.log[-3000:]}")
     shared_object = str(Path(built.directory) / "candidate.so")
+    slug = torch.cuda.get_device_name().replace("NVIDIA ", "").replace(" ", "_").lower()
+    if args.interleaving:
+        result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                  "command": "python benchmarks/timing_stability.py " + " ".join(sys.argv[1:]),
+                  "task": args.task, "workload": task.timed().name,
+                  **_interleaving(task, shared_object, args.interleaving)}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"timing_interleaving_{args.task}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["summary"], indent=2))
+        return
 
     samples: list[dict] = []
     sampler = _sampler()
@@ -139,7 +192,6 @@ def main() -> None:
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
               "command": "python benchmarks/timing_stability.py " + " ".join(sys.argv[1:]),
               "task": args.task, "workload": task.timed().name, "summary": summary, "processes": processes}
-    slug = result["gpu"].replace("NVIDIA ", "").replace(" ", "_").lower()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"timing_stability_{args.task}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(summary, indent=2))

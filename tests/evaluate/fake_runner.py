@@ -107,18 +107,20 @@ class FakeRunner:
         self._timing = (sizes, seeds, baselines, candidate)
 
     def time_rounds(self, rounds: int) -> dict[str, list[float]]:
-        """2 ms a call for the candidate, 1 ms for a baseline (1.5 ms when "slowed-baseline": as if the
-        candidate's process disturbed it). A baseline is timed only while the candidate's process is
-        stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the candidate wrote its pid to."""
+        """2 ms a call for the candidate, 1 ms for a baseline (1.5 ms when "slowed-baseline" and a candidate
+        is loaded: as if its process disturbed the baseline). A baseline is timed only while the
+        candidate's process is stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the
+        candidate writes its pid to when loaded."""
         from ptxbench.evaluate.worker import process_state
 
         sizes, seeds, baselines, candidate = self._timing
         pids = os.environ.get(PIDS)
-        if baselines and pids and os.path.exists(pids):
-            candidate_pid = int(open(pids).read())
-            if process_state(candidate_pid) not in ("T", "t", None):
+        candidate_pid = int(open(pids).read()) if pids and os.path.exists(pids) else None
+        beside_candidate = candidate_pid is not None and process_state(candidate_pid) is not None
+        if baselines and beside_candidate:
+            if process_state(candidate_pid) not in ("T", "t"):
                 raise RuntimeError(f"the candidate's process {candidate_pid} ran while the baseline was timed")
-        baseline_ms = 1.5 if self.behaviour == "slowed-baseline" else 1.0
+        baseline_ms = 1.5 if self.behaviour == "slowed-baseline" and beside_candidate else 1.0
         return {**({"candidate": [2.0] * rounds} if candidate else {}),
                 **{name: [baseline_ms] * rounds for name in baselines}}
 

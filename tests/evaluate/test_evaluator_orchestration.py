@@ -132,6 +132,9 @@ def test_a_baseline_slowed_beside_the_candidate_is_replaced_by_its_clean_time(mo
     """Interleaved, the baseline reads 1.5 ms against a clean 1.0 ms: the candidate gains only the allowance."""
     from ptxbench.evaluate.evaluator import BASELINE_DISTURBANCE
 
+    from .fake_runner import PIDS
+
+    monkeypatch.setenv(PIDS, str(tmp_path / "candidate.pid"))
     evaluation = _evaluate_with_fresh_cache(monkeypatch, tmp_path, "slowed-baseline")
     assert evaluation.status is Status.PASSED, evaluation.message
     for timing in evaluation.timings:
