@@ -69,16 +69,17 @@ def _sampler() -> subprocess.Popen:
                              "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
 
 
-def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: ignore[no-untyped-def]
+def _interleaving(task, shared_object: str, repeats: int, churn: bool = False) -> dict:  # type: ignore[no-untyped-def]
     """The evaluator's interleaved timing of the timed workload, ``repeats`` times per setting (chunk
     length between switches, measured time per side), in one evaluator: how far the candidate/baseline
-    ratio spreads. A chunk of 0 ms alternates after every call."""
+    ratio spreads. A chunk of 0 ms alternates after every call. ``churn``: the task's other workloads
+    are timed between repeats, as when one evaluator times candidate after candidate."""
     from ptxbench.evaluate import evaluator as evaluator_module
     from ptxbench.evaluate.baselines import baseline_variants
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 
     evaluator = GpuEvaluator(EvalOptions())
-    settings = [(0.0, 100.0), (20.0, 100.0), (0.0, 400.0), (20.0, 400.0)]
+    settings = [(0.0, 100.0), (20.0, 100.0), (0.0, 400.0), (20.0, 400.0)] if not churn else [(0.0, 100.0)]
     rows = []
     try:
         evaluator.device()
@@ -88,7 +89,10 @@ def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: igno
         variant = next(iter(baseline_variants(task)))
         for chunk_ms, budget_ms in settings:
             evaluator_module.CHUNK_MS = chunk_ms
+            others = [w for w in task.workloads if w.role.value != "heldout" and w.name != task.timed().name]
             for _ in range(repeats):
+                for other in others if churn else []:
+                    evaluator._interleaved(other, variant, budget_ms, 600)
                 started = time.perf_counter()
                 measured = evaluator._interleaved(task.timed(), variant, budget_ms, 600)
                 candidate_ms, baseline_ms = measured["candidate"][0], measured["baseline"][1][0]
@@ -127,6 +131,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--interleaving", type=int, default=0, metavar="REPEATS",
                         help="instead: the evaluator's interleaved timing, REPEATS times per setting")
+    parser.add_argument("--churn", action="store_true", help="with --interleaving: the other workloads in between")
     args = parser.parse_args()
     task = get_task(args.task)
     built = build(build_request(read_candidate(args.candidate), Arch.SM_90A, task))
@@ -139,9 +144,9 @@ def main() -> None:
                   "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
                   "command": "python benchmarks/timing_stability.py " + " ".join(sys.argv[1:]),
                   "task": args.task, "workload": task.timed().name,
-                  **_interleaving(task, shared_object, args.interleaving)}
+                  **_interleaving(task, shared_object, args.interleaving, args.churn)}
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"timing_interleaving_{args.task}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / f"timing_interleaving_{args.task}{'_churn' if args.churn else ''}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["summary"], indent=2))
         return
 
