@@ -79,7 +79,20 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
     return {"task": task_id, "candidate": candidate.resolve().relative_to(REPO).as_posix(), "copies": copies,
             "profile": profile, "lanes": lanes, "per_minute": copies / minutes, "statuses": statuses,
             "mean_stage_s": mean_stage_s,
-            "timed_workload_ms": [t.candidate_ms for t in timed], "baseline_ms": [t.baseline_ms for t in timed]}
+            "timed_workload_ms": [t.candidate_ms for t in timed], "baseline_ms": [t.baseline_ms for t in timed],
+            "speedup": [t.speedup for t in timed], "baseline_source": [t.baseline_source for t in timed],
+            "baseline_clean_ms": [t.baseline_clean_ms for t in timed],
+            "speedup_spread_pct": _spread_pct([t.speedup for t in timed if t.speedup]),
+            "candidate_ms_spread_pct": _spread_pct([t.candidate_ms for t in timed])}
+
+
+def _spread_pct(values: list[float]) -> float | None:
+    """(max - min) / median in percent: how far apart evaluations of the same kernel land."""
+    return 100 * (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else None
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} %"
 
 
 def _write(out: Path, result: dict) -> None:
@@ -94,10 +107,13 @@ def _write(out: Path, result: dict) -> None:
     lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
               f"| {r['ncu_difference_pct']:.2f} % |" for r in result["timing"]]
     lines += ["", "| candidates | lanes | ncu stage | evaluated per minute | statuses | timed workload ms "
-              "(each candidate) | mean seconds per stage |", "|---|---|---|---|---|---|---|"]
+              "(each candidate) | speedup over the baseline (each) | spread of ms, of speedup | mean seconds per stage |",
+              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {t['copies']} x `{t['candidate']}` | {t.get('lanes', 1)} | {'on' if t['profile'] else 'off'} "
               f"| {t['per_minute']:.1f} | {', '.join(sorted(set(t['statuses'])))} | "
               f"{', '.join(f'{v:.3f}' for v in t.get('timed_workload_ms', []))} | "
+              f"{', '.join(f'{v:.3f}' for v in t.get('speedup', []) if v)} | "
+              f"{_pct(t.get('candidate_ms_spread_pct'))}, {_pct(t.get('speedup_spread_pct'))} | "
               f"{', '.join(f'{k} {v:.1f}' for k, v in t.get('mean_stage_s', {}).items())} |" for t in result["throughput"]]
     (out / f"evaluator_{slug}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
