@@ -143,7 +143,8 @@ def evaluate(
     trials: int = typer.Option(3, "--trials", min=1, help="Fresh input sets per workload"),
     timing: bool = typer.Option(True, "--time/--no-time", help="Time against the vendor baseline"),
     profile: bool = typer.Option(True, "--profile/--no-profile", help="Prove executed instructions with ncu"),
-    budget_ms: float = typer.Option(300.0, "--timing-budget-ms", help="Measured time per workload and side"),
+    budget_ms: Optional[float] = typer.Option(None, "--timing-budget-ms", min=1,
+                                              help="Measured time per workload and side [default: 100]"),
     call_timeout_s: float = typer.Option(60.0, "--call-timeout-s"),
     regrade: bool = typer.Option(False, "--regrade", help="Recompute verdicts from the stored evidence; run nothing"),
     gold: bool = typer.Option(False, "--gold", help="Evaluate the bundled reference kernels (kernels/reference/<arch>)"),
@@ -205,8 +206,8 @@ def evaluate(
     if backend == "local" and not gpu_available() and not regrade:
         console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each is "
                       "recorded as an infrastructure failure (NO_GPU), never as the candidate's failure", highlight=False)
-    options = EvalOptions(trials=trials, time=timing, profile=profile, timing_budget_ms=budget_ms,
-                          call_timeout_s=call_timeout_s, lanes=lanes)
+    options = EvalOptions(trials=trials, time=timing, profile=profile, call_timeout_s=call_timeout_s, lanes=lanes,
+                          **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}))
     retired = None
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"eval → {out}", total=len(candidates))
