@@ -27,6 +27,24 @@ def _span(kind: str) -> None:
             out.write(f"{kind} {os.getpid()} {started} {time.time()}\n")
 
 
+DAEMON = "PTXBENCH_FAKE_DAEMON"  # a file: the "daemon" behaviour's abandoned process writes its pid there
+
+
+def _abandon_a_daemon() -> None:
+    """Fork twice in a new session and let the middle process exit, as a daemon does: the grandchild
+    would be re-parented to init, outliving the worker, were the worker not a subreaper."""
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            with open(os.environ[DAEMON], "w") as out:
+                out.write(str(os.getpid()))
+            time.sleep(600)
+        os._exit(0)
+    deadline = time.time() + 10
+    while not os.path.exists(os.environ[DAEMON]) and time.time() < deadline:
+        time.sleep(0.01)
+
+
 class FakeRunner:
     def __init__(self) -> None:
         self.behaviour = os.environ.get(BEHAVIOUR, "correct")
@@ -66,6 +84,8 @@ class FakeRunner:
 
     def trial(self, sizes: dict[str, int], seed: int) -> dict[str, Any]:
         _span("trial")
+        if self.behaviour == "daemon":
+            _abandon_a_daemon()
         if self.behaviour == "hang":
             time.sleep(3600)
         if self.behaviour == "crash":
@@ -111,7 +131,7 @@ class FakeRunner:
         is loaded: as if its process disturbed the baseline). A baseline is timed only while the
         candidate's process is stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the
         candidate writes its pid to when loaded."""
-        from ptxbench.evaluate.worker import process_state
+        from ptxbench.evaluate.processes import process_state
 
         sizes, seeds, baselines, candidate = self._timing
         pids = os.environ.get(PIDS)

@@ -3,6 +3,10 @@ the GPU side (correctly or with a scripted misbehaviour), and the verdicts the p
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 
 from ptxbench.arch.registry import Arch
@@ -140,3 +144,24 @@ def test_a_baseline_slowed_beside_the_candidate_is_replaced_by_its_clean_time(mo
     for timing in evaluation.timings:
         assert timing.baseline_source == "clean" and timing.baseline_clean_ms == 1.0
         assert timing.baseline_ms == pytest.approx(1.0 * (1 + BASELINE_DISTURBANCE))
+
+
+def test_a_process_the_candidate_abandons_ends_with_its_worker(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A daemon (forked twice, in its own session) started from the candidate's process would outlive it
+    and could run on the GPU during later timings; the worker adopts it and it is killed with the worker
+    (checked to survive without the subreaper)."""
+    from ptxbench.evaluate.processes import process_state
+
+    from .fake_runner import DAEMON
+
+    monkeypatch.setenv(DAEMON, str(tmp_path / "daemon.pid"))
+    evaluation = _evaluate(monkeypatch, "daemon", time=False)
+    assert evaluation.status is Status.PASSED, evaluation.message
+    daemon = int((tmp_path / "daemon.pid").read_text())
+    deadline = time.time() + 5
+    while process_state(daemon) not in (None, "Z") and time.time() < deadline:
+        time.sleep(0.05)
+    alive = process_state(daemon) not in (None, "Z")
+    if alive:
+        os.kill(daemon, signal.SIGKILL)
+    assert not alive, "the abandoned process outlived the candidate's worker"

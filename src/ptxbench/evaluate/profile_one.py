@@ -15,9 +15,11 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import json
+import os
 import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
+from types import ModuleType
 
 
 class DriverError(RuntimeError):
@@ -42,23 +44,34 @@ def _device_buffer(driver: ctypes.CDLL, size: int) -> ctypes.c_uint64:
     return pointer
 
 
-def _gpu_lock(plan: dict) -> AbstractContextManager:
-    """The GPU's lock, shared, for the whole of this process's GPU work when the plan names it: the
-    evaluator does not hold it for ncu's own start-up, only this program does, for the part that uses
-    the GPU. ``gpu_lock.py`` is loaded by its path: it needs the standard library alone."""
-    if not plan.get("gpu_lock"):
-        return nullcontext()
-    spec = importlib.util.spec_from_file_location("ptxbench_gpu_lock", Path(__file__).with_name("gpu_lock.py"))
+def _sibling(name: str) -> ModuleType:
+    """A module of this folder that needs the standard library alone, loaded by its path (this program
+    imports nothing of ptxbench)."""
+    spec = importlib.util.spec_from_file_location(f"ptxbench_{name}", Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared()
+    return module
+
+
+def _gpu_lock(plan: dict) -> AbstractContextManager:
+    """The GPU's lock, shared, for the whole of this process's GPU work when the plan names it: the
+    evaluator does not hold it for ncu's own start-up, only this program does, for the part that uses
+    the GPU."""
+    if not plan.get("gpu_lock"):
+        return nullcontext()
+    return _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared()
 
 
 def main(plan_path: str) -> int:
     plan = json.loads(open(plan_path).read())
+    processes = _sibling("processes")
+    processes.become_subreaper()  # what the candidate starts and abandons ends with this program
     with _gpu_lock(plan):
-        return _profile(plan)
+        try:
+            return _profile(plan)
+        finally:  # still under the lock
+            processes.kill_descendants(os.getpid())
 
 
 def _profile(plan: dict) -> int:

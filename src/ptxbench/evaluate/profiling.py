@@ -23,7 +23,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import NCU_METRICS, RequirementExecution, judge_execution, parse_ncu_csv
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, shared_if_known
-from ptxbench.evaluate.worker import mapped_libraries
+from ptxbench.evaluate.processes import mapped_libraries
 from ptxbench.tasks.model import Task
 
 

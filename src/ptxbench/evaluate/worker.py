@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ptxbench.errors import PtxbenchError
+from ptxbench.evaluate.processes import become_subreaper, kill_descendants, mapped_libraries, wait_stopped
 
 
 class WorkerDied(PtxbenchError):
@@ -94,6 +95,7 @@ class RequestFailed(PtxbenchError):
 
 
 def _serve(connection: Connection, handler_path: str, device: int | None) -> None:
+    become_subreaper()  # what the candidate starts and abandons stays this process's to end
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
     module, _, name = handler_path.partition(":")
@@ -114,36 +116,16 @@ def _serve(connection: Connection, handler_path: str, device: int | None) -> Non
 
 
 def _end(process: multiprocessing.process.BaseProcess | None, connection: Connection | None) -> None:
-    if process is not None and process.is_alive():
+    """Kill the worker and everything the candidate started from it: the worker is stopped first so it
+    starts nothing new, then its descendants are killed until none is left, then the worker."""
+    if process is not None and process.is_alive() and process.pid is not None:
+        with suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGSTOP)
+        kill_descendants(process.pid)
         process.kill()
         process.join(timeout=10)
     if connection is not None:
         connection.close()
-
-
-def mapped_libraries(pid: int | str) -> set[str]:
-    """Shared objects mapped into process ``pid`` (or "self") now, from /proc; empty if it cannot be read."""
-    try:
-        with open(f"/proc/{pid}/maps") as maps:
-            return {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
-    except OSError:
-        return set()
-
-
-def process_state(pid: int) -> str | None:
-    """The one-letter state of process ``pid`` from /proc ('T': stopped), None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _wait_stopped(pid: int, timeout_s: float = 1.0) -> None:
-    """SIGSTOP is delivered asynchronously: wait until the process is really stopped (or gone)."""
-    deadline = time.monotonic() + timeout_s
-    while process_state(pid) not in ("T", "t", None) and time.monotonic() < deadline:
-        time.sleep(0.00002)  # it usually stops within tens of microseconds; this runs before every baseline call
 
 
 def _check_message(message: Any, ready: bool) -> None:
@@ -276,7 +258,7 @@ class Worker:
         if pid is not None:
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
-                _wait_stopped(pid)
+                wait_stopped(pid)
         try:
             yield
         finally:

@@ -1,0 +1,82 @@
+"""What a process is doing and what it left behind, read from /proc: the standard library alone, so the
+ncu stage's profiled program (which imports nothing of ptxbench) can use it too.
+
+A candidate's code may start processes of its own and abandon them (a daemon that forks twice), to run
+on after its worker is gone. A process that hosts candidate code therefore becomes a *subreaper*: what
+its children abandon is re-parented to it instead of to init, so everything the candidate started stays
+among its descendants, and whoever ends it ends those first. (Code that undoes the subreaper flag, or
+kills its own host first, can still escape: that needs a PID namespace, which needs privileges.)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+from contextlib import suppress
+
+PR_SET_CHILD_SUBREAPER = 36  # prctl option, linux/prctl.h
+
+
+def become_subreaper() -> None:
+    """Adopt what this process's descendants abandon (Linux; a no-op elsewhere)."""
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of process ``pid`` ('T': stopped, 'Z': zombie), None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def wait_stopped(pid: int, timeout_s: float = 1.0) -> None:
+    """SIGSTOP is delivered asynchronously: wait until the process is really stopped (or gone)."""
+    deadline = time.monotonic() + timeout_s
+    while process_state(pid) not in ("T", "t", None) and time.monotonic() < deadline:
+        time.sleep(0.00002)  # it usually stops within tens of microseconds
+
+
+def descendants(pid: int) -> list[int]:
+    """Living (not zombie) descendants of process ``pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, frontier = [], [pid]
+    while frontier:
+        frontier = [child for parent in frontier for child in children.get(parent, [])]
+        found += frontier
+    return found
+
+
+def kill_descendants(pid: int, rounds: int = 20) -> None:
+    """SIGKILL every descendant of ``pid`` until none is left (a forking one may add more meanwhile)."""
+    for _ in range(rounds):
+        left = descendants(pid)
+        if not left:
+            return
+        for child in left:
+            with suppress(ProcessLookupError):
+                os.kill(child, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+def mapped_libraries(pid: int | str) -> set[str]:
+    """Shared objects mapped into process ``pid`` (or "self") now; empty if they cannot be read."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            return {line.split()[-1] for line in maps if line.rstrip().endswith(".so") or ".so." in line}
+    except OSError:
+        return set()
