@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from ptxbench._io import write_atomic
 
-BASELINE_CACHE_VERSION = 2  # 2: measured in a process no candidate was loaded into
+BASELINE_CACHE_VERSION = 3  # 2: measured in a process no candidate was loaded into; 3: call by call, as beside a candidate
 
 
 class BaselineTiming(BaseModel):

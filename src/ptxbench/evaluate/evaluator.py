@@ -11,10 +11,10 @@ Sharing the GPU: untimed stages hold the GPU's lock shared and timing holds it a
 several evaluations (lanes, or other runs on this machine) overlap their untimed work and never
 disturb a measurement. A process holding the candidate's code exists only while its lane holds the
 lock: trials run in one fresh process, timing in another, and each is ended before the lock is let go.
-Vendor baselines are timed in the evaluator's baseline process, which never loads candidate code, in
-rounds alternating with the candidate's (the two see the GPU in the same power and thermal state); the
-candidate's process is stopped meanwhile, and a baseline slowed beyond its clean, cached time is not
-trusted. No candidate code can thus buy itself a slower baseline.
+Vendor baselines are timed in the evaluator's baseline process, which never loads candidate code, call
+by call in turn with the candidate (so both are measured under the same conditions); the candidate's
+process is stopped meanwhile, and a baseline slowed beyond its clean, cached time is not trusted. No
+candidate code can thus buy itself a slower baseline.
 """
 
 from __future__ import annotations
