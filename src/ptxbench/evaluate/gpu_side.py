@@ -230,9 +230,10 @@ class CandidateRunner:
 
     def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
              warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
-        """The prepared calls timed in one go, in this process alone (``budget_ms`` of measured time, at
-        least 5 rounds): how the evaluator times a vendor baseline in a process no candidate has touched.
-        Candidates are timed by the evaluator in rounds interleaved with such a process instead.
+        """The prepared calls timed in one stretch, in this process alone (``budget_ms`` of measured time,
+        at least 5 rounds): the benchmarks' measure of one process's repeatability. The evaluator times
+        with ``time_rounds`` instead, alternating call by call between the candidate's process and the
+        baseline's.
 
         The statistic is the median (and inter-quartile range) of per-call event times on the launch
         stream, the L2 flushed before each call.

@@ -67,7 +67,8 @@ class TrialResult(BaseModel):
 
 class Timing(BaseModel):
     """Median and inter-quartile range of CUDA-event times with L2 flushed before each call; the
-    candidate and its baseline are timed in alternating rounds, so both see the GPU in the same state."""
+    candidate and its baseline are timed call by call in turn, so both are measured under the same
+    conditions."""
 
     workload: str
     candidate_ms: float
@@ -79,7 +80,7 @@ class Timing(BaseModel):
         "The baseline timed alone in a process no candidate has touched (cached per GPU and library "
         "versions); the compared baseline is at most this plus the evaluator's disturbance allowance"))
     baseline_source: str | None = Field(default=None, description=(
-        "'interleaved': timed in rounds alternating with the candidate's; 'clean': the interleaved time "
+        "'interleaved': timed call by call in turn with the candidate; 'clean': the interleaved time "
         "was slower than the clean time allows, so the clean time (plus the allowance) was compared"))
     samples: int
     tflops: float | None = None
