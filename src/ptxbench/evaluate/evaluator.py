@@ -434,6 +434,7 @@ class GpuEvaluator:
 
     def _baseline_worker_ready(self) -> dict | None:
         """The baseline process started (before any lock is taken: starting, it takes the lock itself)."""
+        _ = self.lock  # tells the process about to start which lock to take (KEY_VARIABLE)
         try:
             with self._stage("worker_start"), self._baseline_call():
                 self.baselines.wait_ready()
