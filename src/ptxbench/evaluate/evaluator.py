@@ -243,10 +243,10 @@ class GpuEvaluator:
         status = decide(evaluation)
         return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
 
-    def _fresh_worker(self) -> dict | None:
+    def _fresh_worker(self, stage: str = "worker_start") -> dict | None:
         """Continue in a process nothing has run in; an update for the evaluation when none could start."""
         try:
-            with self._stage("worker_start"):
+            with self._stage(stage):
                 self.worker.renew()  # a fresh process: nothing of the previous candidate survives
                 self.worker.wait_ready()
         except (WorkerDied, WorkerTimeout) as exc:
@@ -360,9 +360,10 @@ class GpuEvaluator:
         budget_ms = self.options.timing_budget_ms
         limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
         measured: dict[str, dict] = {}
-        failure = self._fresh_worker()  # awaited before the lock: a starting worker takes the lock itself
+        # awaited before the lock: a starting worker takes the lock itself
+        failure = self._fresh_worker("timing.worker_start")
         if failure is None:
-            failure = self._baseline_worker_ready()
+            failure = self._baseline_worker_ready("timing.worker_start")
         if failure is not None:
             return evaluation.model_copy(update=failure), True
         with self.lock.exclusive():
@@ -432,11 +433,11 @@ class GpuEvaluator:
                        "last_outputs": {k: v.clone() for k, v in reply["last_outputs"].items()}}
         return result
 
-    def _baseline_worker_ready(self) -> dict | None:
+    def _baseline_worker_ready(self, stage: str = "worker_start") -> dict | None:
         """The baseline process started (before any lock is taken: starting, it takes the lock itself)."""
         _ = self.lock  # tells the process about to start which lock to take (KEY_VARIABLE)
         try:
-            with self._stage("worker_start"), self._baseline_call():
+            with self._stage(stage), self._baseline_call():
                 self.baselines.wait_ready()
         except BaselineFailed as exc:
             return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
