@@ -232,7 +232,7 @@ class GpuEvaluator:
                 return evaluation.model_copy(update={"status": status,
                                                      "message": f"{_summary(evaluation, status)} ({exc})"})
             except ProfiledRunFailed as exc:
-                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "timings": evaluation.timings,
+                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR,
                                                      "message": f"executed-instruction proof: {exc}"})
             guards = [GuardFinding(guard=Guard.FEATURE_NOT_EXECUTED, detail=f.message) for f in features if not f.satisfied]
             foreign = sorted({name for name in launched if base_name(name) not in own_kernels})
@@ -250,8 +250,7 @@ class GpuEvaluator:
                 self.worker.renew()  # a fresh process: nothing of the previous candidate survives
                 self.worker.wait_ready()
         except (WorkerDied, WorkerTimeout) as exc:
-            return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
-                    "message": f"a fresh GPU worker could not start: {exc}"}
+            return _harness_failure(f"a fresh GPU worker could not start: {exc}")
         return None
 
     def _load(self, task: Task, shared_object: Path) -> dict | None:
@@ -265,8 +264,7 @@ class GpuEvaluator:
         except RequestFailed as exc:
             if exc.kind in ("OSError", "AttributeError"):  # ctypes: the library or its entry point would not load
                 return {"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"}
-            return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
-                    "message": f"the worker could not load the candidate: {exc}"}
+            return _harness_failure(f"the worker could not load the candidate: {exc}")
         return None
 
     # -- stages -----------------------------------------------------------------------------------
@@ -385,8 +383,7 @@ class GpuEvaluator:
                         fastest = min(clean[workload.name], key=lambda v: clean[workload.name][v][0])
                         measured[workload.name] = self._interleaved(workload, fastest, budget_ms, limit_s)
             except BaselineFailed as exc:
-                return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
-                                                     "message": f"timing the vendor baseline: {exc}"}), True
+                return evaluation.model_copy(update=_harness_failure(f"timing the vendor baseline: {exc}")), True
             except ForgedReply as exc:
                 return _forged(evaluation, exc), True
             except WorkerTimeout as exc:
@@ -440,8 +437,7 @@ class GpuEvaluator:
             with self._stage(stage), self._baseline_call():
                 self.baselines.wait_ready()
         except BaselineFailed as exc:
-            return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR,
-                    "message": f"the vendor-baseline worker could not start: {exc}"}
+            return _harness_failure(f"the vendor-baseline worker could not start: {exc}")
         return None
 
     @contextmanager
@@ -465,8 +461,7 @@ class GpuEvaluator:
         guards = list(evaluation.guards)
         for workload in workloads:
             reply = measured[workload.name]
-            inputs = dict(make_inputs(task, workload.sizes, reply["last_seed"], device=self.reference_device))
-            expected = run_reference(task, inputs, workload.sizes)
+            _, expected = self._expect(task, workload, reply["last_seed"])
             recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in reply["last_outputs"].items()},
                                       expected)
             if not all(c.passed for c in recheck):
@@ -502,6 +497,11 @@ class GpuEvaluator:
                         f"{workload.name}: {candidate_ms:.4f} ms is below the physical floor {floor_s * 1e3:.4f} ms "
                         "(datasheet bandwidth and tensor-core peak)")))
         return evaluation.model_copy(update={"timings": timings, "guards": unique(guards)})
+
+
+def _harness_failure(message: str) -> dict:
+    """An update for an evaluation the harness could not finish: no status, never the candidate's fault."""
+    return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR, "message": message}
 
 
 def _seeds() -> list[int]:

@@ -25,13 +25,20 @@ def become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def process_state(pid: int) -> str | None:
-    """The one-letter state of process ``pid`` ('T': stopped, 'Z': zombie), None once it is gone."""
+def _stat_fields(pid: int | str) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (state first, then the parent's pid); empty
+    once the process is gone. The name is skipped by its closing parenthesis: it may hold spaces."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return None
+            return stat.read().rpartition(")")[2].split()
+    except OSError:
+        return []
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state of process ``pid`` ('T': stopped, 'Z': zombie), None once it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
 
 
 def wait_stopped(pid: int, timeout_s: float = 1.0) -> None:
@@ -47,11 +54,7 @@ def descendants(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rpartition(")")[2].split()
-        except OSError:
-            continue
+        fields = _stat_fields(entry)
         if len(fields) > 1 and fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(entry))
     found, frontier = [], [pid]

@@ -113,8 +113,9 @@ class Evaluation(BaseModel):
     durations_s: dict[str, float] = Field(default_factory=dict, description=(
         "Wall seconds per stage (build_and_static, peaks, worker_start, load, trials with its parts "
         "trials.worker (request to reply), trials.expect (the reference, computed meanwhile) and trials.judge, "
-        "timing with timing.baselines and timing.candidate, profile, gpu_lock_wait (waiting for the GPU "
-        "while other evaluations used it), total): where the evaluator's time goes"))
+        "timing with timing.worker_start, timing.baselines (clean times not yet cached) and "
+        "timing.interleaved, profile, gpu_lock_wait (waiting for the GPU while other evaluations used it), "
+        "total): where the evaluator's time goes"))
 
     @property
     def correct(self) -> bool:
