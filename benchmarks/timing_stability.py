@@ -87,9 +87,9 @@ def _interleaving(task, shared_object: str, repeats: int, churn: bool = False) -
         evaluator.worker.call("load", shared_object, task.model_dump_json(), timeout_s=120)
         evaluator.baselines.call("set_task", task.model_dump_json(), timeout_s=120)
         variant = next(iter(baseline_variants(task)))
+        others = [w for w in task.workloads if w.role.value != "heldout" and w.name != task.timed().name]
         for chunk_ms, budget_ms in settings:
             evaluator_module.CHUNK_MS = chunk_ms
-            others = [w for w in task.workloads if w.role.value != "heldout" and w.name != task.timed().name]
             for _ in range(repeats):
                 for other in others if churn else []:
                     evaluator._interleaved(other, variant, budget_ms, 600)

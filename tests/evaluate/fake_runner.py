@@ -112,14 +112,6 @@ class FakeRunner:
         if baselines and hasattr(self, "kernels"):  # the cheat a candidate could use: slowing its own baseline
             raise RuntimeError("a baseline was timed in a process holding the candidate's code")
 
-    def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
-             warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
-        self._check_timing(baselines, candidate)
-        _span("time")
-        stats = {**({"candidate": (2.0, 0.01)} if candidate else {}), **{name: (1.0, 0.01) for name in baselines}}
-        return {"stats": stats, "samples": 10, "last_seed": seeds[-1],
-                "last_outputs": self._outputs(sizes, seeds[-1]) if candidate else {}}
-
     def prepare_timing(self, sizes: dict[str, int], seeds: list[int], baselines: list[str],
                        candidate: bool = True) -> None:
         self._check_timing(baselines, candidate)
