@@ -72,7 +72,7 @@ class GpuLock:
 @contextmanager
 def shared_if_known() -> Iterator[None]:
     """The GPU's lock, shared, when this process was started for a known GPU (``KEY_VARIABLE``): a worker
-    holds it while it opens the GPU and warms up, so its start-up never overlaps a timing."""
+    holds it while its start-up runs kernels, so they never overlap a timing."""
     key = os.environ.get(KEY_VARIABLE)
     if not key:
         yield

@@ -40,13 +40,24 @@ class CandidateRunner:
         self.library = None
         self.task = None
         self._timing: dict[str, Any] | None = None  # one workload's measurement (prepare_timing)
-        with shared_if_known():  # opening the GPU and warming up must not overlap another lane's timing
-            self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        # Opening the GPU (context, memory) and starting the kernel tracer run no kernel, so they need no
+        # lock and a spare gets through most of its start-up while another lane times; the warm-up's
+        # kernels must not overlap a timing.
+        self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        self._start_tracer()
+        with shared_if_known():
             self._warm_up()
 
+    def _start_tracer(self) -> None:
+        """Start and stop the kernel tracer (CUPTI) once with nothing to trace: its one-time start-up."""
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]):
+            pass
+
     def _warm_up(self) -> None:
-        """Pay one-time costs here, while the process is a spare and no candidate waits: starting the
-        kernel tracer (CUPTI), loading the kernels that draw inputs, the first event-timed launch."""
+        """Pay one-time costs here, while the process is a spare and no candidate waits: loading the
+        kernels that draw inputs (traced, as in a trial), the first event-timed launch."""
         from torch.profiler import ProfilerActivity, profile
 
         torch = self.torch
