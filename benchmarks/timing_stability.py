@@ -9,6 +9,8 @@ measurement. Writes ``timing_stability_<task>_<gpu>.json``.
 
     python benchmarks/timing_stability.py [--task gemm_bf16] [--candidate FILE] [--processes 6] [--out DIR]
     python benchmarks/timing_stability.py --interleaving 6 [--task ...]   (the evaluator's interleaved timing)
+    python benchmarks/timing_stability.py --evaluations 6 [--task ...]    (its timing stage, evaluation after
+                                                                            evaluation, per setting)
 """
 
 from __future__ import annotations
@@ -69,17 +71,123 @@ def _sampler() -> subprocess.Popen:
                              "--format=csv,noheader,nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
 
 
-def _interleaving(task, shared_object: str, repeats: int, churn: bool = False) -> dict:  # type: ignore[no-untyped-def]
+def _sample_in_background(samples: list[dict]) -> subprocess.Popen:
+    """``nvidia-smi`` sampling the SM clock, power, temperature and throttle reasons into ``samples``."""
+    import threading
+
+    sampler = _sampler()
+
+    def read() -> None:
+        assert sampler.stdout is not None
+        for line in sampler.stdout:
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                samples.append({"t": time.time(), "sm_mhz": float(parts[0]), "power_w": float(parts[1]),
+                                "temp_c": float(parts[2]), "reasons": parts[3]})
+            except (ValueError, IndexError):
+                continue
+    threading.Thread(target=read, daemon=True).start()
+    return sampler
+
+
+# (alternate after this much measured time per side, measured time per side and workload, baseline process)
+EVALUATION_SETTINGS = [(0.0, 100.0, "long-lived"), (1.0, 100.0, "long-lived"), (1.0, 50.0, "long-lived"),
+                       (1.0, 100.0, "fresh")]
+
+
+def _evaluations(task, shared_object: str, repeats: int) -> dict:  # type: ignore[no-untyped-def]
+    """The evaluator's timing stage, ``repeats`` evaluations of one candidate per setting, in one
+    evaluator as ``ptxbench eval`` runs them: each evaluation in a fresh candidate process that times
+    every timed and visible workload in turn beside the baseline process, with the GPU's lock held.
+    Settings (EVALUATION_SETTINGS): the chunk between switches, the measured time per side, and whether
+    the baseline process lives as long as the evaluator (as it does) or is renewed per evaluation. Says
+    how far each workload's candidate time, baseline time and their ratio spread across evaluations,
+    with the clocks seen meanwhile. One unrecorded evaluation comes first (spares warming up)."""
+    from ptxbench.evaluate import evaluator as evaluator_module
+    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
+    from ptxbench.evaluate.worker import Worker
+
+    evaluator = GpuEvaluator(EvalOptions())
+    evaluator.baselines.close()
+    evaluator.baselines = Worker(HANDLER, None, spares=1)  # spares only serve the "fresh" setting
+    workloads = [w for w in task.workloads if w.role.value != "heldout"]
+    samples: list[dict] = []
+    sampler = _sample_in_background(samples)
+    rows = []
+    try:
+        _ = evaluator.lock  # names the lock before any spare starts: spares then warm up outside timings
+        evaluator.baselines.renew()
+        evaluator.baselines.call("set_task", task.model_dump_json(), timeout_s=120)
+        fastest = {}
+        with evaluator.lock.exclusive():
+            for workload in workloads:
+                clean = {v: evaluator._interleaved(workload, v, 100.0, 600, candidate=False)["baseline"][1][0]
+                         for v in baseline_variants(task)}
+                fastest[workload.name] = min(clean, key=clean.__getitem__)
+
+        def evaluation(chunk_ms: float, budget_ms: float, baseline_process: str) -> list[dict]:
+            evaluator_module.CHUNK_MS = chunk_ms
+            if baseline_process == "fresh":
+                evaluator.baselines.renew()
+                evaluator.baselines.call("set_task", task.model_dump_json(), timeout_s=120)
+            evaluator.worker.renew()
+            evaluator.worker.wait_ready()
+            measured_rows = []
+            with evaluator.lock.exclusive():
+                evaluator.worker.call("load", shared_object, task.model_dump_json(), timeout_s=120)
+                for workload in workloads:
+                    started, began = time.perf_counter(), time.time()
+                    measured = evaluator._interleaved(workload, fastest[workload.name], budget_ms, 600)
+                    candidate_ms, baseline_ms = measured["candidate"][0], measured["baseline"][1][0]
+                    measured_rows.append({
+                        "chunk_ms": chunk_ms, "budget_ms": budget_ms, "baseline_process": baseline_process,
+                        "workload": workload.name, "variant": fastest[workload.name], "candidate_ms": candidate_ms,
+                        "baseline_ms": baseline_ms, "ratio": baseline_ms / candidate_ms,
+                        "samples": measured["samples"], "seconds": time.perf_counter() - started,
+                        "start": began, "end": time.time()})
+                evaluator.worker.kill()
+            return measured_rows
+
+        evaluation(*EVALUATION_SETTINGS[0])  # unrecorded: the spares start meanwhile
+        for setting in EVALUATION_SETTINGS:
+            for repeat in range(repeats):
+                rows += [row | {"repeat": repeat} for row in evaluation(*setting)]
+    finally:
+        evaluator.close()
+        sampler.terminate()
+    time.sleep(0.2)
+    for row in rows:
+        row["clocks"] = _clock_during(samples, row.pop("start"), row.pop("end"))
+    summary = []
+    for chunk_ms, budget_ms, baseline_process in EVALUATION_SETTINGS:
+        chosen = [r for r in rows if (r["chunk_ms"], r["budget_ms"], r["baseline_process"])
+                  == (chunk_ms, budget_ms, baseline_process)]
+        per_workload = {}
+        for workload in workloads:
+            mine = [r for r in chosen if r["workload"] == workload.name]
+            per_workload[workload.name] = {
+                "ratio_spread_pct": _spread_pct([r["ratio"] for r in mine]),
+                "candidate_spread_pct": _spread_pct([r["candidate_ms"] for r in mine]),
+                "baseline_spread_pct": _spread_pct([r["baseline_ms"] for r in mine]),
+                "candidate_ms": statistics.median(r["candidate_ms"] for r in mine),
+                "samples": statistics.median(r["samples"] for r in mine)}
+        summary.append({"chunk_ms": chunk_ms, "budget_ms": budget_ms, "baseline_process": baseline_process,
+                        "seconds_per_evaluation": sum(r["seconds"] for r in chosen) / repeats,
+                        "workloads": per_workload})
+    return {"summary": summary, "rows": rows}
+
+
+def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: ignore[no-untyped-def]
     """The evaluator's interleaved timing of the timed workload, ``repeats`` times per setting (chunk
     length between switches, measured time per side), in one evaluator: how far the candidate/baseline
-    ratio spreads. A chunk of 0 ms alternates after every call. ``churn``: the task's other workloads
-    are timed between repeats, as when one evaluator times candidate after candidate."""
+    ratio spreads. A chunk of 0 ms alternates after every call."""
     from ptxbench.evaluate import evaluator as evaluator_module
     from ptxbench.evaluate.baselines import baseline_variants
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 
     evaluator = GpuEvaluator(EvalOptions())
-    settings = [(0.0, 100.0), (20.0, 100.0), (0.0, 400.0), (20.0, 400.0)] if not churn else [(0.0, 100.0)]
+    settings = [(0.0, 100.0), (20.0, 100.0), (0.0, 400.0), (20.0, 400.0)]
     rows = []
     try:
         evaluator.device()
@@ -87,12 +195,9 @@ def _interleaving(task, shared_object: str, repeats: int, churn: bool = False) -
         evaluator.worker.call("load", shared_object, task.model_dump_json(), timeout_s=120)
         evaluator.baselines.call("set_task", task.model_dump_json(), timeout_s=120)
         variant = next(iter(baseline_variants(task)))
-        others = [w for w in task.workloads if w.role.value != "heldout" and w.name != task.timed().name]
         for chunk_ms, budget_ms in settings:
             evaluator_module.CHUNK_MS = chunk_ms
             for _ in range(repeats):
-                for other in others if churn else []:
-                    evaluator._interleaved(other, variant, budget_ms, 600)
                 started = time.perf_counter()
                 measured = evaluator._interleaved(task.timed(), variant, budget_ms, 600)
                 candidate_ms, baseline_ms = measured["candidate"][0], measured["baseline"][1][0]
@@ -113,8 +218,6 @@ def _interleaving(task, shared_object: str, repeats: int, churn: bool = False) -
 
 
 def main() -> None:
-    import threading
-
     import torch
 
     from ptxbench.arch.registry import Arch
@@ -131,7 +234,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--interleaving", type=int, default=0, metavar="REPEATS",
                         help="instead: the evaluator's interleaved timing, REPEATS times per setting")
-    parser.add_argument("--churn", action="store_true", help="with --interleaving: the other workloads in between")
+    parser.add_argument("--evaluations", type=int, default=0, metavar="REPEATS",
+                        help="instead: the evaluator's timing stage, REPEATS evaluations per setting")
     args = parser.parse_args()
     task = get_task(args.task)
     built = build(build_request(read_candidate(args.candidate), Arch.SM_90A, task))
@@ -144,25 +248,23 @@ def main() -> None:
                   "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
                   "command": "python benchmarks/timing_stability.py " + " ".join(sys.argv[1:]),
                   "task": args.task, "workload": task.timed().name,
-                  **_interleaving(task, shared_object, args.interleaving, args.churn)}
+                  **_interleaving(task, shared_object, args.interleaving)}
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"timing_interleaving_{args.task}{'_churn' if args.churn else ''}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+        (args.out / f"timing_interleaving_{args.task}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["summary"], indent=2))
+        return
+    if args.evaluations:
+        result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+                  "command": "python benchmarks/timing_stability.py " + " ".join(sys.argv[1:]),
+                  "task": args.task, **_evaluations(task, shared_object, args.evaluations)}
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"timing_evaluations_{args.task}_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
         print(json.dumps(result["summary"], indent=2))
         return
 
     samples: list[dict] = []
-    sampler = _sampler()
-
-    def read() -> None:
-        assert sampler.stdout is not None
-        for line in sampler.stdout:
-            parts = [p.strip() for p in line.split(",")]
-            try:
-                samples.append({"t": time.time(), "sm_mhz": float(parts[0]), "power_w": float(parts[1]),
-                                "temp_c": float(parts[2]), "reasons": parts[3]})
-            except (ValueError, IndexError):
-                continue
-    threading.Thread(target=read, daemon=True).start()
+    sampler = _sample_in_background(samples)
     processes = []
     try:
         for index in range(args.processes):

@@ -132,7 +132,7 @@ class GpuEvaluator:
             device = self.device()
             key = str(device.get("uuid") or f"{device.get('name')}-{self.worker.device}")
             self._lock = GpuLock(key)
-            os.environ[KEY_VARIABLE] = key  # workers started from now on take it while they open the GPU
+            os.environ[KEY_VARIABLE] = key  # workers started from now on take it while their start-up runs kernels
         return self._lock
 
     # -- the whole evaluation -------------------------------------------------------------------
@@ -421,7 +421,7 @@ class GpuEvaluator:
                     or len(samples["baseline"]) >= MAX_SAMPLES:
                 break
             per_call = max([statistics.median(v) for v in times.values()] + [1e-3])
-            rounds = max(1, min(MAX_CHUNK_ROUNDS, math.ceil(CHUNK_MS / per_call)))
+            rounds = max(1, min(MAX_CHUNK_ROUNDS, math.floor(CHUNK_MS / per_call)))
         result = {"baseline": (variant, median_iqr(samples["baseline"])), "samples": len(samples["baseline"])}
         if candidate:
             reply = self.worker.call("timed_outputs", timeout_s=limit_s)
