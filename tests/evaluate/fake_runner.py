@@ -117,10 +117,14 @@ class FakeRunner:
         self._check_timing(baselines, candidate)
         _span("time")
         self._timing = (sizes, seeds, baselines, candidate)
+        self._sessions = getattr(self, "_sessions", {})
+        key = tuple(sorted(sizes.items()))
+        self._sessions[key] = self._sessions.get(key, 0) + 1
 
     def time_rounds(self, rounds: int) -> dict[str, list[float]]:
         """2 ms a call for the candidate, 1 ms for a baseline (1.5 ms when "slowed-baseline" and a candidate
-        is loaded: as if its process disturbed the baseline). A baseline is timed only while the
+        is loaded: as if its process disturbed the baseline; 3 ms in the first measurement of each shape
+        when "outlier-baseline": a slow outlier). A baseline is timed only while the
         candidate's process is stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the
         candidate writes its pid to when loaded."""
         from ptxbench.evaluate.processes import process_state
@@ -133,6 +137,8 @@ class FakeRunner:
             if process_state(candidate_pid) not in ("T", "t"):
                 raise RuntimeError(f"the candidate's process {candidate_pid} ran while the baseline was timed")
         baseline_ms = 1.5 if self.behaviour == "slowed-baseline" and beside_candidate else 1.0
+        if self.behaviour == "outlier-baseline" and self._sessions[tuple(sorted(sizes.items()))] == 1:
+            baseline_ms = 3.0
         return {**({"candidate": [2.0] * rounds} if candidate else {}),
                 **{name: [baseline_ms] * rounds for name in baselines}}
 

@@ -146,6 +146,16 @@ def test_a_baseline_slowed_beside_the_candidate_is_replaced_by_its_clean_time(mo
         assert timing.baseline_ms == pytest.approx(1.0 * (1 + BASELINE_DISTURBANCE))
 
 
+def test_the_clean_baseline_time_is_not_one_slow_outlier(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The first clean measurement of each shape reads 3 ms, the later ones 1 ms: the cached clean time is
+    their median (checked to fail with one measurement), and later interleaved ones are trusted."""
+    evaluation = _evaluate_with_fresh_cache(monkeypatch, tmp_path, "outlier-baseline")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    for timing in evaluation.timings:
+        assert timing.baseline_clean_ms == 1.0 and timing.baseline_ms == 1.0
+        assert timing.baseline_source == "interleaved"
+
+
 def test_a_process_the_candidate_abandons_ends_with_its_worker(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A daemon (forked twice, in its own session) started from the candidate's process would outlive it
     and could run on the GPU during later timings; the worker adopts it and it is killed with the worker

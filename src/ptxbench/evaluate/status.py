@@ -80,8 +80,9 @@ class Timing(BaseModel):
         "The baseline timed alone in a process no candidate has touched (cached per GPU and library "
         "versions); the compared baseline is at most this plus the evaluator's disturbance allowance"))
     baseline_source: str | None = Field(default=None, description=(
-        "'interleaved': timed call by call in turn with the candidate; 'clean': the interleaved time "
-        "was slower than the clean time allows, so the clean time (plus the allowance) was compared"))
+        "'interleaved': timed in turn with the candidate, a millisecond at most between switches; 'clean': "
+        "the interleaved time was slower than the clean time allows, so the clean time (plus the allowance) "
+        "was compared"))
     samples: int
     tflops: float | None = None
     gbps: float | None = None
