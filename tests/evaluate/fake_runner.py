@@ -16,6 +16,7 @@ from ptxbench.tasks.reference import make_inputs, run_reference
 BEHAVIOUR = "PTXBENCH_FAKE_BEHAVIOUR"
 SPANS = "PTXBENCH_FAKE_SPANS"  # a file: each trial and timing call then takes 0.2 s and logs its span
 PIDS = "PTXBENCH_FAKE_PIDS"  # a file: the loaded candidate's process writes its pid there
+LAST = "PTXBENCH_FAKE_LAST"  # a file: the pid of the process that timed last ("power-capped" behaviour)
 
 
 def _span(kind: str) -> None:
@@ -124,7 +125,8 @@ class FakeRunner:
     def time_rounds(self, rounds: int) -> dict[str, list[float]]:
         """2 ms a call for the candidate, 1 ms for a baseline (1.5 ms when "slowed-baseline" and a candidate
         is loaded: as if its process disturbed the baseline; 3 ms in the first measurement of each shape
-        when "outlier-baseline": a slow outlier). A baseline is timed only while the
+        when "outlier-baseline": a slow outlier; 1.3 ms when "power-capped" and this process also timed
+        the calls before: back to back, the GPU runs into its power cap). A baseline is timed only while the
         candidate's process is stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the
         candidate writes its pid to when loaded."""
         from ptxbench.evaluate.processes import process_state
@@ -139,6 +141,12 @@ class FakeRunner:
         baseline_ms = 1.5 if self.behaviour == "slowed-baseline" and beside_candidate else 1.0
         if self.behaviour == "outlier-baseline" and self._sessions[tuple(sorted(sizes.items()))] == 1:
             baseline_ms = 3.0
+        if self.behaviour == "power-capped":
+            last = os.environ[LAST]
+            if os.path.exists(last) and open(last).read() == str(os.getpid()):
+                baseline_ms = 1.3
+            with open(last, "w") as out:
+                out.write(str(os.getpid()))
         return {**({"candidate": [2.0] * rounds} if candidate else {}),
                 **{name: [baseline_ms] * rounds for name in baselines}}
 

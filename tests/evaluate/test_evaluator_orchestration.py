@@ -156,6 +156,20 @@ def test_the_clean_baseline_time_is_not_one_slow_outlier(monkeypatch: pytest.Mon
         assert timing.baseline_source == "interleaved"
 
 
+def test_the_clean_baseline_time_is_taken_in_the_rhythm_of_an_interleaved_one(monkeypatch: pytest.MonkeyPatch,
+                                                                              tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Timed back to back in one process, the stand-in baseline reads 1.3 ms (the power cap), alternating
+    with another process 1.0 ms: the clean time, taken beside the fresh worker running the same baseline,
+    is 1.0 ms like the interleaved one (checked to read 1.3 ms with the baseline process timed alone)."""
+    from .fake_runner import LAST
+
+    monkeypatch.setenv(LAST, str(tmp_path / "last.pid"))
+    evaluation = _evaluate_with_fresh_cache(monkeypatch, tmp_path, "power-capped")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    for timing in evaluation.timings:
+        assert timing.baseline_clean_ms == 1.0 and timing.baseline_ms == 1.0
+
+
 def test_a_process_the_candidate_abandons_ends_with_its_worker(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A daemon (forked twice, in its own session) started from the candidate's process would outlive it
     and could run on the GPU during later timings; the worker adopts it and it is killed with the worker

@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from ptxbench._io import write_atomic
 
 BASELINE_CACHE_VERSION = 4  # 2: measured in a process no candidate was loaded into; 3: call by call, as beside a
-# candidate; 4: in chunks of at most CHUNK_MS, the median of CLEAN_SESSIONS measurements
+# candidate; 4: in chunks of at most CHUNK_MS, beside a clean process in the candidate's place, the median of
+# CLEAN_SESSIONS measurements
 
 
 class BaselineTiming(BaseModel):

@@ -26,7 +26,7 @@ import shutil
 import statistics
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -348,8 +348,9 @@ class GpuEvaluator:
         while the baseline runs. Timed in one stretch, a GEMM near peak runs at the GPU's power cap,
         where its median moves by several percent within seconds and between processes; alternating
         in chunks of at most a millisecond, both sides repeat within about a percent (see CHUNK_MS). Each
-        baseline also has a clean time, measured the same way before any candidate code is loaded (the
-        median of CLEAN_SESSIONS measurements), and cached: an interleaved baseline slower than that
+        baseline also has a clean time, measured the same way before any candidate code is loaded, with
+        the fresh worker running the baseline in the candidate's place (the median of CLEAN_SESSIONS
+        measurements), and cached: an interleaved baseline slower than that
         allows is not trusted (the candidate's process may have slowed it, or it is an outlier), and the
         clean time plus the allowance is compared."""
         from ptxbench.evaluate.baselines import baseline_variants
@@ -378,9 +379,11 @@ class GpuEvaluator:
                 with self._stage("timing.baselines"), self._baseline_call():
                     self.baselines.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
                     missing = [(w, v) for w in workloads for v in keys[w.name] if v not in clean[w.name]]
+                    if missing:  # the fresh worker, before the candidate is loaded, runs the baseline too
+                        self.worker.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
                     sessions: dict[tuple[str, str], list[tuple[float, float]]] = {}
                     for _ in range(CLEAN_SESSIONS):  # each pass over the workloads allocates their buffers anew
-                        for workload, variant in missing:  # the same way as beside a candidate, with none there
+                        for workload, variant in missing:
                             sessions.setdefault((workload.name, variant), []).append(self._interleaved(
                                 workload, variant, budget_ms, limit_s, candidate=False)["baseline"][1])
                     for (workload_name, variant), measured_ms in sessions.items():
@@ -410,20 +413,26 @@ class GpuEvaluator:
 
     def _interleaved(self, workload: Workload, variant: str, budget_ms: float, limit_s: float,
                      candidate: bool = True) -> dict:
-        """The candidate (in the current worker, loaded; unless ``candidate`` is False: the baseline's
-        clean time) and the baseline ``variant`` (in the baseline process) on the same input seeds, one
-        call at a time each in turn (CHUNK_MS), until each side has ``budget_ms`` of measured time and
-        MIN_SAMPLES calls or MAX_SAMPLES; the first WARM_UP_ROUNDS calls of each are dropped."""
+        """The candidate (in the current worker, loaded) and the baseline ``variant`` (in the baseline
+        process) on the same input seeds, in turn, a chunk of calls each (at most CHUNK_MS of measured
+        time, at least one call), until each side has ``budget_ms`` of measured time and MIN_SAMPLES
+        calls or MAX_SAMPLES; the first WARM_UP_ROUNDS calls of each are dropped.
+
+        ``candidate`` False: the baseline's clean time. The current worker, which holds no candidate
+        code yet, runs the same baseline in the candidate's place, so the GPU goes through the same
+        rhythm as beside a candidate: timed back to back in one process instead, a GEMM runs into the
+        power cap and read 13 % slower on an H200."""
         seeds = _seeds()
         with self._baseline_call():
             self.baselines.call("prepare_timing", workload.sizes, seeds, [variant], False, timeout_s=limit_s)
-        if candidate:
-            self.worker.call("prepare_timing", workload.sizes, seeds, [], True, timeout_s=limit_s)
-        samples: dict[str, list[float]] = {"candidate": [], "baseline": []} if candidate else {"baseline": []}
+        partner = "candidate" if candidate else variant
+        self.worker.call("prepare_timing", workload.sizes, seeds, [] if candidate else [variant], candidate,
+                         timeout_s=limit_s)
+        samples: dict[str, list[float]] = {"candidate": [], "baseline": []}
         rounds, warm_up = WARM_UP_ROUNDS, True
         while True:
-            times = self.worker.call("time_rounds", rounds, timeout_s=limit_s) if candidate else {}
-            with self.worker.paused() if candidate else nullcontext(), self._baseline_call():
+            times = {"candidate": self.worker.call("time_rounds", rounds, timeout_s=limit_s)[partner]}
+            with self.worker.paused(), self._baseline_call():
                 times["baseline"] = self.baselines.call("time_rounds", rounds, timeout_s=limit_s)[variant]
             if not warm_up:
                 for side, values in samples.items():
