@@ -94,7 +94,25 @@ class RequestFailed(PtxbenchError):
         super().__init__(f"{kind}: {message}")
 
 
-def _serve(connection: Connection, handler_path: str, device: int | None) -> None:
+# Workers are forked from a server process that has imported torch once (multiprocessing's forkserver):
+# a spawned worker spent ~6 s of its ~8 s start-up importing torch, and an evaluation needs two fresh
+# workers. The server never touches CUDA, so each fork opens the GPU afresh; it is a clean process
+# started by the harness (not a fork of it), and nothing a worker does reaches the server or later forks.
+START_METHOD = "forkserver"
+PRELOADED = ["torch", "torch.multiprocessing", "torch.profiler"]
+
+
+def _context(handler_path: str) -> Any:
+    context = multiprocessing.get_context(START_METHOD)
+    context.set_forkserver_preload(PRELOADED + [handler_path.partition(":")[0]])  # used when the server starts
+    return context
+
+
+def _serve(connection: Connection, handler_path: str, device: int | None, environment: dict[str, str]) -> None:
+    # the server's environment is the one it started with: take the harness's as it is now (the GPU's
+    # lock, the device pinning a host has set)
+    os.environ.clear()
+    os.environ.update(environment)
     become_subreaper()  # what the candidate starts and abandons stays this process's to end
     if device is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(device)
@@ -146,8 +164,8 @@ class Worker:
     def __init__(self, handler: str, device: int | None = None, start_timeout_s: float = 120.0,
                  spares: int = 0) -> None:
         """``spares``: processes kept starting in advance; ``renew`` swaps in the oldest, so a fresh process
-        does not cost its start-up (importing torch, creating a CUDA context, warming up: ~7 s on an
-        H200 host) on the critical path. An evaluation renews twice (trials, timing) in less time than
+        does not cost its start-up (creating a CUDA context, starting the kernel tracer, warming up) on
+        the critical path. An evaluation renews twice (trials, timing) in less time than
         one start-up, hence more than one."""
         self.handler, self.device, self.start_timeout_s = handler, device, start_timeout_s
         self.spares = spares
@@ -162,9 +180,10 @@ class Worker:
         return self._process.pid if self._process is not None else None
 
     def _spawn(self) -> tuple[multiprocessing.process.BaseProcess, Connection]:
-        context = multiprocessing.get_context("spawn")
+        context = _context(self.handler)
         parent, child = context.Pipe()
-        process = context.Process(target=_serve, args=(child, self.handler, self.device), daemon=True)
+        process = context.Process(target=_serve, args=(child, self.handler, self.device, dict(os.environ)),
+                                  daemon=True)
         process.start()
         child.close()
         return process, parent
@@ -174,7 +193,7 @@ class Worker:
         self._ready = False
 
     def wait_ready(self) -> None:
-        """Block until the process has built its handler (importing torch, creating a CUDA context), so
+        """Block until the process has built its handler (opening the GPU, warming up), so
         that start-up is never charged to a request's time limit."""
         if self._process is None or not self._process.is_alive():
             self.start()
