@@ -79,6 +79,8 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
     return {"task": task_id, "candidate": candidate.resolve().relative_to(REPO).as_posix(), "copies": copies,
             "profile": profile, "lanes": lanes, "per_minute": copies / minutes, "statuses": statuses,
             "mean_stage_s": mean_stage_s,
+            "stage_s_each": {name: [round(r.durations_s.get(name, 0.0), 3) for r in results]
+                             for name in stages if "." not in name},
             "timed_workload_ms": [t.candidate_ms for t in timed], "baseline_ms": [t.baseline_ms for t in timed],
             "speedup": [t.speedup for t in timed], "baseline_source": [t.baseline_source for t in timed],
             "baseline_clean_ms": [t.baseline_clean_ms for t in timed],
