@@ -14,6 +14,8 @@ from typing import Any
 CANARY_BYTES = 4096
 CANARY_VALUE = 0x5A
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # more than 2x the L2 of any current GPU (H200: 60 MiB, B200: ~126 MB)
+# The flush reads that buffer rather than writing it: the L2 is left full of clean lines, as after
+# Nsight Compute's cache flush, instead of dirty ones that the timed call would first write back.
 # A spin kernel queued just before the start event (~50 us at 2 GHz): by the time the GPU reaches the
 # event, the host has finished enqueuing the timed call, so the interval holds GPU work only and not
 # the host's launch latency: the likely cause of a 70 us kernel reading ~5 us longer than Nsight
@@ -43,7 +45,7 @@ class CandidateRunner:
         # Opening the GPU (context, memory) and starting the kernel tracer run no kernel, so they need no
         # lock and a spare gets through most of its start-up while another lane times; the warm-up's
         # kernels must not overlap a timing.
-        self._flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        self._flush = torch.empty(L2_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")  # contents never matter
         self._start_tracer()
         with shared_if_known():
             self._warm_up()
@@ -171,7 +173,7 @@ class CandidateRunner:
         torch = self.torch
         times = []
         for _ in range(repeats):
-            self._flush.zero_()
+            self._flush.amax()  # reads all of it: see L2_FLUSH_BYTES
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
