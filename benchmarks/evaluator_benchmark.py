@@ -138,6 +138,7 @@ def main() -> None:
     parser.add_argument("--lanes", type=int, nargs="+", default=[1, 4], help="lanes per GPU to measure throughput with")
     parser.add_argument("--skip-timing-quality", action="store_true", help="measure throughput only")
     parser.add_argument("--ncu-only", action="store_true", help="throughput with the ncu stage only (the goal's case)")
+    parser.add_argument("--skip-throughput", action="store_true", help="measure timing quality only")
     args = parser.parse_args()
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -156,7 +157,7 @@ def main() -> None:
     finally:
         evaluator.close()
     _write(args.out, result)
-    for candidate in args.candidates:
+    for candidate in () if args.skip_throughput else args.candidates:
         for lanes in args.lanes:
             for profile in (True,) if args.ncu_only else (True, False):
                 result["throughput"].append(_throughput("gemm_bf16", candidate, args.copies, profile, lanes))
