@@ -13,6 +13,14 @@ class Misbehaving:
     def pid(self) -> int:
         return os.getpid()
 
+    def environment(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def torch_loaded(self) -> bool:
+        import sys
+
+        return "torch" in sys.modules
+
     def hang(self) -> None:
         while True:
             time.sleep(1)

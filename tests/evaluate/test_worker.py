@@ -62,6 +62,22 @@ def test_renew_continues_in_a_new_process_and_the_spares_are_reaped() -> None:
     assert not worker._spares and not any(process.is_alive() for process, _ in spares)
 
 
+def test_a_worker_is_forked_with_torch_loaded_and_the_harness_environment_as_it_is_now(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Workers come from a server that imported torch once; its environment is frozen when it starts, so
+    each worker takes the harness's current one (the GPU's lock is named after the first worker runs)."""
+    monkeypatch.delenv("PTXBENCH_TEST_VARIABLE", raising=False)
+    worker = Worker(HANDLER, spares=1)
+    try:
+        assert worker.call("environment", "PTXBENCH_TEST_VARIABLE", timeout_s=60) is None
+        assert worker.call("torch_loaded", timeout_s=60), "the handler never imports torch itself"
+        monkeypatch.setenv("PTXBENCH_TEST_VARIABLE", "set later")
+        worker.renew()  # the spare, started before the variable was set, is used first
+        worker.renew()
+        assert worker.call("environment", "PTXBENCH_TEST_VARIABLE", timeout_s=60) == "set later"
+    finally:
+        worker.close()
+
+
 def test_start_up_is_not_charged_to_a_requests_time_limit() -> None:
     with Worker("tests.evaluate.fake_handler:SlowToStart") as worker:
         assert worker.call("echo", 7, timeout_s=0.5) == 7  # the handler takes 1.5 s to build
