@@ -13,6 +13,21 @@ class Misbehaving:
     def pid(self) -> int:
         return os.getpid()
 
+    def orphan_itself(self, pid_file: str) -> None:
+        """Kill the process this one was forked from (the forkserver), so the harness's multiprocessing
+        believes this one dead, and leave a child behind that would outlive it."""
+        import signal
+
+        os.kill(os.getppid(), signal.SIGKILL)
+        if os.fork() == 0:
+            with open(pid_file + ".part", "w") as out:
+                out.write(str(os.getpid()))
+            os.rename(pid_file + ".part", pid_file)
+            time.sleep(600)
+            os._exit(0)
+        while not os.path.exists(pid_file):
+            time.sleep(0.01)
+
     def environment(self, name: str) -> str | None:
         return os.environ.get(name)
 

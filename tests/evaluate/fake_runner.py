@@ -37,9 +37,10 @@ def _abandon_a_daemon() -> None:
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            with open(os.environ[DAEMON] + ".part", "w") as out:
+            part = f"{os.environ[DAEMON]}.{os.getpid()}"
+            with open(part, "w") as out:
                 out.write(str(os.getpid()))
-            os.rename(os.environ[DAEMON] + ".part", os.environ[DAEMON])  # never seen half-written
+            os.rename(part, os.environ[DAEMON])  # never seen half-written
             time.sleep(600)
         os._exit(0)
     deadline = time.time() + 10

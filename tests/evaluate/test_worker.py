@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import pytest
 
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
@@ -74,6 +78,30 @@ def test_a_worker_is_forked_with_torch_loaded_and_the_harness_environment_as_it_
         worker.renew()  # the spare, started before the variable was set, is used first
         worker.renew()
         assert worker.call("environment", "PTXBENCH_TEST_VARIABLE", timeout_s=60) == "set later"
+    finally:
+        worker.close()
+
+
+def test_a_worker_that_kills_its_forkserver_is_still_ended_with_its_children(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """multiprocessing learns of a worker's end from the forkserver: once a candidate kills the server,
+    its worker looks dead. Ending it must still kill it and what it started (checked to fail when the
+    end trusts multiprocessing's view)."""
+    from ptxbench.evaluate.processes import process_state
+
+    worker = Worker(HANDLER)
+    try:
+        pid = worker.call("pid", timeout_s=60)
+        worker.call("orphan_itself", str(tmp_path / "child.pid"), timeout_s=60)
+        child = int((tmp_path / "child.pid").read_text())
+        worker.kill()
+        deadline = time.time() + 5
+        while {process_state(pid), process_state(child)} - {None, "Z"} and time.time() < deadline:
+            time.sleep(0.05)
+        left = {p for p in (pid, child) if process_state(p) not in (None, "Z")}
+        for survivor in left:
+            os.kill(survivor, signal.SIGKILL)
+        assert not left, "a process outlived the worker's end"
+        assert worker.call("echo", 7, timeout_s=60) == 7, "a new forkserver serves the next worker"
     finally:
         worker.close()
 

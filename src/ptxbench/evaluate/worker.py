@@ -27,7 +27,13 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.processes import become_subreaper, kill_descendants, mapped_libraries, wait_stopped
+from ptxbench.evaluate.processes import (
+    become_subreaper,
+    kill_descendants,
+    mapped_libraries,
+    process_state,
+    wait_stopped,
+)
 
 
 class WorkerDied(PtxbenchError):
@@ -135,12 +141,16 @@ def _serve(connection: Connection, handler_path: str, device: int | None, enviro
 
 def _end(process: multiprocessing.process.BaseProcess | None, connection: Connection | None) -> None:
     """Kill the worker and everything the candidate started from it: the worker is stopped first so it
-    starts nothing new, then its descendants are killed until none is left, then the worker."""
-    if process is not None and process.is_alive() and process.pid is not None:
-        with suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGSTOP)
-        kill_descendants(process.pid)
-        process.kill()
+    starts nothing new, then its descendants are killed until none is left, then the worker. Whether it
+    lives is read from /proc, not from multiprocessing, which learns of its end from the forkserver: a
+    candidate that kills the server would otherwise look dead and be left running."""
+    if process is not None and process.pid is not None:
+        if process_state(process.pid) not in (None, "Z"):
+            with suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGSTOP)
+            kill_descendants(process.pid)
+            with suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
         process.join(timeout=10)
     if connection is not None:
         connection.close()
@@ -189,6 +199,7 @@ class Worker:
         return process, parent
 
     def start(self) -> None:
+        _end(self._process, self._connection)  # a process that only looks dead is ended all the same
         self._process, self._connection = self._spawn()
         self._ready = False
 
