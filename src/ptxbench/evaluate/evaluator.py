@@ -54,7 +54,7 @@ from ptxbench.tasks.reference import make_inputs, run_reference
 from ptxbench.toolchain.compile import default_cache_dir
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
-WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate, each takes ~7 s to start
+WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate (trials, timing)
 # Interleaved timing (see GpuEvaluator._timing): measured time per side between switches, the rounds of
 # the first chunk (a warm-up, dropped), the bounds on a chunk and on a workload's calls.
 # Alternating often is what makes the numbers repeat: six repeats of the timed workload gave
@@ -347,12 +347,12 @@ class GpuEvaluator:
         baseline process (which never holds candidate code), and the candidate's process is stopped
         while the baseline runs. Timed in one stretch, a GEMM near peak runs at the GPU's power cap,
         where its median moves by several percent within seconds and between processes; alternating
-        in chunks of at most a millisecond, both sides repeat within about a percent (see CHUNK_MS). Each
-        baseline also has a clean time, measured the same way before any candidate code is loaded, with
-        the fresh worker running the baseline in the candidate's place (the median of CLEAN_SESSIONS
-        measurements), and cached: an interleaved baseline slower than that
-        allows is not trusted (the candidate's process may have slowed it, or it is an outlier), and the
-        clean time plus the allowance is compared."""
+        in chunks of at most a millisecond, both sides repeat within about a percent (see CHUNK_MS).
+        Each baseline also has a clean time, measured the same way before any candidate code is loaded,
+        with the fresh worker running the baseline in the candidate's place (the median of
+        CLEAN_SESSIONS measurements), and cached: an interleaved baseline slower than that allows is
+        not trusted (the candidate's process may have slowed it, or it is an outlier), and the clean
+        time plus the allowance is compared."""
         from ptxbench.evaluate.baselines import baseline_variants
 
         device = self.device()
