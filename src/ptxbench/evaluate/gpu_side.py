@@ -16,11 +16,10 @@ CANARY_VALUE = 0x5A
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # more than 2x the L2 of any current GPU (H200: 60 MiB, B200: ~126 MB)
 # The flush reads that buffer rather than writing it: the L2 is left full of clean lines, as after
 # Nsight Compute's cache flush, instead of dirty ones that the timed call would first write back.
-# A spin kernel queued just before the start event (~50 us at 2 GHz): by the time the GPU reaches the
-# event, the host has finished enqueuing the timed call, so the interval holds GPU work only and not
-# the host's launch latency: the likely cause of a 70 us kernel reading ~5 us longer than Nsight
-# Compute's time (not yet re-measured with this in place: benchmarks/evaluator_benchmark.py will say).
+# Where the launch gate (launch_gate.py) cannot be used: a spin kernel queued just before the start
+# event (~50 us at 2 GHz), which hides host delays shorter than that.
 LAUNCH_COVER_CYCLES = 100_000
+GATE_TIMEOUTS_TO_DROP = 2  # one may be a one-time wait (a module loaded lazily on the first launch)
 
 
 def _checked_sync(torch: Any) -> None:
@@ -46,9 +45,33 @@ class CandidateRunner:
         # lock and a spare gets through most of its start-up while another lane times; the warm-up's
         # kernels must not overlap a timing.
         self._flush = torch.empty(L2_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")  # contents never matter
+        self._loaded_gate, self.gate_note = self._open_gate()
+        self._gate = self._loaded_gate  # None once dropped
+        self._gate_timeouts = 0  # consecutive
         self._start_tracer()
         with shared_if_known():
             self._warm_up()
+
+    def _open_gate(self) -> tuple[Any, str | None]:
+        """The launch gate, or None and why not (timing then falls back to the spin-kernel cover)."""
+        from ptxbench.evaluate.launch_gate import GateUnavailable, LaunchGate
+
+        try:
+            return LaunchGate(self.torch), None
+        except GateUnavailable as exc:
+            return None, f"launch gate unavailable: {exc}"
+
+    def launch_gate(self) -> dict[str, Any]:
+        """Whether this process's timed calls started only once the host had queued them all."""
+        return {"gated": self._gate is not None, "note": self.gate_note}
+
+    def use_launch_gate(self, enabled: bool) -> None:
+        """Time with the gate (when it could be opened) or with the spin cover alone: for benchmarks and
+        tests that compare the two."""
+        if not enabled:
+            self._gate, self.gate_note = None, "the launch gate was turned off"
+        elif self._gate is None and self._loaded_gate is not None:
+            self._gate, self.gate_note, self._gate_timeouts = self._loaded_gate, None, 0
 
     def _start_tracer(self) -> None:
         """Start and stop the kernel tracer (CUPTI) once with nothing to trace: its one-time start-up."""
@@ -176,13 +199,28 @@ class CandidateRunner:
             self._flush.amax()  # reads all of it: see L2_FLUSH_BYTES
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                torch.cuda._sleep(LAUNCH_COVER_CYCLES)
+            gate = self._gate
+            if gate is not None:
+                gate.close(stream)
+            else:
+                with torch.cuda.stream(stream):
+                    torch.cuda._sleep(LAUNCH_COVER_CYCLES)
             start.record(stream)
-            call(stream)
-            end.record(stream)
+            try:
+                call(stream)
+                end.record(stream)
+            finally:
+                if gate is not None:
+                    gate.open()
             end.synchronize()
             times.append(start.elapsed_time(end))
+            if gate is not None:
+                self._gate_timeouts = self._gate_timeouts + 1 if gate.timed_out() else 0
+                if self._gate_timeouts >= GATE_TIMEOUTS_TO_DROP:
+                    # the call waits for the GPU while the gate holds it (a synchronize inside the call):
+                    # later calls of this process are timed with the spin cover instead
+                    self._gate = None
+                    self.gate_note = "the launch gate timed out in consecutive calls: the call waits for the GPU"
         return times
 
     def prepare_timing(self, sizes: dict[str, int], seeds: list[int], baselines: list[str],
