@@ -152,6 +152,11 @@ class FakeRunner:
         return {**({"candidate": [2.0] * rounds} if candidate else {}),
                 **{name: [baseline_ms] * rounds for name in baselines}}
 
+    def launch_gate(self) -> dict[str, Any]:
+        """Gated, except a loaded candidate's process when "ungated" (its calls wait for the GPU)."""
+        ungated = self.behaviour == "ungated" and hasattr(self, "kernels")
+        return {"gated": not ungated, "note": "the launch gate timed out" if ungated else None}
+
     def timed_outputs(self) -> dict[str, Any]:
         sizes, seeds, _, _ = self._timing
         return {"last_seed": seeds[-1], "last_outputs": self._outputs(sizes, seeds[-1])}

@@ -170,6 +170,16 @@ def test_the_clean_baseline_time_is_taken_in_the_rhythm_of_an_interleaved_one(mo
         assert timing.baseline_clean_ms == 1.0 and timing.baseline_ms == 1.0
 
 
+@pytest.mark.parametrize(("behaviour", "gated"), [("correct", True), ("ungated", False)])
+def test_each_timing_says_whether_the_launch_gate_held_on_both_sides(monkeypatch: pytest.MonkeyPatch, tmp_path,
+                                                                      behaviour: str, gated: bool) -> None:  # type: ignore[no-untyped-def]
+    """A candidate whose calls wait for the GPU makes its process drop the launch gate: its times may then
+    hold host delays, and the record says so."""
+    evaluation = _evaluate_with_fresh_cache(monkeypatch, tmp_path, behaviour)
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert evaluation.timings and all(t.launch_gated is gated for t in evaluation.timings)
+
+
 def test_a_process_the_candidate_abandons_ends_with_its_worker(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A daemon (forked twice, in its own session) started from the candidate's process would outlive it
     and could run on the GPU during later timings; the worker adopts it and it is killed with the worker

@@ -443,7 +443,11 @@ class GpuEvaluator:
                 break
             per_call = max([statistics.median(v) for v in times.values()] + [1e-3])
             rounds = max(1, min(MAX_CHUNK_ROUNDS, math.floor(CHUNK_MS / per_call)))
-        result = {"baseline": (variant, median_iqr(samples["baseline"])), "samples": len(samples["baseline"])}
+        with self._baseline_call():
+            gated = self.baselines.call("launch_gate", timeout_s=limit_s)["gated"]
+        gated = gated and self.worker.call("launch_gate", timeout_s=limit_s)["gated"]
+        result = {"baseline": (variant, median_iqr(samples["baseline"])), "samples": len(samples["baseline"]),
+                  "launch_gated": gated}
         if candidate:
             reply = self.worker.call("timed_outputs", timeout_s=limit_s)
             # the candidate's process ends with the lock: its outputs are copied out first
@@ -508,7 +512,7 @@ class GpuEvaluator:
             timings.append(Timing(workload=workload.name, candidate_ms=candidate_ms, candidate_iqr_ms=candidate_iqr,
                                   baseline=variant, baseline_ms=baseline_ms, baseline_iqr_ms=baseline_iqr,
                                   baseline_clean_ms=clean_ms, baseline_source="interleaved" if trusted else "clean",
-                                  samples=reply["samples"],
+                                  samples=reply["samples"], launch_gated=reply["launch_gated"],
                                   tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
                                   roofline_pct=100 * attainable / seconds if attainable else None))
             if datasheet is not None:

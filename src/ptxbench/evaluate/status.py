@@ -84,6 +84,9 @@ class Timing(BaseModel):
         "the interleaved time was slower than the clean time allows, so the clean time (plus the allowance) "
         "was compared"))
     samples: int
+    launch_gated: bool | None = Field(default=None, description=(
+        "Every timed call of both sides started on the GPU only once the host had queued all of it (the "
+        "launch gate), so host delays are not in the times; False where a side fell back to a spin cover"))
     tflops: float | None = None
     gbps: float | None = None
     roofline_pct: float | None = Field(default=None, description=(
