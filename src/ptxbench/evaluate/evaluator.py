@@ -443,12 +443,11 @@ class GpuEvaluator:
                 break
             per_call = max([statistics.median(v) for v in times.values()] + [1e-3])
             rounds = max(1, min(MAX_CHUNK_ROUNDS, math.floor(CHUNK_MS / per_call)))
-        with self._baseline_call():
-            gated = self.baselines.call("launch_gate", timeout_s=limit_s)["gated"]
-        gated = gated and self.worker.call("launch_gate", timeout_s=limit_s)["gated"]
-        result = {"baseline": (variant, median_iqr(samples["baseline"])), "samples": len(samples["baseline"]),
-                  "launch_gated": gated}
+        result = {"baseline": (variant, median_iqr(samples["baseline"])), "samples": len(samples["baseline"])}
         if candidate:
+            with self._baseline_call():
+                gated = self.baselines.call("launch_gate", timeout_s=limit_s)["gated"]
+            result["launch_gated"] = gated and self.worker.call("launch_gate", timeout_s=limit_s)["gated"]
             reply = self.worker.call("timed_outputs", timeout_s=limit_s)
             # the candidate's process ends with the lock: its outputs are copied out first
             result |= {"candidate": median_iqr(samples["candidate"]), "last_seed": reply["last_seed"],
