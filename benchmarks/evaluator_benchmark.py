@@ -66,11 +66,22 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
     copies_of = [Candidate(task=task, item=f"copy_{index}", origin=f"copy {index}",
                            source=f"// copy {index} {secrets.token_hex(4)}\n{source}")  # no build is reused
                  for index in range(copies)]
+    from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
+    from ptxbench.results.rundir import RunDir
+
     with tempfile.TemporaryDirectory() as folder:
-        started = time.perf_counter()
-        results = evaluate_candidates(copies_of, Arch.SM_90A, Path(folder) / "run",
-                                      EvalOptions(profile=profile, lanes=lanes))
-        minutes = (time.perf_counter() - started) / 60
+        trace = Path(folder) / "lock_trace.jsonl"
+        os.environ[TRACE_VARIABLE] = str(trace)  # inherited by the hosts, their workers and ncu's program
+        try:
+            wall_started = time.time()
+            started = time.perf_counter()
+            results = evaluate_candidates(copies_of, Arch.SM_90A, Path(folder) / "run",
+                                          EvalOptions(profile=profile, lanes=lanes))
+            minutes = (time.perf_counter() - started) / 60
+        finally:
+            os.environ.pop(TRACE_VARIABLE, None)
+        finished = sorted(path.stat().st_mtime - wall_started for path in RunDir.load(Path(folder) / "run").results())
+        holds = [json.loads(line) for line in trace.read_text().splitlines()] if trace.is_file() else []
     statuses = [r.status.value if r.status else str(r.infra_failure) for r in results]
     stages = sorted({name for r in results for name in r.durations_s})
     mean_stage_s = {name: statistics.fmean(r.durations_s.get(name, 0.0) for r in results) for name in stages}
@@ -78,6 +89,8 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
         if results and results[0].timings else []
     return {"task": task_id, "candidate": candidate.resolve().relative_to(REPO).as_posix(), "copies": copies,
             "profile": profile, "lanes": lanes, "per_minute": copies / minutes, "statuses": statuses,
+            "finished_s": [round(t, 2) for t in finished], "steady_per_minute": _steady_rate(finished, lanes),
+            "gpu_lock": _lock_use(holds, wall_started, wall_started + 60 * minutes),
             "mean_stage_s": mean_stage_s,
             "stage_s_each": {name: [round(r.durations_s.get(name, 0.0), 3) for r in results]
                              for name in stages if "." not in name},
@@ -88,9 +101,49 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
             "candidate_ms_spread_pct": _spread_pct([t.candidate_ms for t in timed])}
 
 
+def _steady_rate(finished: list[float], lanes: int) -> float | None:
+    """Candidates per minute once every lane has delivered its first (which carries the start-up):
+    the rate of a long run, where the start-up is paid once."""
+    later = finished[lanes - 1:]
+    if len(later) < 2 or later[-1] <= later[0]:
+        return None
+    return 60 * (len(later) - 1) / (later[-1] - later[0])
+
+
+def _union_s(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(spans):
+        if stop > end:
+            total += stop - max(start, end)
+            end = stop
+    return total
+
+
+def _lock_use(holds: list[dict], start: float, end: float) -> dict:
+    """How the run used the GPU, from the lock's trace: seconds held per mode and purpose, the time
+    some work held it, and the time nothing did (what more lanes could still fill)."""
+    wall = end - start
+    by_purpose: dict[str, dict[str, float]] = {}
+    for hold in holds:
+        entry = by_purpose.setdefault(f"{hold['mode']}:{hold['purpose'] or '-'}", {"holds": 0, "held_s": 0.0, "waited_s": 0.0})
+        entry["holds"] += 1
+        entry["held_s"] += hold["released"] - hold["got"]
+        entry["waited_s"] += hold["got"] - hold["asked"]
+    held = _union_s([(h["got"], h["released"]) for h in holds])
+    shared = _union_s([(h["got"], h["released"]) for h in holds if h["mode"] == "shared"])
+    return {"wall_s": round(wall, 2), "held_s": round(held, 2), "exclusive_s": round(sum(
+        h["released"] - h["got"] for h in holds if h["mode"] == "exclusive"), 2), "shared_union_s": round(shared, 2),
+            "idle_s": round(wall - held, 2),
+            "by_purpose": {k: {n: round(v, 2) for n, v in e.items()} for k, e in sorted(by_purpose.items())}}
+
+
 def _spread_pct(values: list[float]) -> float | None:
     """(max - min) / median in percent: how far apart evaluations of the same kernel land."""
     return 100 * (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else None
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def _pct(value: float | None) -> str:
@@ -108,11 +161,12 @@ def _write(out: Path, result: dict) -> None:
              "| task | workload | median ms | repeat spread | ncu ms | difference to ncu |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['task']} | {r['workload']} | {r['median_ms']:.4f} | {r['spread_pct']:.2f} % | {r['ncu_ms']:.4f} "
               f"| {r['ncu_difference_pct']:.2f} % |" for r in result["timing"]]
-    lines += ["", "| candidates | lanes | ncu stage | evaluated per minute | statuses | timed workload ms "
-              "(each candidate) | speedup over the baseline (each) | spread of ms, of speedup | mean seconds per stage |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| candidates | lanes | ncu stage | evaluated per minute | after the first per lane | statuses "
+              "| timed workload ms (each candidate) | speedup over the baseline (each) | spread of ms, of speedup "
+              "| mean seconds per stage |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {t['copies']} x `{t['candidate']}` | {t.get('lanes', 1)} | {'on' if t['profile'] else 'off'} "
-              f"| {t['per_minute']:.1f} | {', '.join(sorted(set(t['statuses'])))} | "
+              f"| {t['per_minute']:.1f} | {_number(t.get('steady_per_minute'))} | {', '.join(sorted(set(t['statuses'])))} | "
               f"{', '.join(f'{v:.3f}' for v in t.get('timed_workload_ms', []))} | "
               f"{', '.join(f'{v:.3f}' for v in t.get('speedup', []) if v)} | "
               f"{_pct(t.get('candidate_ms_spread_pct'))}, {_pct(t.get('speedup_spread_pct'))} | "

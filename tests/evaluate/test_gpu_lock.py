@@ -71,3 +71,23 @@ def test_a_dead_holder_releases_the_gpu(tmp_path: Path) -> None:
     started = time.monotonic()
     with GpuLock("GPU-test", tmp_path).exclusive():
         assert time.monotonic() - started < 5
+
+
+def test_every_hold_is_traced_when_a_trace_file_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
+
+    lock = GpuLock("GPU-test", tmp_path)
+    with lock.shared("trials"):
+        pass  # no trace file named: nothing is written anywhere
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv(TRACE_VARIABLE, str(trace))
+    with lock.shared("trials"):
+        time.sleep(0.05)
+    with lock.exclusive("timing"):
+        pass
+    holds = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [(h["mode"], h["purpose"]) for h in holds] == [("shared", "trials"), ("exclusive", "timing")]
+    assert all(h["asked"] <= h["got"] <= h["released"] for h in holds)
+    assert holds[0]["released"] - holds[0]["got"] >= 0.05

@@ -197,14 +197,14 @@ class GpuEvaluator:
             failure = self._baseline_worker_ready()
             if failure is not None:
                 return evaluation.model_copy(update=failure)
-            with self._stage("peaks"), self.lock.exclusive():  # once per evaluator: the first candidate carries it
+            with self._stage("peaks"), self.lock.exclusive("peaks"):  # once per evaluator: the first candidate carries it
                 self.peaks()  # measured in the baseline process, which no candidate touches
         own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
         # A fresh process is awaited before the lock is taken: a starting worker takes the lock itself.
         failure = self._fresh_worker()
         if failure is not None:
             return evaluation.model_copy(update=failure)
-        with self.lock.shared():
+        with self.lock.shared("trials"):
             try:
                 failure = self._load(task, shared_object)
                 if failure is not None:
@@ -374,7 +374,7 @@ class GpuEvaluator:
             failure = self._baseline_worker_ready("timing.worker_start")
         if failure is not None:
             return evaluation.model_copy(update=failure), True
-        with self.lock.exclusive():
+        with self.lock.exclusive("timing"):
             try:
                 with self._stage("timing.baselines"), self._baseline_call():
                     self.baselines.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
@@ -396,7 +396,8 @@ class GpuEvaluator:
                 with self._stage("timing.interleaved"):
                     for workload in workloads:
                         fastest = min(clean[workload.name], key=lambda v: clean[workload.name][v][0])
-                        measured[workload.name] = self._interleaved(workload, fastest, budget_ms, limit_s)
+                        with self._stage(f"timing.workload.{workload.name}"):
+                            measured[workload.name] = self._interleaved(workload, fastest, budget_ms, limit_s)
             except BaselineFailed as exc:
                 return evaluation.model_copy(update=_harness_failure(f"timing the vendor baseline: {exc}")), True
             except ForgedReply as exc:
@@ -407,7 +408,7 @@ class GpuEvaluator:
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"timing: {exc}"}), True
             finally:
                 self.worker.kill()
-        with self.lock.shared():
+        with self.lock.shared("recheck"):
             checked = self._timings_checked(task, evaluation, workloads, clean, measured)
         return checked, checked.status is Status.INCORRECT
 

@@ -8,11 +8,18 @@ this machine that evaluates on the same GPU (another lane, another run) takes pa
 A turnstile keeps timing from starving: once a lane waits to time, no new untimed work starts until
 it has had its turn. The invariant the evaluator keeps with it: a process holding a candidate's code
 lives only while its lane holds the lock, so no candidate can run anything during another's timing.
+
+With ``PTXBENCH_LOCK_TRACE`` naming a file, every hold is appended to it as one JSON line (process,
+mode, what for, when asked, got and released, wall-clock seconds): how lanes share the GPU is then
+measured rather than guessed (``benchmarks/evaluator_benchmark.py`` reads it).
+
+Standard library only: the profiled program (``profile_one.py``) loads this file by its path.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import tempfile
@@ -23,6 +30,7 @@ from pathlib import Path
 
 
 KEY_VARIABLE = "PTXBENCH_GPU_LOCK"  # set for worker processes: the key of the GPU they start on
+TRACE_VARIABLE = "PTXBENCH_LOCK_TRACE"  # a file to append every hold to, for diagnosis
 
 
 def default_lock_folder() -> Path:
@@ -50,32 +58,56 @@ class GpuLock:
             os.close(descriptor)  # closing releases the lock, also when the process dies
 
     @contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self, purpose: str = "") -> Iterator[None]:
         """Untimed GPU work: runs beside other untimed work, never during a timing."""
         started = time.perf_counter()
+        asked = time.time()
         with self._held(self._turnstile, fcntl.LOCK_EX):
             pass  # a lane waiting to time holds the turnstile: new untimed work queues behind it
         with self._held(self._main, fcntl.LOCK_SH):
             self.waited_s += time.perf_counter() - started
-            yield
+            got = time.time()
+            try:
+                yield
+            finally:
+                _trace("shared", purpose, asked, got)
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, purpose: str = "") -> Iterator[None]:
         """Timing: waits until the untimed work in progress ends, and lets nothing else start meanwhile."""
         started = time.perf_counter()
+        asked = time.time()
         with self._held(self._turnstile, fcntl.LOCK_EX):
             with self._held(self._main, fcntl.LOCK_EX):
                 self.waited_s += time.perf_counter() - started
-                yield
+                got = time.time()
+                try:
+                    yield
+                finally:
+                    _trace("exclusive", purpose, asked, got)
+
+
+def _trace(mode: str, purpose: str, asked: float, got: float) -> None:
+    """One hold, appended to the trace file when one is named (one short write: lines stay whole)."""
+    path = os.environ.get(TRACE_VARIABLE)
+    if not path:
+        return
+    line = json.dumps({"pid": os.getpid(), "mode": mode, "purpose": purpose, "asked": asked, "got": got,
+                       "released": time.time()})
+    try:
+        with open(path, "a") as out:
+            out.write(line + "\n")
+    except OSError:
+        pass  # diagnosis only: a trace that cannot be written never fails an evaluation
 
 
 @contextmanager
-def shared_if_known() -> Iterator[None]:
+def shared_if_known(purpose: str = "") -> Iterator[None]:
     """The GPU's lock, shared, when this process was started for a known GPU (``KEY_VARIABLE``): a worker
     holds it while its start-up runs kernels, so they never overlap a timing."""
     key = os.environ.get(KEY_VARIABLE)
     if not key:
         yield
         return
-    with GpuLock(key).shared():
+    with GpuLock(key).shared(purpose):
         yield

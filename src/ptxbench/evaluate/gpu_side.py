@@ -50,7 +50,7 @@ class CandidateRunner:
         self._gate = self._loaded_gate  # None once dropped
         self._gate_timeouts = 0  # consecutive
         self._start_tracer()
-        with shared_if_known():
+        with shared_if_known("worker start-up"):
             self._warm_up()
 
     def _open_gate(self) -> tuple[Any, str | None]:

@@ -60,7 +60,7 @@ def _gpu_lock(plan: dict) -> AbstractContextManager:
     the GPU."""
     if not plan.get("gpu_lock"):
         return nullcontext()
-    return _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared()
+    return _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared("ncu")
 
 
 def main(plan_path: str) -> int:

@@ -50,7 +50,7 @@ def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, fol
     from ptxbench.contract.signature import parameters
     from ptxbench.tasks.reference import make_inputs
 
-    with shared_if_known():  # drawing the inputs uses the GPU
+    with shared_if_known("ncu inputs"):  # drawing the inputs uses the GPU
         inputs = make_inputs(task, sizes, secrets.randbits(62), device="cuda" if torch.cuda.is_available() else "cpu")
     outputs = {spec.name: spec for spec in task.outputs}
     arguments: list[dict] = []
