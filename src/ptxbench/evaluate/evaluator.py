@@ -360,11 +360,6 @@ class GpuEvaluator:
         keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in baseline_variants(task)}
                 for w in workloads}
         clean: dict[str, dict[str, tuple[float, float]]] = {w.name: {} for w in workloads}  # (median, IQR) ms
-        for workload, variants in keys.items():
-            for variant, key in variants.items():
-                record = self.baseline_cache.get(key)
-                if record is not None:
-                    clean[workload][variant] = (record.median_ms, record.iqr_ms)
         budget_ms = self.options.timing_budget_ms
         limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
         measured: dict[str, dict] = {}
@@ -375,6 +370,12 @@ class GpuEvaluator:
         if failure is not None:
             return evaluation.model_copy(update=failure), True
         with self.lock.exclusive("timing"):
+            # read with the GPU held: another lane that timed while this one waited may have measured them
+            for workload_name, variants in keys.items():
+                for variant, key in variants.items():
+                    record = self.baseline_cache.get(key)
+                    if record is not None:
+                        clean[workload_name][variant] = (record.median_ms, record.iqr_ms)
             try:
                 with self._stage("timing.baselines"), self._baseline_call():
                     self.baselines.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
