@@ -66,6 +66,18 @@ def test_renew_continues_in_a_new_process_and_the_spares_are_reaped() -> None:
     assert not worker._spares and not any(process.is_alive() for process, _ in spares)
 
 
+def test_prestart_starts_the_spares_before_the_first_renewal() -> None:
+    worker = Worker(HANDLER, spares=2)
+    try:
+        worker.prestart()
+        spares = list(worker._spares)
+        assert worker.pid is not None and len(spares) == 2, "the process and its spares start without a request"
+        worker.renew()
+        assert worker.call("pid", timeout_s=60) == spares[0][0].pid, "the first renewal finds a spare started"
+    finally:
+        worker.close()
+
+
 def test_a_worker_is_forked_with_torch_loaded_and_the_harness_environment_as_it_is_now(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Workers come from a server that imported torch once; its environment is frozen when it starts, so
     each worker takes the harness's current one (the GPU's lock is named after the first worker runs)."""

@@ -131,6 +131,11 @@ class GpuEvaluator:
     def device(self) -> dict:
         if self._device is None:
             self._device = self.worker.call("device_info", timeout_s=300)
+            _ = self.lock  # names the GPU's lock for every process started from now on
+            # The spares and the baseline process start now, in parallel, rather than one after another
+            # once the first candidate has arrived (that cost the first candidate ~12 s on an H200).
+            self.worker.prestart()
+            self.baselines.prestart()
         return self._device
 
     @property

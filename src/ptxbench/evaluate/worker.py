@@ -105,7 +105,10 @@ class RequestFailed(PtxbenchError):
 # workers. The server never touches CUDA, so each fork opens the GPU afresh; it is a clean process
 # started by the harness (not a fork of it), and nothing a worker does reaches the server or later forks.
 START_METHOD = "forkserver"
-PRELOADED = ["torch", "torch.multiprocessing", "torch.profiler"]
+# What a candidate's worker imports on its way (the task model, the loader, input drawing, the launch
+# gate) is imported there too: a fresh worker then starts on its first request at once.
+PRELOADED = ["torch", "torch.multiprocessing", "torch.profiler", "ptxbench.tasks.model", "ptxbench.tasks.reference",
+             "ptxbench.evaluate.library", "ptxbench.evaluate.launch_gate"]
 
 
 def _context(handler_path: str) -> Any:
@@ -240,6 +243,14 @@ class Worker:
         exitcode = self._process.exitcode
         self.kill()
         return WorkerDied(exitcode)
+
+    def prestart(self) -> None:
+        """Begin starting the process (if there is none) and the spares now, without waiting for them:
+        called as soon as the GPU is known, so the first candidate finds its fresh process started."""
+        if self._process is None or not self._process.is_alive():
+            self.start()
+        while len(self._spares) < self.spares:
+            self._spares.append(self._spawn())
 
     def renew(self) -> None:
         """End the current process and continue in a new one that nothing has run in yet."""
