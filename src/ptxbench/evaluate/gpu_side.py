@@ -100,7 +100,9 @@ class CandidateRunner:
     def device_info(self) -> dict[str, Any]:
         torch = self.torch
         properties = torch.cuda.get_device_properties(0)
-        return {"name": properties.name, "capability": f"{properties.major}.{properties.minor}",
+        uuid = getattr(properties, "uuid", None)  # names the GPU's lock: GPUs of one model must not share it
+        return {"name": properties.name, "uuid": str(uuid) if uuid is not None else None,
+                "capability": f"{properties.major}.{properties.minor}",
                 "sms": properties.multi_processor_count, "memory_bytes": properties.total_memory,
                 "l2_bytes": getattr(properties, "L2_cache_size", None), "torch": str(torch.__version__),
                 "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
