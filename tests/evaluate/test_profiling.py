@@ -43,22 +43,45 @@ def test_the_program_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
     assert done.stdout.strip().splitlines()[-1] == "[]", done.stderr
 
 
-def test_the_program_holds_the_gpu_lock_while_it_uses_the_gpu(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The evaluator does not hold the lock through ncu's start-up; the profiled program takes it, shared,
-    before it opens the GPU, so it waits while a lane times (and without a GPU then stops at the driver)."""
-    import time
-
-    from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
+def test_the_plan_names_the_gpu_lock(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.gpu_lock import KEY_VARIABLE
 
     monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv(KEY_VARIABLE, "GPU-test")
     command = profiled_program(get_task("rmsnorm"), {"T": 4, "Hd": 64}, tmp_path / "candidate.so", tmp_path)
     plan = json.loads(Path(command[3]).read_text())
     assert plan["gpu_lock"] == {"key": "GPU-test", "folder": str(tmp_path / "locks")}
-    lock = GpuLock("GPU-test", tmp_path / "locks")
-    with lock.exclusive():
-        program = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(1.5)
-        assert program.poll() is None, "it waits for the timing to end"
-    program.communicate(timeout=60)
-    assert program.returncode is not None
+
+
+def test_the_program_opens_the_gpu_at_once_but_runs_the_candidate_only_under_the_lock(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The evaluator does not hold the lock through ncu's start-up, nor the program while it opens the
+    GPU and allocates (no kernel runs there); the inputs' copies, the candidate's code and the profiled
+    calls wait while a lane times."""
+    import importlib.util
+    import threading
+    import time
+    import types
+
+    from ptxbench.evaluate import profile_one as installed
+    from ptxbench.evaluate.gpu_lock import GpuLock
+
+    spec = importlib.util.spec_from_file_location("profile_one_under_test", installed.__file__)
+    assert spec is not None and spec.loader is not None
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    events: list[str] = []
+    real_sibling = program._sibling
+    harmless = types.SimpleNamespace(become_subreaper=lambda: None, kill_descendants=lambda pid: events.append("reaped"))
+    monkeypatch.setattr(program, "_sibling", lambda name: harmless if name == "processes" else real_sibling(name))
+    monkeypatch.setattr(program, "_open", lambda plan: events.append("opened") or (None, None, []))
+    monkeypatch.setattr(program, "_profile", lambda plan, *opened: events.append("profiled") or 0)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"gpu_lock": {"key": "GPU-test", "folder": str(tmp_path / "locks")}}))
+    finished: list[int] = []
+    with GpuLock("GPU-test", tmp_path / "locks").exclusive():
+        runner = threading.Thread(target=lambda: finished.append(program.main(str(plan))))
+        runner.start()
+        time.sleep(1.0)
+        assert events == ["opened"], "it opens the GPU while the lane times, and waits there"
+    runner.join(timeout=30)
+    assert finished == [0] and events == ["opened", "profiled", "reaped"]

@@ -55,9 +55,10 @@ def _sibling(name: str) -> ModuleType:
 
 
 def _gpu_lock(plan: dict) -> AbstractContextManager:
-    """The GPU's lock, shared, for the whole of this process's GPU work when the plan names it: the
-    evaluator does not hold it for ncu's own start-up, only this program does, for the part that uses
-    the GPU."""
+    """The GPU's lock, shared, when the plan names it. The evaluator does not hold it for ncu's start-up,
+    nor does this program for opening the GPU (under ncu the slowest part: its injection initialises
+    there) and allocating: like a worker's start-up, those run no kernel. Copying the inputs in, the
+    candidate's code and the profiled calls run under it."""
     if not plan.get("gpu_lock"):
         return nullcontext()
     return _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared("ncu")
@@ -67,37 +68,48 @@ def main(plan_path: str) -> int:
     plan = json.loads(open(plan_path).read())
     processes = _sibling("processes")
     processes.become_subreaper()  # what the candidate starts and abandons ends with this program
+    driver, stream, buffers = _open(plan)
     with _gpu_lock(plan):
         try:
-            return _profile(plan)
+            return _profile(plan, driver, stream, buffers)
         finally:  # still under the lock
             processes.kill_descendants(os.getpid())
 
 
-def _profile(plan: dict) -> int:
+def _open(plan: dict) -> tuple[ctypes.CDLL, ctypes.c_void_p, list[tuple[ctypes.c_uint64, bytearray | None]]]:
+    """The GPU opened (the primary context, which the runtime uses), a stream, and a device buffer for
+    each pointer argument with the bytes to copy into it (None for outputs). No kernel runs here."""
     driver = _driver()
     driver.check("cuInit", 0)
     device, context = ctypes.c_int(), ctypes.c_void_p()
     driver.check("cuDeviceGet", ctypes.byref(device), 0)
-    driver.check("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)  # the context the runtime uses
+    driver.check("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
     driver.check("cuCtxSetCurrent", context)
     stream = ctypes.c_void_p()
     driver.check("cuStreamCreate", ctypes.byref(stream), 0)
-    arguments: list[object] = []
-    types: list[object] = []
+    buffers: list[tuple[ctypes.c_uint64, bytearray | None]] = []
     for argument in plan["arguments"]:
-        kind = argument["kind"]
-        if kind == "input":
+        if argument["kind"] == "input":
             with open(argument["file"], "rb") as source:
                 data = bytearray(source.read())
-            pointer = _device_buffer(driver, len(data))
+            buffers.append((_device_buffer(driver, len(data)), data))
+        elif argument["kind"] == "output":
+            buffers.append((_device_buffer(driver, argument["bytes"]), None))
+    return driver, stream, buffers
+
+
+def _profile(plan: dict, driver: ctypes.CDLL, stream: ctypes.c_void_p,
+             buffers: list[tuple[ctypes.c_uint64, bytearray | None]]) -> int:
+    arguments: list[object] = []
+    types: list[object] = []
+    pointers = iter(buffers)
+    for argument in plan["arguments"]:
+        kind = argument["kind"]
+        if kind in ("input", "output"):
+            pointer, data = next(pointers)
             if data:
                 host = (ctypes.c_char * len(data)).from_buffer(data)
                 driver.check("cuMemcpyHtoD_v2", pointer, host, ctypes.c_size_t(len(data)))
-            arguments.append(pointer.value)
-            types.append(ctypes.c_void_p)
-        elif kind == "output":
-            pointer = _device_buffer(driver, argument["bytes"])
             arguments.append(pointer.value)
             types.append(ctypes.c_void_p)
         elif kind == "size":
