@@ -19,6 +19,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from ptxbench.evaluate.cuda_driver import Driver, DriverError
+
 KERNEL_NAME = "ptxbench_launch_gate"
 # Spins on flags[0] until it is non-zero; past the deadline it sets flags[1] and returns. Generic loads
 # and stores, so the pinned host page is reached through the unified address space; %globaltimer in ns.
@@ -65,15 +67,12 @@ class LaunchGate:
     the end event has completed. Needs the CUDA primary context that torch uses, current on this thread."""
 
     def __init__(self, torch: Any) -> None:
-        try:
-            self._driver = ctypes.CDLL("libcuda.so.1")
-        except OSError as exc:
-            raise GateUnavailable(f"no CUDA driver library: {exc}") from exc
         torch.cuda.init()
-        device, context = ctypes.c_int(), ctypes.c_void_p()
-        self._check("cuDeviceGet", ctypes.byref(device), torch.cuda.current_device())
-        self._check("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)  # torch's context
-        self._check("cuCtxSetCurrent", context)
+        try:
+            self._driver = Driver()
+            self._driver.use_primary_context(torch.cuda.current_device())  # torch's context
+        except DriverError as exc:
+            raise GateUnavailable(str(exc)) from exc
         self._module, self._function = ctypes.c_void_p(), ctypes.c_void_p()
         self._check("cuModuleLoadData", ctypes.byref(self._module), ctypes.c_char_p(GATE_PTX.encode()))
         self._check("cuModuleGetFunction", ctypes.byref(self._function), self._module, KERNEL_NAME.encode())
@@ -87,9 +86,11 @@ class LaunchGate:
                                                    for a in self._arguments))
 
     def _check(self, name: str, *args: object) -> None:
-        code = getattr(self._driver, name)(*args)
-        if code != 0:
-            raise GateUnavailable(f"{name} failed with CUresult {code}")
+        """A driver call whose failure means the gate cannot be used."""
+        try:
+            self._driver.call(name, *args)
+        except DriverError as exc:
+            raise GateUnavailable(str(exc)) from exc
 
     def close(self, stream: Any) -> None:
         """Queue the gate on ``stream`` (the previous gate on it must have passed)."""

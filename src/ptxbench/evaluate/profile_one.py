@@ -20,27 +20,12 @@ import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 
-class DriverError(RuntimeError):
-    pass
-
-
-def _driver() -> ctypes.CDLL:
-    driver = ctypes.CDLL("libcuda.so.1")
-
-    def check(name: str, *args: object) -> None:
-        code = getattr(driver, name)(*args)
-        if code != 0:
-            raise DriverError(f"{name} failed with CUresult {code}")
-
-    driver.check = check  # type: ignore[attr-defined]
-    return driver
-
-
-def _device_buffer(driver: ctypes.CDLL, size: int) -> ctypes.c_uint64:
+def _device_buffer(driver: Any, size: int) -> ctypes.c_uint64:
     pointer = ctypes.c_uint64()
-    driver.check("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(max(size, 1)))
+    driver.call("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(max(size, 1)))
     return pointer
 
 
@@ -76,17 +61,14 @@ def main(plan_path: str) -> int:
             processes.kill_descendants(os.getpid())
 
 
-def _open(plan: dict) -> tuple[ctypes.CDLL, ctypes.c_void_p, list[tuple[ctypes.c_uint64, bytearray | None]]]:
-    """The GPU opened (the primary context, which the runtime uses), a stream, and a device buffer for
-    each pointer argument with the bytes to copy into it (None for outputs). No kernel runs here."""
-    driver = _driver()
-    driver.check("cuInit", 0)
-    device, context = ctypes.c_int(), ctypes.c_void_p()
-    driver.check("cuDeviceGet", ctypes.byref(device), 0)
-    driver.check("cuDevicePrimaryCtxRetain", ctypes.byref(context), device)
-    driver.check("cuCtxSetCurrent", context)
+def _open(plan: dict) -> tuple[Any, ctypes.c_void_p, list[tuple[ctypes.c_uint64, bytearray | None]]]:
+    """The CUDA driver (``cuda_driver.Driver``) with the GPU opened (the primary context, which the
+    runtime uses), a stream, and a device buffer for each pointer argument with the bytes to copy into
+    it (None for outputs). No kernel runs here."""
+    driver = _sibling("cuda_driver").Driver()
+    driver.use_primary_context(0)
     stream = ctypes.c_void_p()
-    driver.check("cuStreamCreate", ctypes.byref(stream), 0)
+    driver.call("cuStreamCreate", ctypes.byref(stream), 0)
     buffers: list[tuple[ctypes.c_uint64, bytearray | None]] = []
     for argument in plan["arguments"]:
         if argument["kind"] == "input":
@@ -98,7 +80,7 @@ def _open(plan: dict) -> tuple[ctypes.CDLL, ctypes.c_void_p, list[tuple[ctypes.c
     return driver, stream, buffers
 
 
-def _profile(plan: dict, driver: ctypes.CDLL, stream: ctypes.c_void_p,
+def _profile(plan: dict, driver: Any, stream: ctypes.c_void_p,
              buffers: list[tuple[ctypes.c_uint64, bytearray | None]]) -> int:
     arguments: list[object] = []
     types: list[object] = []
@@ -109,7 +91,7 @@ def _profile(plan: dict, driver: ctypes.CDLL, stream: ctypes.c_void_p,
             pointer, data = next(pointers)
             if data:
                 host = (ctypes.c_char * len(data)).from_buffer(data)
-                driver.check("cuMemcpyHtoD_v2", pointer, host, ctypes.c_size_t(len(data)))
+                driver.call("cuMemcpyHtoD_v2", pointer, host, ctypes.c_size_t(len(data)))
             arguments.append(pointer.value)
             types.append(ctypes.c_void_p)
         elif kind == "size":
@@ -126,11 +108,11 @@ def _profile(plan: dict, driver: ctypes.CDLL, stream: ctypes.c_void_p,
     entry.restype = ctypes.c_int
     for profiled in (False, True):
         if profiled:
-            driver.check("cuProfilerStart")
+            driver.call("cuProfilerStart")
         code = entry(*arguments)
-        driver.check("cuCtxSynchronize")
+        driver.call("cuCtxSynchronize")
         if profiled:
-            driver.check("cuProfilerStop")
+            driver.call("cuProfilerStop")
         if code != 0:
             print(f"the entry point returned cudaError {code}", file=sys.stderr)
             return 1
