@@ -41,9 +41,8 @@ def _sibling(name: str) -> ModuleType:
 
 def _gpu_lock(plan: dict) -> AbstractContextManager:
     """The GPU's lock, shared, when the plan names it. The evaluator does not hold it for ncu's start-up,
-    nor does this program for opening the GPU (under ncu the slowest part: its injection initialises
-    there) and allocating: like a worker's start-up, those run no kernel. Copying the inputs in, the
-    candidate's code and the profiled calls run under it."""
+    nor does this program for opening the GPU and allocating, which run no kernel (as in a worker's
+    start-up). Copying the inputs in, the candidate's code and the profiled calls run under it."""
     if not plan.get("gpu_lock"):
         return nullcontext()
     return _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared("ncu")
