@@ -97,8 +97,22 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
             "timed_workload_ms": [t.candidate_ms for t in timed], "baseline_ms": [t.baseline_ms for t in timed],
             "speedup": [t.speedup for t in timed], "baseline_source": [t.baseline_source for t in timed],
             "baseline_clean_ms": [t.baseline_clean_ms for t in timed],
+            "workloads": _per_workload(results),
             "speedup_spread_pct": _spread_pct([t.speedup for t in timed if t.speedup]),
             "candidate_ms_spread_pct": _spread_pct([t.candidate_ms for t in timed])}
+
+
+def _per_workload(results: list) -> dict[str, dict[str, float]]:  # type: ignore[type-arg]
+    """Per timed or visible workload, the medians over the copies: the candidate's time, the baseline's,
+    and the speedup (the copies are one kernel, so this is also a repeated measurement of it)."""
+    by_workload: dict[str, list] = {}  # type: ignore[type-arg]
+    for result in results:
+        for timing in result.timings:
+            by_workload.setdefault(timing.workload, []).append(timing)
+    return {name: {"candidate_ms": statistics.median(t.candidate_ms for t in timings),
+                   "baseline_ms": statistics.median(t.baseline_ms for t in timings),
+                   "speedup": statistics.median(t.speedup for t in timings if t.speedup), "evaluations": len(timings)}
+            for name, timings in by_workload.items()}
 
 
 def _steady_rate(finished: list[float], lanes: int) -> float | None:
