@@ -38,3 +38,21 @@ def test_reference_passes_with_its_features_executed(evaluator, path) -> None:  
         assert all(f.satisfied for f in evaluation.features)
         shares = [f.flop_share for f in evaluation.features if f.requirement.min_flop_share]
         assert all(share is not None and share >= 0.95 for share in shares), shares
+
+
+def test_bf16_reference_is_right_on_small_batches_beyond_the_tasks_workloads(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """The decode path (M <= 64: split-K clusters, operands swapped so M is wgmma's N) on every tile
+    height it has (8, 16, 32, 64 rows, and M just past each), one K block, and splits of 1 to 8."""
+    from ptxbench.tasks.model import Role, Workload
+
+    task = get_task("gemm_bf16")
+    shapes = [(1, 64, 64), (7, 192, 128), (9, 4096, 14336), (16, 6144, 4096), (17, 11008, 4096),
+              (32, 128, 4096), (33, 5120, 3584), (64, 4096, 4096)]
+    roles = [Role.TIMED] + [Role.VISIBLE] * (len(shapes) - 2) + [Role.HELDOUT]
+    workloads = [Workload(name=f"m{m}-n{n}-k{k}", role=role, sizes={"M": m, "N": n, "K": k})
+                 for role, (m, n, k) in zip(roles, shapes)]
+    variant = task.model_validate({**task.model_dump(), "workloads": [w.model_dump() for w in workloads]})
+    evaluation = evaluator.evaluate(variant, Arch.SM_90A, read_candidate(REFERENCE / "gemm_bf16.cu"), "gemm_bf16.cu")
+    print(f"DECODE SHAPES: {evaluation.status} {evaluation.message}")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert len({t.workload for t in evaluation.trials}) == len(shapes)

@@ -13,7 +13,7 @@
 //     whose 64 rows lie wholly past M (decode batches) only releases the stages it is given.
 //   * The tile width BN is chosen per shape on the host: 256 (the widest wgmma, least shared-memory
 //     traffic per FLOP) unless too few tiles would leave SMs idle or the last wave mostly empty; then
-//     128, and 64 for M <= 64 where the B stream (memory-bound) should come from as many SMs as possible.
+//     128 or 64 (M <= 64 takes the decode path below).
 //   * setmaxnreg moves registers from the producer (40) to the consumers (232): the accumulators
 //     and their addressing fit without spills.
 //   * The epilogue goes through shared memory and TMA stores: each consumer writes 64 x 128 of its
@@ -25,6 +25,26 @@
 //   * Remainders: K is a multiple of 64 and N of 64 (task rules). Rows of A past M and rows of B
 //     past N are zero-filled by TMA loads, and the TMA stores of the epilogue clip rows >= M and
 //     columns >= N.
+//
+// Decode path (M <= 64, its own kernel): the work is streaming B once (N x K x 2 bytes, ~50 MB for
+// the 6144 x 4096 QKV), so what matters is how many bytes are in flight at once, from every SM.
+//   * Swapped operands: wgmma computes Cᵀ tiles, D[64 x MT] = B[64 rows of N] · A[MT rows]ᵀ, with
+//     MT = M rounded up to 8, 16, 32 or 64 (TMA zero-fills the rows of A past M). The tensor cores
+//     then do 64 x MT, not 64 x 64, per B row block, and A costs MT x 128 bytes per stage.
+//   * Each CTA owns BN = 64 columns of C (one m64 wgmma) and 1/S of K: S CTAs along K form a
+//     thread-block cluster. S is the smallest of 1, 2, 4, 8 that gives >= 2 CTAs per SM
+//     (N = 6144: S = 4, 384 CTAs; N = 11008: S = 2, 344 CTAs; N = 4096: S = 8, 512 CTAs).
+//   * A CTA is one producer warp (TMA into an mbarrier ring) and one consumer warpgroup, 160
+//     threads. The consumer waits for each slice's few wgmmas and frees the stage at once, so
+//     STAGES - 1 loads stay in flight. The ring is sized so that 4 CTAs fit on an SM (<= 56 KiB:
+//     6 stages for MT = 8, 5 for 16, 4 for 32, 3 for 64): up to 528 CTAs are resident at once, the
+//     grids above run as one wave with no tail, and each SM keeps ~50-130 KiB of B in flight
+//     (HBM needs ~30 KiB per SM at 4 TB/s and ~1 us latency).
+//   * Reduction through distributed shared memory: each CTA parks its fp32 partial (one padded row
+//     of 64 columns per token) in its now idle ring, a cluster barrier (release/acquire) publishes
+//     it, and CTA r of the cluster sums columns [64r/S, 64(r+1)/S) of all S partials with
+//     ld.shared::cluster in rank order (deterministic) and writes them to C as bf16 pairs, rows < M
+//     only. A second cluster barrier keeps every CTA alive until its peers are done reading it.
 #include "ptx_wrappers.cuh"
 
 namespace {
@@ -204,7 +224,6 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
 
 // Time ~ (waves of tiles) x (work per tile), with a narrower tile a little less efficient per FLOP.
 int choose_bn(int64_t M, int64_t N, int sms) {
-  if (M <= 64) return 64;  // decode: memory-bound on B, so spread it over the most SMs
   const int widths[3] = {256, 128, 64};
   const double efficiency[3] = {1.0, 1.1, 1.3};
   int best = 256;
@@ -242,6 +261,208 @@ int launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int
   return static_cast<int>(cudaGetLastError());
 }
 
+// ---- decode path (M <= 64) ------------------------------------------------------------------------
+namespace decode {
+
+constexpr int BN = 64;                        // columns of C per CTA = the wgmma M
+constexpr int THREADS = 160;                  // consumer warpgroup (warps 0-3) + producer warp (4)
+constexpr int CTAS_PER_SM = 4;
+constexpr int MAX_SPLIT = 8;                  // the portable cluster size limit
+constexpr uint32_t W_BYTES = BN * BK * 2;     // one stage of B: 8 KiB
+constexpr uint32_t SM_SHARE = 228 * 1024 / CTAS_PER_SM;  // of an SM's 228 KiB shared memory
+// The ring: the share less the 1 KiB the system reserves per CTA, the alignment slack and the barriers.
+constexpr uint32_t RING_BUDGET = SM_SHARE - 1024 - 1024 - 128;
+
+template <int MT>
+struct Config {
+  static constexpr uint32_t X_BYTES = MT * BK * 2;  // one stage of A: MT rows (1-8 KiB)
+  static constexpr int STAGES = RING_BUDGET / (W_BYTES + X_BYTES);
+  static constexpr int LD = BN + 4;                 // partial tile pitch in floats: stores conflict-free
+  static constexpr int ACC = MT / 2;
+  static_assert(STAGES >= 2, "the ring needs two stages");
+};
+
+template <int MT>
+struct Shared {
+  static constexpr int STAGES = Config<MT>::STAGES;
+  __nv_bfloat16 w[STAGES][BN * BK];  // B tiles, 1024-byte aligned (sizes are multiples of 1024)
+  __nv_bfloat16 x[STAGES][MT * BK];  // A tiles
+  uint64_t full[STAGES];
+  uint64_t empty[STAGES];
+};
+
+template <int MT>
+constexpr size_t smem_bytes() { return sizeof(Shared<MT>) + 1024; }  // slack to align the base to 1024 B
+
+template <int MT>
+constexpr bool fits() {  // 4 CTAs per SM, and the fp32 partial (MT x LD) fits the idle B ring
+  return smem_bytes<MT>() + 1024 <= SM_SHARE &&
+         MT * Config<MT>::LD * sizeof(float) <= Config<MT>::STAGES * size_t{W_BYTES};
+}
+static_assert(fits<8>() && fits<16>() && fits<32>() && fits<64>(), "decode shared-memory plan");
+
+// wgmma m64nMTk16 with both operands K-major in shared memory (the header has n64 and wider).
+__device__ __forceinline__ void mma(float (&d)[4], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(a), "l"(b));
+}
+__device__ __forceinline__ void mma(float (&d)[8], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, 0, 0;"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+               : "l"(a), "l"(b));
+}
+__device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b) {
+  asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1, 0, 0;"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+               : "l"(a), "l"(b));
+}
+__device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b) { ptx::wgmma_m64n64k16_bf16(d, a, b, 1); }
+
+__device__ __forceinline__ float2 ld_shared_cluster_f32x2(uint32_t remote) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+  return v;
+}
+
+// Grid: S x (N / 64) CTAs in clusters of S along x; CTA rank r takes K blocks [r kb / S, (r+1) kb / S).
+template <int MT>
+__global__ void __launch_bounds__(THREADS, CTAS_PER_SM)
+gemm_bf16_decode_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                       __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+  constexpr int STAGES = Config<MT>::STAGES;
+  constexpr int LD = Config<MT>::LD;
+  extern __shared__ uint8_t smem_raw[];
+  Shared<MT>& s = *reinterpret_cast<Shared<MT>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+
+  const int split = static_cast<int>(ptx::cluster_nctarank());
+  const int rank = static_cast<int>(ptx::cluster_ctarank());
+  const int n0 = static_cast<int>(blockIdx.x / split) * BN;
+  const int kb = K / BK;
+  const int k_begin = static_cast<int>(static_cast<int64_t>(rank) * kb / split);
+  const int k_iters = static_cast<int>(static_cast<int64_t>(rank + 1) * kb / split) - k_begin;  // >= 1 (split <= kb)
+  const uint32_t warp = ptx::warp_idx();
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < STAGES; ++i) {
+      ptx::mbar_init(&s.full[i], 1);   // the producer's arrive (plus the TMA bytes)
+      ptx::mbar_init(&s.empty[i], 1);  // the consumer warpgroup's release
+    }
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();
+
+  float* partial = reinterpret_cast<float*>(s.w);  // [MT][LD], valid after the main loop only
+  if (warp == 4) {  // producer: one thread streams this CTA's K range
+    if (threadIdx.x == 128) {
+      ptx::tma_prefetch_map(&map_a);
+      ptx::tma_prefetch_map(&map_b);
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int it = 0; it < k_iters; ++it) {
+        ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
+        ptx::mbar_arrive_expect_tx(&s.full[stage], W_BYTES + Config<MT>::X_BYTES);
+        const int kc = (k_begin + it) * BK;
+        ptx::tma_load_2d(s.w[stage], &map_b, &s.full[stage], kc, n0);
+        ptx::tma_load_2d(s.x[stage], &map_a, &s.full[stage], kc, 0);  // rows >= M arrive as zeros
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      }
+    }
+    __syncwarp();  // the cluster barriers below are .aligned: the warp must be converged
+  } else {  // consumer warpgroup: D[64 x MT] += B tile · A tileᵀ
+    float acc[Config<MT>::ACC];
+#pragma unroll
+    for (int i = 0; i < Config<MT>::ACC; ++i) acc[i] = 0.0f;
+    int stage = 0;
+    uint32_t phase = 0;
+    for (int it = 0; it < k_iters; ++it) {
+      ptx::mbar_wait(&s.full[stage], phase);
+      const uint64_t w_desc = ptx::wgmma_desc_k_sw128(s.w[stage]);
+      const uint64_t x_desc = ptx::wgmma_desc_k_sw128(s.x[stage]);
+      ptx::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) mma(acc, w_desc + 2 * kk, x_desc + 2 * kk);  // +32 bytes along K
+      ptx::wgmma_commit();
+      // Memory-bound: the few wgmmas finish long before the next stage lands, so wait for them now and
+      // hand the stage straight back; STAGES - 1 loads stay in flight instead of STAGES - 2.
+      ptx::wgmma_wait<0>();
+      if (threadIdx.x == 0) ptx::mbar_arrive(&s.empty[stage]);
+      if (++stage == STAGES) { stage = 0; phase ^= 1; }
+    }
+    // All wgmmas (the last readers of the ring) are done and every TMA load has landed.
+    ptx::wgmma_fence_acc(acc);
+    ptx::fence_proxy_async_smem();  // order the async-proxy use of the ring before the generic stores
+    // Accumulator (row n, column m) -> partial[m][n]: lanes of a warp hit 32 distinct banks.
+#pragma unroll
+    for (int i = 0; i < Config<MT>::ACC; ++i) partial[ptx::wgmma_acc_col(i) * LD + ptx::wgmma_acc_row(i)] = acc[i];
+  }
+  ptx::cluster_sync();  // release/acquire: every partial of the cluster is visible to every CTA
+
+  if (warp < 4) {  // CTA `rank` finishes columns [rank * cols, (rank + 1) * cols) of the tile
+    const int cols = BN / split, pairs = cols / 2;
+    for (int item = threadIdx.x; item < pairs * M; item += 128) {
+      const int m = item / pairs;
+      const int n = rank * cols + 2 * (item - m * pairs);
+      const float* own = partial + m * LD + n;
+      float2 sum = make_float2(0.0f, 0.0f);
+      for (int peer = 0; peer < split; ++peer) {  // fixed order: the result does not depend on timing
+        const float2 v = ld_shared_cluster_f32x2(ptx::map_to_rank(own, static_cast<uint32_t>(peer)));
+        sum.x += v.x;
+        sum.y += v.y;
+      }
+      *reinterpret_cast<__nv_bfloat162*>(C + static_cast<int64_t>(m) * N + n0 + n) = __floats2bfloat162_rn(sum.x, sum.y);
+    }
+  }
+  ptx::cluster_sync();  // no CTA exits (freeing its shared memory) while a peer may still read it
+}
+
+// Smallest cluster size that puts >= 2 CTAs on every SM (never more K splits than K blocks).
+int choose_split(int64_t panels, int64_t k_blocks, int sms) {
+  int split = 1;
+  while (split < MAX_SPLIT && split * 2 <= k_blocks && panels * split < 2 * static_cast<int64_t>(sms)) split *= 2;
+  return split;
+}
+
+template <int MT>
+int launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int64_t M, int64_t N, int64_t K,
+           int sms, cudaStream_t stream) {
+  CUtensorMap map_a, map_b;
+  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, M, K, K, MT, BK,
+                                         CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, BN, BK,
+                             CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  constexpr size_t smem = smem_bytes<MT>();
+  auto kernel = gemm_bf16_decode_sm90a<MT>;
+  if ((err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem))) !=
+          cudaSuccess ||
+      (err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared)) != cudaSuccess)
+    return static_cast<int>(err);
+  const int64_t panels = N / BN;
+  const int split = choose_split(panels, K / BK, sms);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(panels * split), 1, 1);
+  config.blockDim = dim3(THREADS, 1, 1);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(split);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  err = cudaLaunchKernelEx(&config, kernel, map_a, map_b, C, static_cast<int>(M), static_cast<int>(N),
+                           static_cast<int>(K));
+  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+}
+
+}  // namespace decode
+
 }  // namespace
 
 extern "C" int gemm_bf16(
@@ -261,6 +482,12 @@ extern "C" int gemm_bf16(
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return static_cast<int>(err);
   if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
     return static_cast<int>(err);
+  if (M <= 64) {  // decode: split-K clusters streaming B (see the design note)
+    if (M <= 8) return decode::launch<8>(A, B, C, M, N, K, sms, stream);
+    if (M <= 16) return decode::launch<16>(A, B, C, M, N, K, sms, stream);
+    if (M <= 32) return decode::launch<32>(A, B, C, M, N, K, sms, stream);
+    return decode::launch<64>(A, B, C, M, N, K, sms, stream);
+  }
   switch (choose_bn(M, N, sms)) {
     case 256: return launch<256>(A, B, C, M, N, K, sms, stream);
     case 128: return launch<128>(A, B, C, M, N, K, sms, stream);
