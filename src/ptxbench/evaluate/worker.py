@@ -249,6 +249,9 @@ class Worker:
         called as soon as the GPU is known, so the first candidate finds its fresh process started."""
         if self._process is None or not self._process.is_alive():
             self.start()
+        self._top_up_spares()
+
+    def _top_up_spares(self) -> None:
         while len(self._spares) < self.spares:
             self._spares.append(self._spawn())
 
@@ -262,8 +265,7 @@ class Worker:
             self._ready = False  # its "ready" message waits in the pipe
         else:
             self.start()
-        while len(self._spares) < self.spares:
-            self._spares.append(self._spawn())
+        self._top_up_spares()
 
     def call(self, method: str, *args: Any, timeout_s: float) -> Any:
         """Run ``handler.method(*args)`` in the worker; raises WorkerTimeout, WorkerDied or RequestFailed."""
