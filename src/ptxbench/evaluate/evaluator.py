@@ -138,18 +138,6 @@ class GpuEvaluator:
             self.baselines.prestart()
         return self._device
 
-    def warm_up_reference(self) -> None:
-        """Open this process's CUDA context and its matmul library, which the reference computations
-        use, now (a host calls it at start, while the spares start) rather than in the first
-        candidate's trials, where they took ~3 s on an H200."""
-        if not self.reference_device.startswith("cuda"):
-            return
-        import torch
-
-        with self.lock.shared("reference warm-up"):
-            square = torch.randn(256, 256, device=self.reference_device)
-            (square @ square.T).sum().item()
-
     @property
     def lock(self) -> GpuLock:
         """The GPU's lock, shared with every evaluation on this GPU (named by its UUID)."""

@@ -94,7 +94,6 @@ class GpuHost:
         self.evaluator = GpuEvaluator(spec.options, None, spec.handler, spec.reference_device)
         self.info = {**self.evaluator.device(), "host": platform.node(), "pid": os.getpid(),
                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-        self.evaluator.warm_up_reference()
         return self.info
 
     def evaluate(self, job_json: str) -> str:
