@@ -222,6 +222,17 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
   if (signals) ptx::tma_store_wait_read<0>();  // the buffer must outlive the stores reading it
 }
 
+// TMA maps of the K-major operands, read BK = 64 columns (one 128-byte swizzle row) at a time:
+// A in boxes of a_rows x 64, B in boxes of b_rows x 64. Both paths load this way.
+cudaError_t make_operand_maps(CUtensorMap* map_a, CUtensorMap* map_b, const __nv_bfloat16* A, const __nv_bfloat16* B,
+                              int64_t M, int64_t N, int64_t K, int a_rows, int b_rows) {
+  cudaError_t err = ptx::make_tma_map_2d(map_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, M, K, K, a_rows, BK,
+                                         CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return err;
+  return ptx::make_tma_map_2d(map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, b_rows, BK,
+                              CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 // Time ~ (waves of tiles) x (work per tile), with a narrower tile a little less efficient per FLOP.
 int choose_bn(int64_t M, int64_t N, int sms) {
   const int widths[3] = {256, 128, 64};
@@ -240,11 +251,7 @@ template <int BN>
 int launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int64_t M, int64_t N, int64_t K,
            int sms, cudaStream_t stream) {
   CUtensorMap map_a, map_b;
-  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, M, K, K, BM, BK,
-                                         CU_TENSOR_MAP_SWIZZLE_128B);
-  if (err != cudaSuccess) return static_cast<int>(err);
-  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, BN, BK,
-                             CU_TENSOR_MAP_SWIZZLE_128B);
+  cudaError_t err = make_operand_maps(&map_a, &map_b, A, B, M, N, K, BM, BN);
   if (err != cudaSuccess) return static_cast<int>(err);
   CUtensorMap map_c;
   err = ptx::make_tma_map_2d(&map_c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, C, M, N, N, 64, 64,
@@ -429,11 +436,7 @@ template <int MT>
 int launch(const __nv_bfloat16* A, const __nv_bfloat16* B, __nv_bfloat16* C, int64_t M, int64_t N, int64_t K,
            int sms, cudaStream_t stream) {
   CUtensorMap map_a, map_b;
-  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, A, M, K, K, MT, BK,
-                                         CU_TENSOR_MAP_SWIZZLE_128B);
-  if (err != cudaSuccess) return static_cast<int>(err);
-  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, B, N, K, K, BN, BK,
-                             CU_TENSOR_MAP_SWIZZLE_128B);
+  cudaError_t err = make_operand_maps(&map_a, &map_b, A, B, M, N, K, MT, BN);
   if (err != cudaSuccess) return static_cast<int>(err);
   constexpr size_t smem = smem_bytes<MT>();
   auto kernel = gemm_bf16_decode_sm90a<MT>;
