@@ -32,8 +32,8 @@
 //     MT = M rounded up to 8, 16, 32 or 64 (TMA zero-fills the rows of A past M). The tensor cores
 //     then do 64 x MT, not 64 x 64, per B row block, and A costs MT x 128 bytes per stage.
 //   * Each CTA owns BN = 64 columns of C (one m64 wgmma) and 1/S of K: S CTAs along K form a
-//     thread-block cluster. S is the smallest of 1, 2, 4, 8 that gives >= 2 CTAs per SM
-//     (N = 6144: S = 4, 384 CTAs; N = 11008: S = 2, 344 CTAs; N = 4096: S = 8, 512 CTAs).
+//     thread-block cluster. S is the smallest of 1, 2, 4, 8 that gives >= 2 CTAs per SM without a
+//     second wave (N = 6144: S = 4, 384 CTAs; N = 11008: S = 2, 344 CTAs; N = 4096: S = 8, 512 CTAs).
 //   * A CTA is one producer warp (TMA into an mbarrier ring) and one consumer warpgroup, 160
 //     threads. The consumer waits for each slice's few wgmmas and frees the stage at once, so
 //     STAGES - 1 loads stay in flight. The ring is sized so that 4 CTAs fit on an SM (<= 56 KiB:
@@ -274,6 +274,8 @@ namespace decode {
 constexpr int BN = 64;                        // columns of C per CTA = the wgmma M
 constexpr int THREADS = 160;                  // consumer warpgroup (warps 0-3) + producer warp (4)
 constexpr int CTAS_PER_SM = 4;
+constexpr int MIN_CTAS_PER_SM = 2;            // K is split until the grid gives every SM this many CTAs
+constexpr int PREFETCH_BLOCKS = 0;            // K blocks of B requested into L2 beyond the ring (0: none)
 constexpr int MAX_SPLIT = 8;                  // the portable cluster size limit
 constexpr uint32_t W_BYTES = BN * BK * 2;     // one stage of B: 8 KiB
 constexpr uint32_t SM_SHARE = 228 * 1024 / CTAS_PER_SM;  // of an SM's 228 KiB shared memory
@@ -368,7 +370,12 @@ gemm_bf16_decode_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_c
       ptx::tma_prefetch_map(&map_b);
       int stage = 0;
       uint32_t phase = 0;
+      [[maybe_unused]] int prefetched = STAGES;  // the first STAGES blocks are loaded at once, with no wait
       for (int it = 0; it < k_iters; ++it) {
+        if constexpr (PREFETCH_BLOCKS > 0) {
+          const int until = min(it + STAGES + PREFETCH_BLOCKS, k_iters);
+          for (; prefetched < until; ++prefetched) ptx::tma_prefetch_2d(&map_b, (k_begin + prefetched) * BK, n0);
+        }
         ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
         ptx::mbar_arrive_expect_tx(&s.full[stage], W_BYTES + Config<MT>::X_BYTES);
         const int kc = (k_begin + it) * BK;
@@ -425,10 +432,13 @@ gemm_bf16_decode_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_c
   ptx::cluster_sync();  // no CTA exits (freeing its shared memory) while a peer may still read it
 }
 
-// Smallest cluster size that puts >= 2 CTAs on every SM (never more K splits than K blocks).
+// Smallest cluster size that puts >= MIN_CTAS_PER_SM CTAs on every SM, within one wave of resident
+// CTAs (never more K splits than K blocks).
 int choose_split(int64_t panels, int64_t k_blocks, int sms) {
   int split = 1;
-  while (split < MAX_SPLIT && split * 2 <= k_blocks && panels * split < 2 * static_cast<int64_t>(sms)) split *= 2;
+  while (split < MAX_SPLIT && split * 2 <= k_blocks && panels * split < MIN_CTAS_PER_SM * static_cast<int64_t>(sms) &&
+         panels * split * 2 <= CTAS_PER_SM * static_cast<int64_t>(sms))
+    split *= 2;
   return split;
 }
 
