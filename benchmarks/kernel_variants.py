@@ -1,0 +1,173 @@
+"""Variants of one kernel file, timed side by side by the evaluator: the tool for tuning a reference
+kernel's knobs on a lent GPU in one call, without a build of its own.
+
+A variant overrides named compile-time constants of the file (``constexpr <type> NAME = <expr>;``,
+each name matched exactly once, so a misspelt knob is an error rather than a silently unchanged
+variant). Every variant, and the file as it is, goes through the evaluator (correctness on every
+workload, the vendor library timed in the same process, interleaved; ncu off, one input set: this is
+for choosing, the reference benchmark is for reporting). For memory-bound tasks the script then times
+a plain device copy of each workload's bytes in the same way (L2 flushed, launch gated), since a
+copy of the same size, not the 1 GiB copy of the roofline, is what the kernel can be expected to
+approach on small workloads.
+
+    python benchmarks/kernel_variants.py kernels/reference/sm_90a/rmsnorm.cu \\
+        --variant "deep:kBytesInFlightPerCta=128 * 1024" --variant "wide:kThreads=512" [--budget-ms 100]
+
+Writes kernel_variants_<task>.{json,md} into --out (default: the current folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tempfile
+from pathlib import Path
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """``name:CONST=expr;CONST=expr`` -> (name, {CONST: expr})."""
+    name, sep, body = text.partition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "as-is":
+        raise ValueError(f"variant {text!r}: expected name:CONST=expr[;CONST=expr], name of [A-Za-z0-9_.-]")
+    overrides = {}
+    for part in filter(None, (p.strip() for p in body.split(";"))):
+        key, eq, value = part.partition("=")
+        if not eq or not re.fullmatch(r"[A-Za-z_]\w*", key.strip()) or not value.strip():
+            raise ValueError(f"variant {text!r}: {part!r} is not CONST=expr")
+        overrides[key.strip()] = value.strip()
+    if not overrides:
+        raise ValueError(f"variant {text!r} overrides nothing")
+    return name, overrides
+
+
+def apply_overrides(source: str, overrides: dict[str, str]) -> str:
+    """``source`` with each named constexpr's initializer replaced; each name must occur exactly once."""
+    for key, value in overrides.items():
+        pattern = re.compile(rf"(\bconstexpr\s+[\w:<> ]+?\s+{re.escape(key)}\s*=\s*)([^;]+)(;)")
+        matches = pattern.findall(source)
+        if len(matches) != 1:
+            raise ValueError(f"constexpr {key}: found {len(matches)} definitions, expected exactly one")
+        source = pattern.sub(lambda m: m.group(1) + value + m.group(3), source)
+    return source
+
+
+def same_bytes_copy_ms(byte_counts: list[int], repeats: int = 50) -> list[float]:
+    """Median time of a device copy moving each count of bytes (half read, half written), timed as the
+    evaluator times candidates."""
+    import torch
+
+    from ptxbench.evaluate.gpu_side import CandidateRunner
+
+    runner = CandidateRunner()
+    stream = torch.cuda.Stream()
+    medians = []
+    for count in byte_counts:
+        source = torch.empty(count // 2, dtype=torch.uint8, device="cuda")
+        target = torch.empty_like(source)
+        medians.append(statistics.median(runner._time(lambda s: target.copy_(source), stream, repeats)))
+        del source, target
+    return medians
+
+
+def _markdown(result: dict) -> str:
+    lines = [f"# Variants of {result['kernel']} ({result['task']}) on {result['environment'].get('name')}", "",
+             f"{result['date']}; torch {result['environment'].get('torch')}, CUDA {result['environment'].get('cuda')}; "
+             f"git {str(result['git_revision'])[:12]}; command: `{result['command']}`", "",
+             "One input set per workload, ncu off, each variant and the vendor library interleaved in one process. "
+             "'% of vendor' is the library's time over the variant's; '% of copy' is a device copy of the "
+             "workload's bytes over the variant's time (memory-bound tasks).", ""]
+    workloads = result["workloads"]
+    header = "| variant | overrides | status |" + "".join(f" {w} |" for w in workloads)
+    lines += ["Each cell: variant ms, % of vendor, % of roofline[, % of copy].", "", header,
+              "|---|---|---|" + "---|" * len(workloads)]
+    for variant in result["variants"]:
+        cells = []
+        for workload in workloads:
+            row = variant["timings"].get(workload)
+            if row is None:
+                cells.append("–")
+                continue
+            parts = [f"{row['ms']:.4f}", f"{row['pct_of_vendor']:.1f} %" if row["pct_of_vendor"] else "–",
+                     f"{row['pct_of_roofline']:.1f} %" if row["pct_of_roofline"] else "–"]
+            if row.get("pct_of_copy") is not None:
+                parts.append(f"{row['pct_of_copy']:.1f} %")
+            cells.append(" / ".join(parts))
+        overrides = "; ".join(f"{k}={v}" for k, v in variant["overrides"].items()) or "–"
+        lines.append(f"| {variant['name']} | {overrides} | {variant['status']} |" + "".join(f" {c} |" for c in cells))
+    if result.get("copy_ms"):
+        lines += ["", "Device copy of each workload's bytes: " + ", ".join(
+            f"{w} {ms * 1e3:.1f} us" for w, ms in result["copy_ms"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    from ptxbench.arch.registry import Arch
+    from ptxbench.evaluate.evaluator import EvalOptions
+    from ptxbench.evaluate.run import Candidate, evaluate_candidates
+    from ptxbench.results.rundir import RunDir
+    from ptxbench.tasks.loader import get_task
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kernel", type=Path, help="the kernel file; its stem names the task")
+    parser.add_argument("--variant", action="append", default=[], help="name:CONST=expr[;CONST=expr]")
+    parser.add_argument("--arch", default=Arch.SM_90A.value)
+    parser.add_argument("--budget-ms", type=float, default=100.0, help="measured time per workload and side")
+    parser.add_argument("--lanes", type=int, default=2)
+    parser.add_argument("--no-copy", action="store_true", help="skip the same-size device copies")
+    parser.add_argument("--out", type=Path, default=Path.cwd())
+    args = parser.parse_args()
+
+    task = get_task(args.kernel.stem)
+    source = args.kernel.read_text()
+    variants = [("as-is", {})] + [parse_variant(v) for v in args.variant]
+    if len({name for name, _ in variants}) != len(variants):
+        parser.error("variant names must be unique")
+    candidates = [Candidate(task=task, item=name, source=apply_overrides(source, overrides),
+                            origin=f"{args.kernel} {overrides}") for name, overrides in variants]
+    options = EvalOptions(trials=1, timing_budget_ms=args.budget_ms, profile=False, lanes=args.lanes)
+    with tempfile.TemporaryDirectory() as scratch:
+        run_dir = Path(scratch) / "run"
+        evaluations = evaluate_candidates(candidates, Arch(args.arch), run_dir, options)
+        header = RunDir.load(run_dir).header
+
+    workloads: list[str] = []
+    rows: list[dict] = []
+    byte_counts: dict[str, int] = {}
+    for (name, overrides), evaluation in zip(variants, evaluations):
+        status = (evaluation.status.value if evaluation.status
+                  else f"infra: {evaluation.infra_failure.value if evaluation.infra_failure else None}")
+        timings = {}
+        for t in evaluation.timings:
+            if t.workload not in workloads:
+                workloads.append(t.workload)
+            if t.gbps and t.tflops is None:
+                byte_counts.setdefault(t.workload, round(t.gbps * 1e6 * t.candidate_ms))
+            timings[t.workload] = {"ms": t.candidate_ms, "iqr_ms": t.candidate_iqr_ms, "baseline": t.baseline,
+                                   "baseline_ms": t.baseline_ms,
+                                   "pct_of_vendor": 100 * t.speedup if t.speedup else None,
+                                   "pct_of_roofline": t.roofline_pct}
+        rows.append({"name": name, "overrides": overrides, "status": status, "message": evaluation.message,
+                     "timings": timings})
+    copy_ms: dict[str, float] = {}
+    if byte_counts and not args.no_copy:
+        copy_ms = dict(zip(byte_counts, same_bytes_copy_ms(list(byte_counts.values()))))
+        for row in rows:
+            for workload, timing in row["timings"].items():
+                if workload in copy_ms:
+                    timing["pct_of_copy"] = 100 * copy_ms[workload] / timing["ms"]
+    result = {"date": header.created, "task": task.id, "kernel": str(args.kernel), "git_revision": header.git_revision,
+              "command": "python benchmarks/kernel_variants.py " + " ".join(
+                  [str(args.kernel)] + [f'--variant "{v}"' for v in args.variant] + [f"--budget-ms {args.budget_ms:g}"]),
+              "environment": dict(header.environment), "workloads": workloads, "byte_counts": byte_counts,
+              "copy_ms": copy_ms, "variants": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"kernel_variants_{task.id}.json").write_text(json.dumps(result, indent=2) + "\n")
+    text = _markdown(result)
+    (args.out / f"kernel_variants_{task.id}.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

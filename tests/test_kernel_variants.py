@@ -1,0 +1,53 @@
+"""benchmarks/kernel_variants.py: variants override exactly the named constants, or fail loudly."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("kernel_variants", REPO / "benchmarks" / "kernel_variants.py")
+assert _spec and _spec.loader
+kernel_variants = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kernel_variants)
+
+SOURCE = """
+constexpr int kThreads = 256;
+constexpr uint32_t kBytes = 64 * 1024;  // comment
+namespace decode { constexpr int CTAS = 4; }
+"""
+
+
+def test_a_variant_names_its_overrides():
+    assert kernel_variants.parse_variant("deep:kBytes=128 * 1024; kThreads=512") == (
+        "deep", {"kBytes": "128 * 1024", "kThreads": "512"})
+
+
+@pytest.mark.parametrize("text", ["no-colon", "bad name:kThreads=1", "as-is:kThreads=1", "x:", "x:kThreads",
+                                  "x:1x=2", "x:kThreads="])
+def test_malformed_variants_are_refused(text):
+    with pytest.raises(ValueError):
+        kernel_variants.parse_variant(text)
+
+
+def test_overrides_replace_only_the_initializer():
+    out = kernel_variants.apply_overrides(SOURCE, {"kBytes": "128 * 1024", "CTAS": "3"})
+    assert "constexpr uint32_t kBytes = 128 * 1024;  // comment" in out
+    assert "constexpr int CTAS = 3;" in out
+    assert "constexpr int kThreads = 256;" in out
+
+
+def test_a_missing_or_repeated_constant_is_an_error():
+    with pytest.raises(ValueError, match="found 0"):
+        kernel_variants.apply_overrides(SOURCE, {"kThread": "1"})
+    with pytest.raises(ValueError, match="found 2"):
+        kernel_variants.apply_overrides(SOURCE + "constexpr int kThreads = 8;\n", {"kThreads": "1"})
+
+
+@pytest.mark.parametrize("kernel, knob", [("gemm_bf16", "CTAS_PER_SM"), ("gemm_bf16", "MIN_CTAS_PER_SM"),
+                                          ("gemm_bf16", "PREFETCH_BLOCKS"),
+                                          ("rmsnorm", "kBytesInFlightPerCta"), ("rmsnorm", "kThreads"),
+                                          ("softmax", "kBytesInFlightPerCta"), ("transpose", "kStages")])
+def test_the_reference_kernels_knobs_are_overridable(kernel, knob):
+    source = (REPO / "kernels" / "reference" / "sm_90a" / f"{kernel}.cu").read_text()
+    assert kernel_variants.apply_overrides(source, {knob: "7"}) != source
