@@ -48,6 +48,21 @@ def _abandon_a_daemon() -> None:
         time.sleep(0.01)
 
 
+OOM_MARK = "PTXBENCH_FAKE_OOM_MARK"  # a file: "-once" behaviours run out of memory until it exists
+
+
+def _runs_out_of_memory(behaviour: str) -> bool:
+    """"oom" and "oom-torch": always; "oom-once" and "oom-torch-once": in the first process only, as a
+    candidate does whose memory was taken by another one beside it."""
+    if not behaviour.endswith("-once"):
+        return True
+    mark = os.environ[OOM_MARK]
+    if os.path.exists(mark):
+        return False
+    open(mark, "w").close()
+    return True
+
+
 class FakeRunner:
     def __init__(self) -> None:
         self.behaviour = os.environ.get(BEHAVIOUR, "correct")
@@ -93,6 +108,10 @@ class FakeRunner:
             time.sleep(3600)
         if self.behaviour == "crash":
             os.abort()
+        if self.behaviour.startswith("oom") and _runs_out_of_memory(self.behaviour):
+            if self.behaviour.startswith("oom-torch"):
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+            return {"code": 2}  # cudaErrorMemoryAllocation
         inputs = dict(make_inputs(self.task, sizes, seed))
         if self.behaviour == "mutate":
             first = next(iter(inputs))

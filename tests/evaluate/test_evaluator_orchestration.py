@@ -3,6 +3,7 @@ the GPU side (correctly or with a scripted misbehaviour), and the verdicts the p
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -11,12 +12,13 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
 from ptxbench.evaluate.status import Guard, Status
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task
 
 from ..conftest import EXAMPLES
-from .fake_runner import BEHAVIOUR
+from .fake_runner import BEHAVIOUR, OOM_MARK
 
 HANDLER = "tests.evaluate.fake_runner:FakeRunner"
 
@@ -76,6 +78,32 @@ def test_misbehaviour_gets_its_status(monkeypatch: pytest.MonkeyPatch, behaviour
         assert guard in {g.guard for g in evaluation.guards}
     if behaviour == "wrong":
         assert "wrong on workload small-timed" in evaluation.message
+
+
+@pytest.mark.parametrize("behaviour", ["oom-once", "oom-torch-once"])
+def test_running_out_of_memory_beside_another_evaluation_is_tried_again_alone(
+        monkeypatch: pytest.MonkeyPatch, tmp_path, behaviour: str) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(OOM_MARK, str(tmp_path / "ran-out"))
+    monkeypatch.setenv(TRACE_VARIABLE, str(tmp_path / "lock.jsonl"))
+    evaluation = _evaluate(monkeypatch, behaviour, time=False)
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert len(evaluation.trials) == 9 and "trials.alone" in evaluation.durations_s
+    holds = [json.loads(line) for line in (tmp_path / "lock.jsonl").read_text().splitlines()]
+    assert [(h["mode"], h["purpose"]) for h in holds if h["purpose"].startswith("trials")] == [
+        ("shared", "trials"), ("exclusive", "trials alone")]
+
+
+@pytest.mark.parametrize("behaviour", ["oom", "oom-torch"])
+def test_running_out_of_memory_alone_too_is_a_runtime_error(monkeypatch: pytest.MonkeyPatch, behaviour: str) -> None:
+    evaluation = _evaluate(monkeypatch, behaviour, time=False)
+    assert evaluation.status is Status.RUNTIME_ERROR
+    assert evaluation.message.endswith("(again when run alone on the GPU)"), evaluation.message
+    assert "trials.alone" in evaluation.durations_s
+
+
+def test_a_failure_other_than_memory_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    evaluation = _evaluate(monkeypatch, "crash", time=False)
+    assert evaluation.status is Status.RUNTIME_ERROR and "trials.alone" not in evaluation.durations_s
 
 
 def test_hang_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -82,6 +83,18 @@ BASELINE_DISTURBANCE = 0.02
 # Datasheet peaks (dense): no kernel can beat them, so a faster time means the work was not done.
 PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
          "H100": {"bytes_per_s": 3.35e12, "bf16": 989e12, "fp8": 1979e12}}
+
+
+CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation, as an entry point returns it
+TORCH_OUT_OF_MEMORY = "OutOfMemoryError"  # torch's error when the worker's own allocations fail
+
+
+class TrialsEnded(NamedTuple):
+    """Why the correctness trials stopped before every workload passed."""
+
+    status: Status
+    message: str
+    out_of_memory: bool = False  # the GPU's memory ran out: possibly taken by another evaluation beside it
 
 
 class BaselineFailed(PtxbenchError):
@@ -205,25 +218,22 @@ class GpuEvaluator:
             with self._stage("peaks"), self.lock.exclusive("peaks"):  # once per evaluator: the first candidate carries it
                 self.peaks()  # measured in the baseline process, which no candidate touches
         own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
-        # A fresh process is awaited before the lock is taken: a starting worker takes the lock itself.
-        failure = self._fresh_worker()
-        if failure is not None:
-            return evaluation.model_copy(update=failure)
-        with self.lock.shared("trials"):
-            try:
-                failure = self._load(task, shared_object)
-                if failure is not None:
-                    return evaluation.model_copy(update=failure)
-                libraries_at_load = self.worker.mapped_libraries()
-                with self._stage("trials"):
-                    trials, guards, ended = self._trials(task, own_kernels)
-                guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
-            finally:
-                self.worker.kill()  # the candidate's process ends while its lane still holds the GPU
+        attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=False)
+        if isinstance(attempt, dict):
+            return evaluation.model_copy(update=attempt)
+        trials, guards, ended = attempt
+        if ended is not None and ended.out_of_memory:
+            # The GPU's memory is shared with whatever else holds the lock shared (other lanes' candidates,
+            # other runs): a candidate that ran out of it is tried again alone before it is blamed.
+            attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=True)
+            if isinstance(attempt, dict):
+                return evaluation.model_copy(update=attempt)
+            trials, guards, ended = attempt
+            if ended is not None and ended.out_of_memory:
+                ended = ended._replace(message=f"{ended.message} (again when run alone on the GPU)")
         evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
         if ended is not None:
-            status, message = ended
-            return evaluation.model_copy(update={"status": status, "message": message})
+            return evaluation.model_copy(update={"status": ended.status, "message": ended.message})
         status = decide(evaluation)
         if status is not Status.PASSED:
             return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
@@ -256,6 +266,28 @@ class GpuEvaluator:
         status = decide(evaluation)
         return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
 
+    def _trials_in_fresh_process(self, task: Task, shared_object: Path, own_kernels: set[str], alone: bool
+                                 ) -> dict | tuple[list[TrialResult], list[GuardFinding], TrialsEnded | None]:
+        """Load the candidate into a fresh process and run every workload's trials, the GPU's lock held
+        shared (or alone); an update for the evaluation when the process or the load failed."""
+        # A fresh process is awaited before the lock is taken: a starting worker takes the lock itself.
+        failure = self._fresh_worker()
+        if failure is not None:
+            return failure
+        stage = "trials.alone" if alone else "trials"
+        with self.lock.exclusive("trials alone") if alone else self.lock.shared("trials"):
+            try:
+                failure = self._load(task, shared_object)
+                if failure is not None:
+                    return failure
+                libraries_at_load = self.worker.mapped_libraries()
+                with self._stage(stage):
+                    trials, guards, ended = self._trials(task, own_kernels)
+                guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
+            finally:
+                self.worker.kill()  # the candidate's process ends while its lane still holds the GPU
+        return trials, guards, ended
+
     def _fresh_worker(self, stage: str = "worker_start") -> dict | None:
         """Continue in a process nothing has run in; an update for the evaluation when none could start."""
         try:
@@ -283,7 +315,7 @@ class GpuEvaluator:
     # -- stages -----------------------------------------------------------------------------------
 
     def _trials(self, task: Task, own_kernels: set[str]) -> tuple[list[TrialResult], list[GuardFinding],
-                                                                   tuple[Status, str] | None]:
+                                                                   TrialsEnded | None]:
         trials: list[TrialResult] = []
         guards: list[GuardFinding] = []
         for workload in task.workloads:
@@ -298,14 +330,17 @@ class GpuEvaluator:
                         reply = self.worker.receive(self.options.call_timeout_s)
                 except ForgedReply as exc:
                     guards.append(GuardFinding(guard=Guard.FORGED_REPLY, detail=str(exc)))
-                    return trials, guards, (Status.REJECTED, f"workload {workload.name}: {exc}")
+                    return trials, guards, TrialsEnded(Status.REJECTED, f"workload {workload.name}: {exc}")
                 except WorkerTimeout as exc:
-                    return trials, guards, (Status.TIMEOUT, f"workload {workload.name}: {exc}")
+                    return trials, guards, TrialsEnded(Status.TIMEOUT, f"workload {workload.name}: {exc}")
                 except (WorkerDied, RequestFailed) as exc:
-                    return trials, guards, (Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}")
+                    return trials, guards, TrialsEnded(
+                        Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}",
+                        out_of_memory=isinstance(exc, RequestFailed) and exc.kind == TORCH_OUT_OF_MEMORY)
                 if reply["code"] != 0:
-                    return trials, guards, (Status.RUNTIME_ERROR,
-                                            f"workload {workload.name}: the entry point returned cudaError {reply['code']}")
+                    return trials, guards, TrialsEnded(
+                        Status.RUNTIME_ERROR, f"workload {workload.name}: the entry point returned cudaError {reply['code']}",
+                        out_of_memory=reply["code"] == CUDA_ERROR_MEMORY_ALLOCATION)
                 for phase, seconds in (reply.get("phases_s") or {}).items():
                     if isinstance(seconds, float):  # the worker's own account, kept for diagnosis only
                         self._count(f"trials.worker.{phase}", seconds)
