@@ -53,6 +53,15 @@ def apply_overrides(source: str, overrides: dict[str, str]) -> str:
     return source
 
 
+def variant_sources(kernel: Path, variants: list[tuple[str, dict[str, str]]]) -> list[str]:
+    """Each variant's candidate source: the file as the evaluator reads it (the wrapper header inlined),
+    with the variant's constants overridden."""
+    from ptxbench.check import read_candidate
+
+    source = read_candidate(kernel)
+    return [apply_overrides(source, overrides) for _, overrides in variants]
+
+
 def same_bytes_copy_ms(byte_counts: list[int], repeats: int = 50) -> list[float]:
     """Median time of a device copy moving each count of bytes (half read, half written), timed as the
     evaluator times candidates."""
@@ -120,12 +129,11 @@ def main() -> None:
     args = parser.parse_args()
 
     task = get_task(args.kernel.stem)
-    source = args.kernel.read_text()
     variants = [("as-is", {})] + [parse_variant(v) for v in args.variant]
     if len({name for name, _ in variants}) != len(variants):
         parser.error("variant names must be unique")
-    candidates = [Candidate(task=task, item=name, source=apply_overrides(source, overrides),
-                            origin=f"{args.kernel} {overrides}") for name, overrides in variants]
+    candidates = [Candidate(task=task, item=name, source=source, origin=f"{args.kernel} {overrides}")
+                  for (name, overrides), source in zip(variants, variant_sources(args.kernel, variants))]
     options = EvalOptions(trials=1, timing_budget_ms=args.budget_ms, profile=False, lanes=args.lanes)
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = Path(scratch) / "run"

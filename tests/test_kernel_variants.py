@@ -51,3 +51,17 @@ def test_a_missing_or_repeated_constant_is_an_error():
 def test_the_reference_kernels_knobs_are_overridable(kernel, knob):
     source = (REPO / "kernels" / "reference" / "sm_90a" / f"{kernel}.cu").read_text()
     assert kernel_variants.apply_overrides(source, {knob: "7"}) != source
+
+
+def test_a_variant_builds_as_the_evaluator_builds_it():
+    """The source handed to the evaluator has the wrapper header inlined (a bare #include would not build)."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    kernel = REPO / "kernels" / "reference" / "sm_90a" / "rmsnorm.cu"
+    variants = [("as-is", {}), ("shallow", {"kBytesInFlightPerCta": "32 * 1024"})]
+    sources = kernel_variants.variant_sources(kernel, variants)
+    assert "#include \"ptx_wrappers.cuh\"" not in sources[1] and "32 * 1024;" in sources[1]
+    report = check_source(sources[1], Arch.SM_90A, get_task("rmsnorm"), "rmsnorm.cu")
+    assert report.build.ok, report.build.diagnosis

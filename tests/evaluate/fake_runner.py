@@ -52,8 +52,8 @@ OOM_MARK = "PTXBENCH_FAKE_OOM_MARK"  # a file: "-once" behaviours run out of mem
 
 
 def _runs_out_of_memory(behaviour: str) -> bool:
-    """"oom" and "oom-torch": always; "oom-once" and "oom-torch-once": in the first process only, as a
-    candidate does whose memory was taken by another one beside it."""
+    """"oom", "oom-torch", "oom-sticky": always; with "-once": in the first process only, as a candidate
+    does whose memory was taken by another one beside it."""
     if not behaviour.endswith("-once"):
         return True
     mark = os.environ[OOM_MARK]
@@ -111,6 +111,8 @@ class FakeRunner:
         if self.behaviour.startswith("oom") and _runs_out_of_memory(self.behaviour):
             if self.behaviour.startswith("oom-torch"):
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+            if self.behaviour.startswith("oom-sticky"):  # a CUDA call after the candidate's failed cudaMalloc
+                raise RuntimeError("CUDA error: out of memory")
             return {"code": 2}  # cudaErrorMemoryAllocation
         inputs = dict(make_inputs(self.task, sizes, seed))
         if self.behaviour == "mutate":

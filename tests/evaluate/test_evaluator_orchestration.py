@@ -80,7 +80,7 @@ def test_misbehaviour_gets_its_status(monkeypatch: pytest.MonkeyPatch, behaviour
         assert "wrong on workload small-timed" in evaluation.message
 
 
-@pytest.mark.parametrize("behaviour", ["oom-once", "oom-torch-once"])
+@pytest.mark.parametrize("behaviour", ["oom-once", "oom-torch-once", "oom-sticky-once"])
 def test_running_out_of_memory_beside_another_evaluation_is_tried_again_alone(
         monkeypatch: pytest.MonkeyPatch, tmp_path, behaviour: str) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv(OOM_MARK, str(tmp_path / "ran-out"))
@@ -93,7 +93,7 @@ def test_running_out_of_memory_beside_another_evaluation_is_tried_again_alone(
         ("shared", "trials"), ("exclusive", "trials alone")]
 
 
-@pytest.mark.parametrize("behaviour", ["oom", "oom-torch"])
+@pytest.mark.parametrize("behaviour", ["oom", "oom-torch", "oom-sticky"])
 def test_running_out_of_memory_alone_too_is_a_runtime_error(monkeypatch: pytest.MonkeyPatch, behaviour: str) -> None:
     evaluation = _evaluate(monkeypatch, behaviour, time=False)
     assert evaluation.status is Status.RUNTIME_ERROR

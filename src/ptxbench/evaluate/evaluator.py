@@ -86,7 +86,12 @@ PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
 
 
 CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation, as an entry point returns it
-TORCH_OUT_OF_MEMORY = "OutOfMemoryError"  # torch's error when the worker's own allocations fail
+
+
+def _out_of_memory(exc: RequestFailed) -> bool:
+    """torch's allocation failing in the worker (OutOfMemoryError), or a CUDA call there reporting the
+    error a candidate's failed cudaMalloc left behind ("AcceleratorError: CUDA error: out of memory")."""
+    return exc.kind == "OutOfMemoryError" or "CUDA error: out of memory" in str(exc)
 
 
 class TrialsEnded(NamedTuple):
@@ -336,7 +341,7 @@ class GpuEvaluator:
                 except (WorkerDied, RequestFailed) as exc:
                     return trials, guards, TrialsEnded(
                         Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}",
-                        out_of_memory=isinstance(exc, RequestFailed) and exc.kind == TORCH_OUT_OF_MEMORY)
+                        out_of_memory=isinstance(exc, RequestFailed) and _out_of_memory(exc))
                 if reply["code"] != 0:
                     return trials, guards, TrialsEnded(
                         Status.RUNTIME_ERROR, f"workload {workload.name}: the entry point returned cudaError {reply['code']}",
