@@ -152,8 +152,8 @@ def evaluate(
     backend: str = typer.Option("local", "--backend", help="local: this machine's GPUs; ray: every GPU of a Ray cluster"),
     address: Optional[str] = typer.Option(None, "--address", help="With --backend ray: the cluster (auto, "
                                           "ray://host:10001); default: start Ray on this machine"),
-    lanes: int = typer.Option(1, "--lanes", min=1, max=16, help="Candidates evaluated at once on each GPU: their "
-                              "untimed stages overlap, timing always runs alone on the GPU"),
+    lanes: Optional[int] = typer.Option(None, "--lanes", min=1, max=16, help="Candidates evaluated at once on each "
+                                        "GPU (default 2): their untimed stages overlap, timing always runs alone"),
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
     from rich.progress import Progress
@@ -206,8 +206,9 @@ def evaluate(
     if backend == "local" and not gpu_available() and not regrade:
         console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each is "
                       "recorded as an infrastructure failure (NO_GPU), never as the candidate's failure", highlight=False)
-    options = EvalOptions(trials=trials, time=timing, profile=profile, call_timeout_s=call_timeout_s, lanes=lanes,
-                          **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}))
+    options = EvalOptions(trials=trials, time=timing, profile=profile, call_timeout_s=call_timeout_s,
+                          **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}),
+                          **({"lanes": lanes} if lanes is not None else {}))
     retired = None
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task(f"eval → {out}", total=len(candidates))

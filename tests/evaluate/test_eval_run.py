@@ -32,6 +32,25 @@ def test_eval_on_cpu_records_infrastructure_failures_and_resumes(tmp_path: Path)
     assert regraded.exit_code == 0, regraded.output
 
 
+def test_a_run_resumes_with_other_lanes_but_not_with_other_trials(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "eval"
+    first = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(out), "--lanes", "1"])
+    assert first.exit_code == 0, first.output
+    assert "lanes" not in json.loads((out / "run.json").read_text())["config"]["options"]
+    lanes = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(out), "--lanes", "3"])
+    assert lanes.exit_code == 0, lanes.output
+    # a header written before lanes were left out of the configuration resumes too
+    header = json.loads((out / "run.json").read_text())
+    header["config"]["options"]["lanes"] = 1
+    (out / "run.json").write_text(json.dumps(header))
+    old = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(out)])
+    assert old.exit_code == 0, old.output
+    trials = runner.invoke(app, ["eval", str(EXAMPLES / "softmax.cu"), "--out", str(out), "--trials", "5"])
+    assert trials.exit_code != 0 and "another configuration" in str(trials.exception) + trials.output
+
+
 def test_eval_reports_compile_errors_as_the_candidates(tmp_path: Path) -> None:
     broken = tmp_path / "transpose.cu"
     broken.write_text((FIXTURES / "cpp_syntax_error.cu").read_text())
@@ -82,3 +101,10 @@ def test_eval_on_a_ray_cluster_without_gpus_says_so_and_disconnects(tmp_path: Pa
     assert result.exit_code != 0
     assert "the Ray cluster has no GPU" in str(result.exception)
     assert not ray.is_initialized(), "the Ray instance the command started is shut down"
+
+
+def test_the_cli_states_the_evaluators_default_lanes() -> None:
+    from ptxbench.evaluate.evaluator import DEFAULT_LANES, EvalOptions
+
+    result = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "200"})
+    assert EvalOptions().lanes == DEFAULT_LANES and f"(default {DEFAULT_LANES})" in result.output

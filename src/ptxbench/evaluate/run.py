@@ -31,7 +31,7 @@ from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
 from ptxbench.evaluate.status import Evaluation, InfraFailure
 from ptxbench.evaluate.verdict import decide
-from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RunDir, RunHeader, write_model
+from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RUN_LOCAL_OPTIONS, RunDir, RunHeader, write_model
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
@@ -174,7 +174,7 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
 def _header(arch: Arch, options: EvalOptions, environment: dict) -> RunHeader:
     toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
     return RunHeader(kind="eval", toolchain=toolchain, environment=environment,
-                     config={"arch": arch.value, "options": options.model_dump()})
+                     config={"arch": arch.value, "options": options.model_dump(exclude=set(RUN_LOCAL_OPTIONS))})
 
 
 def _prebuild(candidates: list[Candidate], arch: Arch) -> None:

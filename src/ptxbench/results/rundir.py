@@ -22,6 +22,9 @@ from ptxbench.errors import PtxbenchError
 RUN_SCHEMA_VERSION = 1
 HEADER_FILE = "run.json"
 RESULT_FILE = "result.json"
+# Options that say how a run is carried out, not what it measures: left out of the configuration, so a
+# run resumes with other values (as with the backend and the GPUs, which were never part of it).
+RUN_LOCAL_OPTIONS = frozenset({"lanes"})
 
 
 class RunHeader(BaseModel):
@@ -56,6 +59,15 @@ def write_model(path: Path, model: BaseModel) -> None:
     write_atomic(path, model.model_dump_json(indent=1) + "\n")
 
 
+def _identity(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a configuration a resume must match: without the options that only say how the run
+    is carried out (headers written before they were left out still hold them)."""
+    options = config.get("options")
+    if not isinstance(options, dict):
+        return config
+    return {**config, "options": {k: v for k, v in options.items() if k not in RUN_LOCAL_OPTIONS}}
+
+
 class RunDir:
     """A run's folder. ``open`` creates it or resumes it; items live under ``items/<task>/<item>``."""
 
@@ -71,9 +83,9 @@ class RunDir:
             previous = RunHeader.model_validate_json(existing.read_text())
             if previous.version != RUN_SCHEMA_VERSION:
                 raise RunDirError(f"{path} was written by run schema {previous.version}; this is {RUN_SCHEMA_VERSION}")
-            if previous.kind != header.kind or previous.config != header.config:
-                changed = sorted(k for k in set(previous.config) | set(header.config)
-                                 if previous.config.get(k) != header.config.get(k))
+            before, now = _identity(previous.config), _identity(header.config)
+            if previous.kind != header.kind or before != now:
+                changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
                 raise RunDirError(f"{path} holds a run with another configuration (differs in: "
                                   f"{', '.join(changed) or 'kind'}); choose a new --out directory")
             return cls(path, previous)
