@@ -70,7 +70,7 @@ def same_bytes_copy_ms(byte_counts: list[int], repeats: int = 50) -> list[float]
     from ptxbench.evaluate.gpu_side import CandidateRunner
 
     runner = CandidateRunner()
-    stream = torch.cuda.Stream()
+    stream = torch.cuda.current_stream()  # where copy_ runs: the events must be on the same stream
     medians = []
     for count in byte_counts:
         source = torch.empty(count // 2, dtype=torch.uint8, device="cuda")
