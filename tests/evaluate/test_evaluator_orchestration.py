@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -104,6 +105,52 @@ def test_running_out_of_memory_alone_too_is_a_runtime_error(monkeypatch: pytest.
 def test_a_failure_other_than_memory_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
     evaluation = _evaluate(monkeypatch, "crash", time=False)
     assert evaluation.status is Status.RUNTIME_ERROR and "trials.alone" not in evaluation.durations_s
+
+
+def test_a_profile_that_ran_out_of_memory_is_taken_again_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ptxbench.evaluate import profiling
+    from ptxbench.evaluate.profiling import ProfiledRunFailed
+
+    calls: list[bool] = []
+
+    def profile(task, arch, shared_object, timeout_s, alone=False):  # type: ignore[no-untyped-def]
+        calls.append(alone)
+        if not alone or outcome == "again":
+            raise ProfiledRunFailed("the call under ncu ended without a profile", out_of_memory=True)
+        return [], ["kernel"]
+
+    monkeypatch.setattr(profiling, "profile_requirements", profile)
+    evaluator = GpuEvaluator(EvalOptions(profile=False), handler=HANDLER, reference_device="cpu")
+    try:
+        outcome = "once"
+        assert evaluator._profiled(_small_softmax(), Arch.SM_90A, Path("candidate.so")) == ([], ["kernel"])
+        assert calls == [False, True] and "profile.alone" in evaluator._durations
+        outcome, calls[:] = "again", []
+        with pytest.raises(ProfiledRunFailed, match="again when run alone"):
+            evaluator._profiled(_small_softmax(), Arch.SM_90A, Path("candidate.so"))
+        assert calls == [False, True]
+    finally:
+        evaluator.close()
+
+
+def test_a_profile_that_failed_otherwise_is_not_taken_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ptxbench.evaluate import profiling
+    from ptxbench.evaluate.profiling import ProfiledRunFailed
+
+    calls: list[bool] = []
+
+    def profile(task, arch, shared_object, timeout_s, alone=False):  # type: ignore[no-untyped-def]
+        calls.append(alone)
+        raise ProfiledRunFailed("no end within 600 s under ncu; the process was killed")
+
+    monkeypatch.setattr(profiling, "profile_requirements", profile)
+    evaluator = GpuEvaluator(EvalOptions(profile=False), handler=HANDLER, reference_device="cpu")
+    try:
+        with pytest.raises(ProfiledRunFailed, match="no end"):
+            evaluator._profiled(_small_softmax(), Arch.SM_90A, Path("candidate.so"))
+        assert calls == [False]
+    finally:
+        evaluator.close()
 
 
 def test_hang_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ptxbench.contract.signature import parameters
 from ptxbench.evaluate.profiling import profiled_program
 from ptxbench.tasks.loader import get_task
@@ -50,7 +52,9 @@ def test_the_plan_names_the_gpu_lock(tmp_path: Path, monkeypatch) -> None:  # ty
     monkeypatch.setenv(KEY_VARIABLE, "GPU-test")
     command = profiled_program(get_task("rmsnorm"), {"T": 4, "Hd": 64}, tmp_path / "candidate.so", tmp_path)
     plan = json.loads(Path(command[3]).read_text())
-    assert plan["gpu_lock"] == {"key": "GPU-test", "folder": str(tmp_path / "locks")}
+    assert plan["gpu_lock"] == {"key": "GPU-test", "folder": str(tmp_path / "locks"), "alone": False}
+    command = profiled_program(get_task("rmsnorm"), {"T": 4, "Hd": 64}, tmp_path / "candidate.so", tmp_path, alone=True)
+    assert json.loads(Path(command[3]).read_text())["gpu_lock"]["alone"] is True
 
 
 def test_the_program_opens_the_gpu_at_once_but_runs_the_candidate_only_under_the_lock(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -85,3 +89,64 @@ def test_the_program_opens_the_gpu_at_once_but_runs_the_candidate_only_under_the
         assert events == ["opened"], "it opens the GPU while the lane times, and waits there"
     runner.join(timeout=30)
     assert finished == [0] and events == ["opened", "profiled", "reaped"]
+
+
+def _program_under_test(monkeypatch, events: list[str]):  # type: ignore[no-untyped-def]
+    """profile_one loaded by its path, with the GPU work replaced by entries in ``events``."""
+    import importlib.util
+    import types
+
+    from ptxbench.evaluate import profile_one as installed
+
+    spec = importlib.util.spec_from_file_location("profile_one_under_test", installed.__file__)
+    assert spec is not None and spec.loader is not None
+    program = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(program)
+    real_sibling = program._sibling
+    harmless = types.SimpleNamespace(become_subreaper=lambda: None, kill_descendants=lambda pid: events.append("reaped"))
+    monkeypatch.setattr(program, "_sibling", lambda name: harmless if name == "processes" else real_sibling(name))
+    monkeypatch.setattr(program, "_profile", lambda plan, *opened: events.append("profiled") or 0)
+    return program
+
+
+def test_alone_the_program_allocates_only_once_it_has_the_gpu_to_itself(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    from ptxbench.evaluate.gpu_lock import GpuLock
+
+    events: list[str] = []
+    program = _program_under_test(monkeypatch, events)
+    monkeypatch.setattr(program, "_open", lambda plan: events.append("opened") or (None, None, []))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"gpu_lock": {"key": "GPU-test", "folder": str(tmp_path / "locks"), "alone": True}}))
+    finished: list[int] = []
+    with GpuLock("GPU-test", tmp_path / "locks").shared("another lane's trials"):
+        runner = threading.Thread(target=lambda: finished.append(program.main(str(plan))))
+        runner.start()
+        time.sleep(1.0)
+        assert events == [], "it neither allocates nor runs while another evaluation holds the GPU"
+    runner.join(timeout=30)
+    assert finished == [0] and events == ["opened", "profiled", "reaped"]
+
+
+def test_running_out_of_memory_is_marked_for_the_harness(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    events: list[str] = []
+    program = _program_under_test(monkeypatch, events)
+    driver = program._sibling("cuda_driver")
+
+    def no_memory(plan):  # type: ignore[no-untyped-def]
+        raise driver.DriverError("cuMemAlloc_v2 failed with CUresult 2", driver.CUDA_ERROR_OUT_OF_MEMORY)
+
+    monkeypatch.setattr(program, "_open", no_memory)
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"gpu_lock": None}))
+    assert program.main(str(plan)) == 3
+    assert program.OUT_OF_MEMORY_MARK in capsys.readouterr().err
+
+    def other_failure(plan):  # type: ignore[no-untyped-def]
+        raise driver.DriverError("cuInit failed with CUresult 100", 100)
+
+    monkeypatch.setattr(program, "_open", other_failure)
+    with pytest.raises(RuntimeError, match="CUresult 100"):
+        program.main(str(plan))

@@ -9,8 +9,16 @@ from __future__ import annotations
 import ctypes
 
 
+CUDA_ERROR_OUT_OF_MEMORY = 2  # CUresult
+
+
 class DriverError(RuntimeError):
-    """A driver call returned an error (its CUresult is in the message), or there is no driver library."""
+    """A driver call returned an error (its CUresult is ``code`` and in the message), or there is no
+    driver library (``code`` None)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class Driver:
@@ -25,7 +33,7 @@ class Driver:
     def call(self, name: str, *args: object) -> None:
         code = getattr(self._library, name)(*args)
         if code != 0:
-            raise DriverError(f"{name} failed with CUresult {code}")
+            raise DriverError(f"{name} failed with CUresult {code}", code)
 
     def use_primary_context(self, ordinal: int) -> None:
         """Make device ``ordinal``'s primary context (the one the CUDA runtime, and so torch, uses)

@@ -38,6 +38,7 @@ from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.errors import PtxbenchError
+from ptxbench.evaluate.executed import RequirementExecution
 from ptxbench.evaluate.gpu_side import CANARY_VALUE, median_iqr
 from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import (
@@ -253,12 +254,10 @@ class GpuEvaluator:
             if final:  # a timed call failed, or its outputs were wrong
                 return evaluation
         if self.options.profile and shutil.which("ncu"):
-            from ptxbench.evaluate.profiling import NoCounterPermission, ProfiledRunFailed, profile_requirements
+            from ptxbench.evaluate.profiling import NoCounterPermission, ProfiledRunFailed
 
             try:
-                with self._stage("profile"):  # the profiled program holds the GPU's lock (shared) itself
-                    features, launched = profile_requirements(task, evaluation.arch, shared_object,
-                                                              self.options.profile_timeout_s)
+                features, launched = self._profiled(task, evaluation.arch, shared_object)
             except NoCounterPermission as exc:  # unverified, never "used": the status says so
                 status = decide(evaluation)
                 return evaluation.model_copy(update={"status": status,
@@ -274,6 +273,25 @@ class GpuEvaluator:
             evaluation = evaluation.model_copy(update={"features": features, "guards": unique(evaluation.guards + guards)})
         status = decide(evaluation)
         return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
+
+    def _profiled(self, task: Task, arch: Arch, shared_object: Path) -> tuple[list[RequirementExecution], list[str]]:
+        """``profile_requirements``, tried again alone when the GPU's memory ran out beside another
+        evaluation (as the trials are)."""
+        from ptxbench.evaluate.profiling import ProfiledRunFailed, profile_requirements
+
+        try:
+            with self._stage("profile"):  # the profiled program holds the GPU's lock (shared) itself
+                return profile_requirements(task, arch, shared_object, self.options.profile_timeout_s)
+        except ProfiledRunFailed as exc:
+            if not exc.out_of_memory:
+                raise
+        try:
+            with self._stage("profile.alone"):
+                return profile_requirements(task, arch, shared_object, self.options.profile_timeout_s, alone=True)
+        except ProfiledRunFailed as exc:
+            if exc.out_of_memory:
+                raise ProfiledRunFailed(f"{exc} (again when run alone on the GPU)", out_of_memory=True) from None
+            raise
 
     def _trials_in_fresh_process(self, task: Task, shared_object: Path, own_kernels: set[str], alone: bool
                                  ) -> dict | tuple[list[TrialResult], list[GuardFinding], TrialsEnded | None]:

@@ -23,6 +23,13 @@ from types import ModuleType
 from typing import Any
 
 
+# Printed when the GPU's memory ran out (a device buffer here, or the candidate's cudaMalloc): the harness
+# then profiles again with the GPU to itself, since another evaluation beside this one may hold the memory.
+OUT_OF_MEMORY_MARK = "ptxbench-profile: out of GPU memory"
+CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaError, as the entry point returns it
+CUDA_ERROR_OUT_OF_MEMORY = 2  # CUresult, as the driver reports it
+
+
 def _device_buffer(driver: Any, size: int) -> ctypes.c_uint64:
     pointer = ctypes.c_uint64()
     driver.call("cuMemAlloc_v2", ctypes.byref(pointer), ctypes.c_size_t(max(size, 1)))
@@ -39,25 +46,43 @@ def _sibling(name: str) -> ModuleType:
     return module
 
 
+def _alone(plan: dict) -> bool:
+    return bool(plan.get("gpu_lock") and plan["gpu_lock"].get("alone"))
+
+
 def _gpu_lock(plan: dict) -> AbstractContextManager:
-    """The GPU's lock, shared, when the plan names it. The evaluator does not hold it for ncu's start-up,
-    nor does this program for opening the GPU and allocating, which run no kernel (as in a worker's
-    start-up). Copying the inputs in, the candidate's code and the profiled calls run under it."""
+    """The GPU's lock when the plan names it: shared, or exclusive when the plan asks to run alone. The
+    evaluator does not hold it for ncu's start-up, nor does this program (shared) for opening the GPU and
+    allocating, which run no kernel (as in a worker's start-up). Copying the inputs in, the candidate's
+    code and the profiled calls run under it."""
     if not plan.get("gpu_lock"):
         return nullcontext()
-    return _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"])).shared("ncu")
+    lock = _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"]))
+    return lock.exclusive("ncu alone") if _alone(plan) else lock.shared("ncu")
 
 
 def main(plan_path: str) -> int:
     plan = json.loads(open(plan_path).read())
     processes = _sibling("processes")
     processes.become_subreaper()  # what the candidate starts and abandons ends with this program
-    driver, stream, buffers = _open(plan)
-    with _gpu_lock(plan):
-        try:
-            return _profile(plan, driver, stream, buffers)
-        finally:  # still under the lock
-            processes.kill_descendants(os.getpid())
+    try:
+        if _alone(plan):  # the allocations too, so that no other evaluation holds memory meanwhile
+            with _gpu_lock(plan):
+                try:
+                    return _profile(plan, *_open(plan))
+                finally:
+                    processes.kill_descendants(os.getpid())
+        opened = _open(plan)
+        with _gpu_lock(plan):
+            try:
+                return _profile(plan, *opened)
+            finally:  # still under the lock
+                processes.kill_descendants(os.getpid())
+    except RuntimeError as exc:  # cuda_driver.DriverError, of the module loaded by its path
+        if getattr(exc, "code", None) == CUDA_ERROR_OUT_OF_MEMORY:
+            print(f"{OUT_OF_MEMORY_MARK} ({exc})", file=sys.stderr)
+            return 3
+        raise
 
 
 def _open(plan: dict) -> tuple[Any, ctypes.c_void_p, list[tuple[ctypes.c_uint64, bytearray | None]]]:
@@ -114,6 +139,8 @@ def _profile(plan: dict, driver: Any, stream: ctypes.c_void_p,
             driver.call("cuProfilerStop")
         if code != 0:
             print(f"the entry point returned cudaError {code}", file=sys.stderr)
+            if code == CUDA_ERROR_MEMORY_ALLOCATION:
+                print(OUT_OF_MEMORY_MARK, file=sys.stderr)
             return 1
     return 0
 

@@ -24,6 +24,7 @@ from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import NCU_METRICS, RequirementExecution, judge_execution, parse_ncu_csv
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, shared_if_known
 from ptxbench.evaluate.processes import mapped_libraries
+from ptxbench.evaluate.profile_one import OUT_OF_MEMORY_MARK
 from ptxbench.tasks.model import Task
 
 
@@ -42,7 +43,8 @@ def _cuda_runtime() -> list[str]:
     return sorted(path for path in mapped_libraries("self") if "libcudart.so" in path)[:1]
 
 
-def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, folder: Path) -> list[str]:
+def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, folder: Path,
+                     alone: bool = False) -> list[str]:
     """The command ncu runs: ``profile_one.py`` on a plan with one fresh input set drawn here (with the
     trials' distributions, so the profiled call sees data like theirs) written as raw bytes."""
     import torch
@@ -69,7 +71,7 @@ def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, fol
             arguments.append({"kind": "stream"})
     plan = folder / "plan.json"
     key = os.environ.get(KEY_VARIABLE)  # the program holds the GPU's lock itself while it uses the GPU
-    gpu_lock = {"key": key, "folder": str(default_lock_folder())} if key else None
+    gpu_lock = {"key": key, "folder": str(default_lock_folder()), "alone": alone} if key else None
     plan.write_text(json.dumps({"library": str(shared_object), "entry_point": task.entry_point,
                                 "preload": _cuda_runtime(), "arguments": arguments, "gpu_lock": gpu_lock}))
     return [sys.executable, "-I", str(Path(__file__).with_name("profile_one.py")), str(plan)]
@@ -80,16 +82,22 @@ class NoCounterPermission(PtxbenchError):
 
 
 class ProfiledRunFailed(PtxbenchError):
-    """The candidate's call failed or hung under ncu although it ran outside it."""
+    """The candidate's call failed or hung under ncu although it ran outside it. ``out_of_memory``: the
+    GPU's memory ran out, possibly taken by another evaluation beside it."""
+
+    def __init__(self, message: str, out_of_memory: bool = False) -> None:
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
 
 
-def profile_requirements(task: Task, arch: Arch, shared_object: Path,
-                         timeout_s: float) -> tuple[list[RequirementExecution], list[str]]:
+def profile_requirements(task: Task, arch: Arch, shared_object: Path, timeout_s: float,
+                         alone: bool = False) -> tuple[list[RequirementExecution], list[str]]:
     """The requirements judged on executed counts, and the names of every kernel the profiled call
-    launched (seen from outside the candidate's process, so a library kernel cannot hide)."""
+    launched (seen from outside the candidate's process, so a library kernel cannot hide). ``alone``:
+    the profiled program holds the GPU's lock exclusively, allocations included."""
     sizes = task.timed().sizes
     with tempfile.TemporaryDirectory(dir=_scratch()) as folder:
-        program = profiled_program(task, sizes, shared_object, Path(folder))
+        program = profiled_program(task, sizes, shared_object, Path(folder), alone)
         # its own session, so a timeout ends the candidate's process too, not only ncu
         with subprocess.Popen(ncu_command(program), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True) as proc:
@@ -109,7 +117,7 @@ def profile_requirements(task: Task, arch: Arch, shared_object: Path,
     except ValueError:
         tail = (stderr or stdout).strip().splitlines()[-3:]
         raise ProfiledRunFailed(f"the call under ncu ended without a profile (exit {proc.returncode}): "
-                                + " | ".join(tail)) from None
+                                + " | ".join(tail), out_of_memory=OUT_OF_MEMORY_MARK in stdout + stderr) from None
     flops = task.flops_for(sizes)
     features = [judge_execution(requirement, arch, profiles, flops) for requirement in task.requirements_for(arch)]
     return features, [profile.name for profile in profiles]
