@@ -98,7 +98,7 @@ def test_running_out_of_memory_beside_another_evaluation_is_tried_again_alone(
 def test_running_out_of_memory_alone_too_is_a_runtime_error(monkeypatch: pytest.MonkeyPatch, behaviour: str) -> None:
     evaluation = _evaluate(monkeypatch, behaviour, time=False)
     assert evaluation.status is Status.RUNTIME_ERROR
-    assert evaluation.message.endswith("(again when run alone on the GPU)"), evaluation.message
+    assert evaluation.message.startswith("out of GPU memory also when run alone on the GPU: workload"), evaluation.message
     assert "trials.alone" in evaluation.durations_s
 
 
@@ -126,7 +126,7 @@ def test_a_profile_that_ran_out_of_memory_is_taken_again_alone(monkeypatch: pyte
         assert evaluator._profiled(_small_softmax(), Arch.SM_90A, Path("candidate.so")) == ([], ["kernel"])
         assert calls == [False, True] and "profile.alone" in evaluator._durations
         outcome, calls[:] = "again", []
-        with pytest.raises(ProfiledRunFailed, match="again when run alone"):
+        with pytest.raises(ProfiledRunFailed, match="also when run alone"):
             evaluator._profiled(_small_softmax(), Arch.SM_90A, Path("candidate.so"))
         assert calls == [False, True]
     finally:

@@ -91,6 +91,7 @@ PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
 # memory beside another lane's is tried again alone (TrialsEnded.out_of_memory).
 DEFAULT_LANES = 2
 CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation, as an entry point returns it
+ALONE_TOO = "out of GPU memory also when run alone on the GPU"
 
 
 def _out_of_memory(exc: RequestFailed) -> bool:
@@ -240,7 +241,8 @@ class GpuEvaluator:
                 return evaluation.model_copy(update=attempt)
             trials, guards, ended = attempt
             if ended is not None and ended.out_of_memory:
-                ended = ended._replace(message=f"{ended.message} (again when run alone on the GPU)")
+                # first: the worker's message may run over several lines (torch's hints)
+                ended = ended._replace(message=f"{ALONE_TOO}: {ended.message}")
         evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
         if ended is not None:
             return evaluation.model_copy(update={"status": ended.status, "message": ended.message})
@@ -290,7 +292,7 @@ class GpuEvaluator:
                 return profile_requirements(task, arch, shared_object, self.options.profile_timeout_s, alone=True)
         except ProfiledRunFailed as exc:
             if exc.out_of_memory:
-                raise ProfiledRunFailed(f"{exc} (again when run alone on the GPU)", out_of_memory=True) from None
+                raise ProfiledRunFailed(f"{ALONE_TOO}: {exc}", out_of_memory=True) from None
             raise
 
     def _trials_in_fresh_process(self, task: Task, shared_object: Path, own_kernels: set[str], alone: bool
