@@ -15,7 +15,9 @@ from ptxbench.tasks.model import Task
 from ..conftest import EXAMPLES
 
 FAKE = "tests.evaluate.fake_runner"
-OPTIONS = EvalOptions(trials=1, time=False, profile=False, call_timeout_s=60)
+# One lane per GPU: these tests follow candidates to GPUs and GPUs to faults, host by host (lanes have tests
+# of their own, which set them).
+OPTIONS = EvalOptions(trials=1, time=False, profile=False, call_timeout_s=60, lanes=1)
 
 
 def small_softmax() -> Task:

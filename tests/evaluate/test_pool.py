@@ -66,6 +66,22 @@ def test_a_faulting_gpu_is_retired_and_its_candidates_go_to_another(tmp_path: Pa
     assert "GPU 1 retired: could not restart" in caplog.text
 
 
+def test_with_two_lanes_every_candidate_a_faulting_gpu_held_goes_to_another(tmp_path: Path,
+                                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """The default: two hosts on each GPU. When GPU 1 breaks, whatever either of its lanes held is re-queued."""
+    out = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.scheduler"):
+        results = evaluate_candidates(candidates(6), Arch.SM_90A, out, OPTIONS.model_copy(update={"lanes": 2}),
+                                      gpus=[0, 1], handler=f"{FAKE}:BreaksGpu1", reference_device="cpu")
+    assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
+    found = stored(out)
+    assert sorted(found) == [f"c{i:02d}" for i in range(6)], "every item has exactly one result"
+    assert {placement["where"]["cuda_visible_devices"] for _, placement, _ in found.values()} == {"0"}
+    interrupted = [placement["interrupted_by"] for _, placement, _ in found.values() if placement["interrupted_by"]]
+    assert 1 <= len(interrupted) <= 2 and all(i[0].startswith("GPU 1.") for i in interrupted), interrupted
+    assert any("uncorrectable ECC" in i[0] for i in interrupted)
+
+
 def test_when_every_gpu_is_retired_the_rest_are_recorded_as_infrastructure_failures(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with pytest.raises(GpusRetired, match="every GPU was retired") as raised:
