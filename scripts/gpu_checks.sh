@@ -8,7 +8,8 @@
 #
 # Sections (seconds are each one's limit; PTXBENCH_GPU_CHECK_SCALE multiplies them). The pytest ones:
 #   examples     tests/gpu/test_examples_gpu.py: the plain examples and the vendor baselines, 90 s
-#   adversarial  tests/gpu/test_evaluator_gpu.py: the evaluator on the examples and every known cheat, 480 s
+#   adversarial  tests/gpu/test_evaluator_gpu.py: the evaluator on the examples and every known cheat, and
+#                tests/gpu/test_lanes_memory_gpu.py: a lane that takes the GPU's memory, 480 s
 #   gold         tests/gpu/test_reference_gpu.py and the wrapper header's GPU test, 150 s
 #   fixit        tests/gpu/test_fixit_gpu.py (needs the --llm wheels), 80 s
 #   scaleout     tests/gpu/test_scaleout_gpu.py (the Ray part needs the --ray wheels), 240 s
@@ -61,7 +62,7 @@ run_pytest() {  # name, limit in seconds, test files...
 for section in "${sections[@]}"; do
     case "$section" in
         examples) run_pytest examples 90 tests/gpu/test_examples_gpu.py ;;
-        adversarial) run_pytest adversarial 480 tests/gpu/test_evaluator_gpu.py ;;
+        adversarial) run_pytest adversarial 480 tests/gpu/test_evaluator_gpu.py tests/gpu/test_lanes_memory_gpu.py ;;
         gold) run_pytest gold 150 tests/gpu/test_reference_gpu.py tests/context/test_wrappers_gpu.py ;;
         fixit) run_pytest fixit 80 tests/gpu/test_fixit_gpu.py ;;
         scaleout) run_pytest scaleout 240 tests/gpu/test_scaleout_gpu.py ;;
