@@ -9,7 +9,8 @@ from __future__ import annotations
 import ctypes
 
 
-CUDA_ERROR_OUT_OF_MEMORY = 2  # CUresult
+CUDA_ERROR_OUT_OF_MEMORY = 2  # CUresult, as the driver reports it
+CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaError (runtime API), as an entry point returns it
 
 
 class DriverError(RuntimeError):

@@ -36,6 +36,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
 from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
+from ptxbench.evaluate.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import RequirementExecution
@@ -90,7 +91,6 @@ PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
 # 12.2 after start-up), and a third lane added nothing (evaluator_h200.md). A candidate that runs out of
 # memory beside another lane's is tried again alone (TrialsEnded.out_of_memory).
 DEFAULT_LANES = 2
-CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation, as an entry point returns it
 ALONE_TOO = "out of GPU memory also when run alone on the GPU"
 
 

@@ -26,8 +26,6 @@ from typing import Any
 # Printed when the GPU's memory ran out (a device buffer here, or the candidate's cudaMalloc): the harness
 # then profiles again with the GPU to itself, since another evaluation beside this one may hold the memory.
 OUT_OF_MEMORY_MARK = "ptxbench-profile: out of GPU memory"
-CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaError, as the entry point returns it
-CUDA_ERROR_OUT_OF_MEMORY = 2  # CUresult, as the driver reports it
 
 
 def _device_buffer(driver: Any, size: int) -> ctypes.c_uint64:
@@ -66,20 +64,15 @@ def main(plan_path: str) -> int:
     processes = _sibling("processes")
     processes.become_subreaper()  # what the candidate starts and abandons ends with this program
     try:
-        if _alone(plan):  # the allocations too, so that no other evaluation holds memory meanwhile
-            with _gpu_lock(plan):
-                try:
-                    return _profile(plan, *_open(plan))
-                finally:
-                    processes.kill_descendants(os.getpid())
-        opened = _open(plan)
+        # Alone, the allocations wait for the lock too, so that no other evaluation holds memory meanwhile.
+        opened = None if _alone(plan) else _open(plan)
         with _gpu_lock(plan):
             try:
-                return _profile(plan, *opened)
+                return _profile(plan, *(opened or _open(plan)))
             finally:  # still under the lock
                 processes.kill_descendants(os.getpid())
     except RuntimeError as exc:  # cuda_driver.DriverError, of the module loaded by its path
-        if getattr(exc, "code", None) == CUDA_ERROR_OUT_OF_MEMORY:
+        if getattr(exc, "code", None) == _sibling("cuda_driver").CUDA_ERROR_OUT_OF_MEMORY:
             print(f"{OUT_OF_MEMORY_MARK} ({exc})", file=sys.stderr)
             return 3
         raise
@@ -139,7 +132,7 @@ def _profile(plan: dict, driver: Any, stream: ctypes.c_void_p,
             driver.call("cuProfilerStop")
         if code != 0:
             print(f"the entry point returned cudaError {code}", file=sys.stderr)
-            if code == CUDA_ERROR_MEMORY_ALLOCATION:
+            if code == _sibling("cuda_driver").CUDA_ERROR_MEMORY_ALLOCATION:
                 print(OUT_OF_MEMORY_MARK, file=sys.stderr)
             return 1
     return 0
