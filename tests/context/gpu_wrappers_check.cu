@@ -88,8 +88,8 @@ __global__ void __cluster_dims__(1, 2, 1) __launch_bounds__(384, 1)
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_acc(d);
       if (threadIdx.x % 128 == 0) {  // the stage is read: release it in both CTAs (the peer writes it too)
-        ptx::mbar_arrive_cluster(&empty[s], 0);
-        ptx::mbar_arrive_cluster(&empty[s], 1);
+        ptx::mbar_arrive_cluster_stage(&empty[s], 0);
+        ptx::mbar_arrive_cluster_stage(&empty[s], 1);
       }
     }
     // Epilogue: registers -> stmatrix -> shared C tile -> one TMA store (clipped at M).

@@ -17,7 +17,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
   if (threadIdx.x == 0) {
     ptx::tma_prefetch_map(&map_in);
     ptx::mbar_init(&bar[0], 1);
-    ptx::mbar_init(&bar[1], ptx::cluster_nctarank());
+    ptx::mbar_init(&bar[1], ptx::cluster_nctarank() + 1);
     ptx::mbar_fence_init();
   }
   ptx::cluster_sync();
@@ -60,6 +60,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
   ptx::st_shared_cluster_f32(remote, theirs + v[threadIdx.x]);
   if (threadIdx.x == 0) ptx::mbar_arrive_cluster(&bar[1], peer);
   if (threadIdx.x == 1) ptx::mbar_arrive(&bar[1]);
+  if (threadIdx.x == 2) ptx::mbar_arrive_cluster_stage(&bar[1], rank);  // its own, through the cluster window
   ptx::mbar_wait(&bar[1], 0);
   out[blockIdx.x * 128 + threadIdx.x] = v[threadIdx.x] + __bfloat162float(shared_tile[threadIdx.x]) +
                                         __bfloat162float(shared3[threadIdx.x]) + ptx::smem_u32(v);

@@ -64,7 +64,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_acc(d);
       if (threadIdx.x % 128 == 0)
-        for (uint32_t r = 0; r < 2; ++r) ptx::mbar_arrive_cluster(&empty[s], r);
+        for (uint32_t r = 0; r < 2; ++r) ptx::mbar_arrive_cluster_stage(&empty[s], r);
     }
     const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
 #pragma unroll
