@@ -56,3 +56,22 @@ def test_bf16_reference_is_right_on_small_batches_beyond_the_tasks_workloads(eva
     print(f"DECODE SHAPES: {evaluation.status} {evaluation.message}")
     assert evaluation.status is Status.PASSED, evaluation.message
     assert len({t.workload for t in evaluation.trials}) == len(shapes)
+
+
+def test_fp8_reference_is_right_on_edges_of_its_tiles_and_pairs(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """The fp8 kernel pairs CTAs along M (B multicast) and defers each stage's promotion by one stage:
+    one and two tile-rows, an odd count (the last pair's second tile wholly past M), a tile-column
+    half past N (the second CTA's half of B wholly out of bounds), and 1, 2 and 3 K stages."""
+    from ptxbench.tasks.model import Role, Workload
+
+    task = get_task("gemm_fp8")
+    shapes = [(304, 192, 384), (16, 64, 128), (128, 64, 256), (144, 128, 384), (256, 320, 256),
+              (2000, 4160, 1152), (64, 192, 128)]
+    roles = [Role.TIMED] + [Role.VISIBLE] * (len(shapes) - 2) + [Role.HELDOUT]
+    workloads = [Workload(name=f"m{m}-n{n}-k{k}", role=role, sizes={"M": m, "N": n, "K": k})
+                 for role, (m, n, k) in zip(roles, shapes)]
+    variant = task.model_validate({**task.model_dump(), "workloads": [w.model_dump() for w in workloads]})
+    evaluation = evaluator.evaluate(variant, Arch.SM_90A, read_candidate(REFERENCE / "gemm_fp8.cu"), "gemm_fp8.cu")
+    print(f"FP8 EDGE SHAPES: {evaluation.status} {evaluation.message}")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert len({t.workload for t in evaluation.trials}) == len(shapes)
