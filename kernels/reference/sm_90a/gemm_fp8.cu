@@ -20,161 +20,235 @@
 //     cores idle during every add, since both consumers wait on the same stage and add at once.
 //     Three sets of 64 fp32 registers per thread (sum and two partials) are why the tile is 128 wide.
 //   * setmaxnreg moves registers from the producer (40) to the consumers (232) for those sets.
-//   * Pairs of CTAs (a cluster of 2 along M) compute vertically adjacent tiles, which share B: each
-//     CTA loads its own A and one half of B, multicast into both CTAs' rings. That cuts what the
-//     SMs read from L2 per stage from 32 to 24 KiB; at fp8 rates L2 bandwidth, not the tensor cores,
-//     is what 128 x 128 tiles run out of first. A stage is free again only when the consumers of
-//     both CTAs have released it, so each consumer arrives on both CTAs' "empty" barriers.
-//   * Output tiles (or pairs of them) are walked in a grouped order (8 tile-rows at a time) so the A
+//   * Clusters of CTAs compute adjacent tiles and share their operands through TMA multicast: along M
+//     (CLUSTER_M = 2) two CTAs share a B tile, along N (CLUSTER_N = 2) an A tile, and each loads one
+//     half of every shared tile into both rings. At fp8 rates the SMs' reads from L2, not the tensor
+//     cores, are what 128 x 128 tiles run out of first (ncu on the H200: L2 at 75 % of its peak even
+//     with B shared), and sharing B alone cuts them from 32 to 24 KiB per stage. A stage is free
+//     again only when the consumers of every CTA it receives data from have released it, so each
+//     consumer arrives on its own and its partners' "empty" barriers (with CTA-scope release: a
+//     cluster-scope one costs a GPU-wide memory barrier per stage).
+//   * Output tiles (clusters of them) are walked in a grouped order (8 tile-rows at a time) so the A
 //     and B panels the 132 CTAs use at one moment stay in L2. The producer runs ahead into the next
 //     tile while the consumers write the current one, so the epilogue overlaps the next tile's loads.
 //   * Remainders: K is a multiple of 128 and N of 64 (task rules). Rows of A past M and rows of B
-//     past N are zero-filled by TMA, and the epilogue stores only rows < M and columns < N. A
-//     consumer whose 64 rows lie wholly past M (decode batches, the odd tile-row of a pair) only
-//     releases stages; when there is only one tile-row, CTAs are not paired.
+//     past N are zero-filled by TMA (whole boxes too), and the epilogue stores only rows < M and
+//     columns < N. A consumer whose 64 rows lie wholly past M (decode batches, a cluster's tile past
+//     the edge) only releases stages; a dimension with a single tile is not shared.
 #include "ptx_wrappers.cuh"
 #include <cuda_fp8.h>
 
 namespace {
 
 constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
-constexpr int BN = 128;                    // tile columns (one wgmma N)
+constexpr int BN = 128;                    // tile columns (one wgmma N): 128, 144 or 192
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
 constexpr int STAGES = 6;
+constexpr int PRODUCER_REGS = 40;         // setmaxnreg split of the 64K registers
+constexpr int CONSUMER_REGS = 232;
 constexpr int THREADS = 384;
 constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 reuse (even: pairs)
-constexpr int CLUSTER_M = 2;               // CTAs sharing B through multicast (1: no clusters)
+constexpr int CLUSTER_M = 2;               // CTAs along M sharing B tiles through multicast (1 or 2)
+constexpr int CLUSTER_N = 1;               // CTAs along N sharing A tiles through multicast (1 or 2)
 constexpr bool DEFER_PROMOTION = true;     // add stage k-1's partial while stage k's wgmmas run
 constexpr uint32_t A_BYTES = BM * BK;      // 16 KiB
 constexpr uint32_t B_BYTES = BN * BK;      // 16 KiB
-static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "CTAs are paired or not");
-static_assert(GROUP_M % CLUSTER_M == 0, "a group holds whole pairs of tile-rows");
+static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 each way");
+static_assert(BN == 128 || BN == 144 || BN == 192, "a wgmma width made below");
+static_assert(BN / 2 % 8 == 0, "each CTA's share of B is whole 1024-byte swizzle atoms");
+static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "the register file");
+constexpr int ACC = BN / 2;               // fp32 accumulators per consumer thread in one set
+static_assert(GROUP_M % 2 == 0, "a group holds whole pairs of tile-rows");
+
+// A cluster of cm x cn CTAs computes cm x cn adjacent tiles. CTA rank r sits at (r % cm, r / cm);
+// the CTAs of one tile-row share its A tile, those of one tile-column its B tile, and each loads
+// one half of each shared tile, multicast to its partner.
+struct Cluster {
+  int cm, cn;
+  uint32_t rank;
+  int rm, rn;
+  __device__ __forceinline__ uint32_t a_partner() const { return rank ^ static_cast<uint32_t>(cm); }  // same rm
+  __device__ __forceinline__ uint32_t b_partner() const { return rank ^ 1u; }                          // same rn
+};
 
 struct Shared {
   __nv_fp8_e4m3 a[STAGES][BM * BK];  // each tile 1024-byte aligned (sizes are multiples of 1024)
-  __nv_fp8_e4m3 b[STAGES][BN * BK];  // with pairs, rows [64r, 64r + 64) come from CTA r's multicast
+  __nv_fp8_e4m3 b[STAGES][BN * BK];  // shared tiles: each half from one CTA's multicast
   uint64_t full[STAGES];
   uint64_t empty[STAGES];
 };
 constexpr size_t SMEM_BYTES = sizeof(Shared) + 1024;  // slack to align the base to 1024 bytes
 
-// Work unit `u` in grouped order: GROUP_M tile-rows (GROUP_M / pair units) advance together across
-// all tile-columns. A unit is `pair` vertically adjacent tiles of one tile-column.
-__device__ __forceinline__ void unit_coords(int u, int units_m, int tiles_n, int pair, int& um, int& tn) {
-  const int group_units = GROUP_M / pair;
-  const int per_group = group_units * tiles_n;
+// The header has the n128 and n256 forms; the tile widths in between are made here (same operands,
+// BN / 2 accumulators per thread).
+#define PTXW_ACC8(d, i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+[[maybe_unused]] __device__ __forceinline__ void wgmma_m64n144k32_e4m3(float (&d)[72], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71}, "
+      "%72, %73, p, 1, 1;\n}\n"
+      : PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24),
+        PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56),
+        PTXW_ACC8(d, 64)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
+[[maybe_unused]] __device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+      "%96, %97, p, 1, 1;\n}\n"
+      : PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24),
+        PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56),
+        PTXW_ACC8(d, 64), PTXW_ACC8(d, 72), PTXW_ACC8(d, 80), PTXW_ACC8(d, 88)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+#undef PTXW_ACC8
+
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  if constexpr (N == 128) ptx::wgmma_m64n128k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 144) wgmma_m64n144k32_e4m3(d, a_desc, b_desc, scale_d);
+  else wgmma_m64n192k32_e4m3(d, a_desc, b_desc, scale_d);
+}
+
+// Work unit `u` in grouped order: GROUP_M tile-rows (GROUP_M / cm unit-rows) advance together
+// across all unit-columns. A unit is the cluster's cm x cn tiles.
+__device__ __forceinline__ void unit_coords(int u, int units_m, int units_n, int cm, int& um, int& un) {
+  const int group_units = GROUP_M / cm;
+  const int per_group = group_units * units_n;
   const int group = u / per_group;
   const int first = group * group_units;
   const int rows = min(units_m - first, group_units);
   const int r = u - group * per_group;
   um = first + r % rows;
-  tn = r / rows;
+  un = r / rows;
 }
 
 // One stage's wgmmas for this consumer's 64 rows, into `partial` (overwritten), committed as a group.
-__device__ __forceinline__ void issue_stage(float (&partial)[64], const Shared& s, int stage, int half) {
+__device__ __forceinline__ void issue_stage(float (&partial)[ACC], const Shared& s, int stage, int half) {
   const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[stage] + half * 64 * BK);
   const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[stage]);
   ptx::wgmma_fence();  // the partial's registers were read by the last add
 #pragma unroll
   for (int kk = 0; kk < BK / 32; ++kk)  // +32 bytes along K = +2 in the descriptor's address
-    ptx::wgmma_m64n128k32_e4m3(partial, a_desc + 2 * kk, b_desc + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_e4m3<BN>(partial, a_desc + 2 * kk, b_desc + 2 * kk, kk > 0 ? 1 : 0);
   ptx::wgmma_commit();
 }
 
-// Frees `stage` in every CTA of the pair (their producers multicast into each other's rings).
-__device__ __forceinline__ void release(Shared& s, int stage, int pair, uint32_t rank) {
+// Frees `stage` here and in the partners whose producers multicast into this CTA's ring.
+__device__ __forceinline__ void release(Shared& s, int stage, const Cluster& c) {
   ptx::mbar_arrive(&s.empty[stage]);
-  if (pair == 2) ptx::mbar_arrive_cluster_stage(&s.empty[stage], rank ^ 1);
+  if (c.cn == 2) ptx::mbar_arrive_cluster_stage(&s.empty[stage], c.a_partner());
+  if (c.cm == 2) ptx::mbar_arrive_cluster_stage(&s.empty[stage], c.b_partner());
 }
 
 // `partial` (its wgmmas done) into the running sum, in true fp32.
-__device__ __forceinline__ void promote(float (&acc)[64], float (&partial)[64]) {
+__device__ __forceinline__ void promote(float (&acc)[ACC], float (&partial)[ACC]) {
   ptx::wgmma_fence_acc(partial);
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] += partial[i];
+  for (int i = 0; i < ACC; ++i) acc[i] += partial[i];
 }
 
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                const float* __restrict__ scale_a, const float* __restrict__ scale_b,
-               __nv_bfloat16* __restrict__ C, int M, int N, int K) {
+               __nv_bfloat16* __restrict__ C, int M, int N, int K, int cm, int cn) {
   extern __shared__ uint8_t smem_raw[];
   Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
-  const int pair = static_cast<int>(ptx::cluster_nctarank());  // 1 or 2, chosen by the launch
-  const uint32_t rank = ptx::cluster_ctarank();
-  const int tiles_m = (M + BM - 1) / BM;
-  const int units_m = (tiles_m + pair - 1) / pair;
-  const int tiles_n = (N + BN - 1) / BN;
-  const int units = units_m * tiles_n;
-  const int first_unit = static_cast<int>(blockIdx.x) / pair;
-  const int unit_stride = static_cast<int>(gridDim.x) / pair;
+  const uint32_t rank = ptx::cluster_ctarank();  // the launch's cluster has cm x cn CTAs
+  const Cluster c{cm, cn, rank, static_cast<int>(rank) % cm, static_cast<int>(rank) / cm};
+  const int size = cm * cn;
+  const int units_m = ((M + BM - 1) / BM + cm - 1) / cm;
+  const int units_n = ((N + BN - 1) / BN + cn - 1) / cn;
+  const int units = units_m * units_n;
+  const int first_unit = static_cast<int>(blockIdx.x) / size;
+  const int unit_stride = static_cast<int>(gridDim.x) / size;
   const int k_steps = K / BK;
   const uint32_t warpgroup = ptx::warpgroup_idx();
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < STAGES; ++i) {
-      ptx::mbar_init(&s.full[i], 1);          // the producer's arrive (plus the TMA bytes of both CTAs)
-      ptx::mbar_init(&s.empty[i], 2 * pair);  // one arrive per consumer warpgroup of the pair
+      ptx::mbar_init(&s.full[i], 1);  // the producer's arrive (plus the TMA bytes, from partners too)
+      ptx::mbar_init(&s.empty[i], 2 * (1 + (cm == 2) + (cn == 2)));  // each consumer here and in the partners
     }
     ptx::mbar_fence_init();
   }
-  if (pair == 2) ptx::cluster_sync();  // the peer's barriers exist before anything lands on them
+  if (size > 1) ptx::cluster_sync();  // the partners' barriers exist before anything lands on them
   else __syncthreads();
 
   if (warpgroup == 0) {
-    ptx::setmaxnreg_dec<40>();
+    ptx::setmaxnreg_dec<PRODUCER_REGS>();
     if (threadIdx.x == 0) {
       ptx::tma_prefetch_map(&map_a);
       ptx::tma_prefetch_map(&map_b);
-      const int b_rows = BN / pair;  // the rows of B this CTA loads for both
+      // Shared tiles: this CTA loads the half given by its place along the other dimension.
+      const int a_rows = BM / cn, a_first = c.rn * a_rows;
+      const int b_rows = BN / cm, b_first = c.rm * b_rows;
+      const uint16_t a_mask = static_cast<uint16_t>((1u << rank) | (1u << c.a_partner()));
+      const uint16_t b_mask = static_cast<uint16_t>((1u << rank) | (1u << c.b_partner()));
       int stage = 0;
       uint32_t phase = 0;
       for (int u = first_unit; u < units; u += unit_stride) {
-        int um, tn;
-        unit_coords(u, units_m, tiles_n, pair, um, tn);
-        const int tm = um * pair + static_cast<int>(rank);
+        int um, un;
+        unit_coords(u, units_m, units_n, cm, um, un);
+        const int tm = um * cm + c.rm, tn = un * cn + c.rn;
         for (int k = 0; k < k_steps; ++k) {
           ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
           ptx::mbar_arrive_expect_tx(&s.full[stage], A_BYTES + B_BYTES);
-          ptx::tma_load_2d(s.a[stage], &map_a, &s.full[stage], k * BK, tm * BM);
-          if (pair == 1)
-            ptx::tma_load_2d(s.b[stage], &map_b, &s.full[stage], k * BK, tn * BN);
-          else
-            ptx::tma_load_2d_multicast(s.b[stage] + rank * b_rows * BK, &map_b, &s.full[stage], k * BK,
-                                       tn * BN + static_cast<int>(rank) * b_rows, 0b11);
+          uint8_t* a = reinterpret_cast<uint8_t*>(s.a[stage]) + a_first * BK;
+          uint8_t* b = reinterpret_cast<uint8_t*>(s.b[stage]) + b_first * BK;
+          if (cn == 1) ptx::tma_load_2d(a, &map_a, &s.full[stage], k * BK, tm * BM);
+          else ptx::tma_load_2d_multicast(a, &map_a, &s.full[stage], k * BK, tm * BM + a_first, a_mask);
+          if (cm == 1) ptx::tma_load_2d(b, &map_b, &s.full[stage], k * BK, tn * BN);
+          else ptx::tma_load_2d_multicast(b, &map_b, &s.full[stage], k * BK, tn * BN + b_first, b_mask);
           if (++stage == STAGES) { stage = 0; phase ^= 1; }
         }
       }
     }
   } else {
-    ptx::setmaxnreg_inc<232>();
+    ptx::setmaxnreg_inc<CONSUMER_REGS>();
     const float scale = __ldg(scale_a) * __ldg(scale_b);
     const int half = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
     const bool signals = threadIdx.x % 128 == 0;       // one thread per warpgroup releases stages
-    float acc[64];  // the running sum, in true fp32
-    float pa[64];   // stage partials from the tensor cores, alternating
-    float pb[64];
+    float acc[ACC];  // the running sum, in true fp32
+    float pa[ACC];   // stage partials from the tensor cores, alternating
+    float pb[ACC];
     int stage = 0;
     uint32_t phase = 0;
     auto next = [&]() {
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
     };
     for (int u = first_unit; u < units; u += unit_stride) {
-      int um, tn;
-      unit_coords(u, units_m, tiles_n, pair, um, tn);
-      const int row0 = (um * pair + static_cast<int>(rank)) * BM + half * 64;
-      if (row0 >= M) {  // nothing to compute: hand each stage straight back
+      int um, un;
+      unit_coords(u, units_m, units_n, cm, um, un);
+      const int tn = un * cn + c.rn;
+      const int row0 = (um * cm + c.rm) * BM + half * 64;
+      if (row0 >= M || tn * BN >= N) {  // nothing to compute: hand each stage straight back
         for (int k = 0; k < k_steps; ++k) {
           ptx::mbar_wait(&s.full[stage], phase);
-          if (signals) release(s, stage, pair, rank);
+          if (signals) release(s, stage, c);
           next();
         }
         continue;
       }
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+      for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
       if constexpr (DEFER_PROMOTION) {
         // pa and pb alternate; the last issued is pa at the top of each loop pass.
         ptx::mbar_wait(&s.full[stage], phase);
@@ -186,14 +260,14 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
           ptx::mbar_wait(&s.full[stage], phase);
           issue_stage(pb, s, stage, half);
           ptx::wgmma_wait<1>();  // pa's stage is done
-          if (signals) release(s, previous, pair, rank);
+          if (signals) release(s, previous, c);
           promote(acc, pa);
           previous = stage;
           next();
           ptx::mbar_wait(&s.full[stage], phase);
           issue_stage(pa, s, stage, half);
           ptx::wgmma_wait<1>();  // pb's stage is done
-          if (signals) release(s, previous, pair, rank);
+          if (signals) release(s, previous, c);
           promote(acc, pb);
           previous = stage;
           next();
@@ -202,16 +276,16 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
           ptx::mbar_wait(&s.full[stage], phase);
           issue_stage(pb, s, stage, half);
           ptx::wgmma_wait<1>();
-          if (signals) release(s, previous, pair, rank);
+          if (signals) release(s, previous, c);
           promote(acc, pa);
           previous = stage;
           next();
           ptx::wgmma_wait<0>();
-          if (signals) release(s, previous, pair, rank);
+          if (signals) release(s, previous, c);
           promote(acc, pb);
         } else {
           ptx::wgmma_wait<0>();
-          if (signals) release(s, previous, pair, rank);
+          if (signals) release(s, previous, c);
           promote(acc, pa);
         }
       } else {
@@ -219,7 +293,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
           ptx::mbar_wait(&s.full[stage], phase);
           issue_stage(pa, s, stage, half);
           ptx::wgmma_wait<0>();
-          if (signals) release(s, stage, pair, rank);
+          if (signals) release(s, stage, c);
           promote(acc, pa);
           next();
         }
@@ -228,7 +302,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
       // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2.
       const int col0 = tn * BN;
 #pragma unroll
-      for (int i = 0; i < 64; i += 2) {
+      for (int i = 0; i < ACC; i += 2) {
         const int row = row0 + ptx::wgmma_acc_row(i);
         const int col = col0 + ptx::wgmma_acc_col(i);
         if (row < M && col < N)
@@ -237,15 +311,18 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
       }
     }
   }
-  // No CTA of a pair exits while its peer may still arrive on its barriers.
-  if (pair == 2) {
+  // No CTA exits while a partner may still arrive on its barriers.
+  if (size > 1) {
     __syncwarp();  // the cluster barrier is .aligned: the producer's warp must be converged
     ptx::cluster_sync();
   }
 }
 
-// The cluster shape: pairs of tile-rows when there are at least two of them and pairing is on.
-int choose_pair(int64_t M) { return CLUSTER_M == 2 && M > BM ? 2 : 1; }
+// The cluster shape: pairs along a dimension that has at least two tiles.
+void choose_cluster(int64_t M, int64_t N, int& cm, int& cn) {
+  cm = CLUSTER_M == 2 && M > BM ? 2 : 1;
+  cn = CLUSTER_N == 2 && N > BN ? 2 : 1;
+}
 
 }  // namespace
 
@@ -263,12 +340,13 @@ extern "C" int gemm_fp8(
   if (K <= 0) return static_cast<int>(cudaMemsetAsync(C, 0, static_cast<size_t>(M) * N * sizeof(__nv_bfloat16), stream));
   if (K % BK != 0 || N % 64 != 0 || M > INT32_MAX / 2 || N > INT32_MAX / 2) return static_cast<int>(cudaErrorInvalidValue);
 
-  const int pair = choose_pair(M);
+  int cm, cn;
+  choose_cluster(M, N, cm, cn);
   CUtensorMap map_a, map_b;
-  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, A, M, K, K, BM, BK,
+  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, A, M, K, K, BM / cn, BK,
                                          CU_TENSOR_MAP_SWIZZLE_128B);
   if (err != cudaSuccess) return static_cast<int>(err);
-  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, B, N, K, K, BN / pair, BK,
+  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, B, N, K, K, BN / cm, BK,
                              CU_TENSOR_MAP_SWIZZLE_128B);
   if (err != cudaSuccess) return static_cast<int>(err);
 
@@ -284,20 +362,26 @@ extern "C" int gemm_fp8(
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(pair);
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(cm * cn);
   attribute[0].val.clusterDim.y = 1;
   attribute[0].val.clusterDim.z = 1;
   config.attrs = attribute;
   config.numAttrs = 1;
 
-  // Persistent: one CTA per SM (pairs sit on pairs of SMs of one GPC, which H100/H200 GPCs have).
-  int sms = 0;
-  if ((err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess)
-    return static_cast<int>(err);
-  const int64_t units = ((M + BM * pair - 1) / (BM * pair)) * ((N + BN - 1) / BN);
-  const int64_t slots = sms / pair;
-  config.gridDim = dim3(static_cast<unsigned>((units < slots ? units : slots) * pair), 1, 1);
+  // Persistent: as many clusters as fit at once (a GPC's SMs need not divide into them evenly), asked
+  // of the driver once per device and cluster size.
+  static int resident[4][128] = {};
+  if (device < 0 || device >= 128) return static_cast<int>(cudaErrorInvalidDevice);
+  int& fit = resident[cm * cn - 1][device];
+  if (fit == 0) {
+    config.gridDim = dim3(static_cast<unsigned>(cm * cn), 1, 1);
+    if ((err = cudaOccupancyMaxActiveClusters(&fit, gemm_fp8_sm90a, &config)) != cudaSuccess)
+      return static_cast<int>(err);
+    if (fit <= 0) return static_cast<int>(cudaErrorLaunchOutOfResources);
+  }
+  const int64_t units = ((M + BM * cm - 1) / (BM * cm)) * ((N + BN * cn - 1) / (BN * cn));
+  config.gridDim = dim3(static_cast<unsigned>((units < fit ? units : fit) * cm * cn), 1, 1);
   err = cudaLaunchKernelEx(&config, gemm_fp8_sm90a, map_a, map_b, scale_a, scale_b, C, static_cast<int>(M),
-                           static_cast<int>(N), static_cast<int>(K));
+                           static_cast<int>(N), static_cast<int>(K), cm, cn);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
