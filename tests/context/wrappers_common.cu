@@ -55,7 +55,8 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
   // Distributed shared memory: read the peer's vector, write ours into its copy, then tell its barrier.
   const uint32_t peer = rank ^ 1;
   const uint32_t remote = ptx::map_to_rank(&v[threadIdx.x], peer);
-  const float theirs = ptx::ld_shared_cluster_f32(remote);
+  const float theirs = ptx::ld_shared_cluster_f32(remote) +
+                       ptx::ld_shared_cluster_f32x2(ptx::map_to_rank(&v[threadIdx.x & ~1u], peer)).y;
   ptx::cluster_sync();
   ptx::st_shared_cluster_f32(remote, theirs + v[threadIdx.x]);
   if (threadIdx.x == 0) ptx::mbar_arrive_cluster(&bar[1], peer);

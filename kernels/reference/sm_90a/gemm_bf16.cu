@@ -331,12 +331,6 @@ __device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b) {
 }
 __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b) { ptx::wgmma_m64n64k16_bf16(d, a, b, 1); }
 
-__device__ __forceinline__ float2 ld_shared_cluster_f32x2(uint32_t remote) {
-  float2 v;
-  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
-  return v;
-}
-
 // Grid: S x (N / 64) CTAs in clusters of S along x; CTA rank r takes K blocks [r kb / S, (r+1) kb / S).
 template <int MT>
 __global__ void __launch_bounds__(THREADS, CTAS_PER_SM)
@@ -423,7 +417,7 @@ gemm_bf16_decode_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_c
       const float* own = partial + m * LD + n;
       float2 sum = make_float2(0.0f, 0.0f);
       for (int peer = 0; peer < split; ++peer) {  // fixed order: the result does not depend on timing
-        const float2 v = ld_shared_cluster_f32x2(ptx::map_to_rank(own, static_cast<uint32_t>(peer)));
+        const float2 v = ptx::ld_shared_cluster_f32x2(ptx::map_to_rank(own, static_cast<uint32_t>(peer)));
         sum.x += v.x;
         sum.y += v.y;
       }

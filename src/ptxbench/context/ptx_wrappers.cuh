@@ -253,6 +253,13 @@ __device__ __forceinline__ float ld_shared_cluster_f32(uint32_t remote) {
   return v;
 }
 
+// Two adjacent floats (8-byte aligned) in one access.
+__device__ __forceinline__ float2 ld_shared_cluster_f32x2(uint32_t remote) {
+  float2 v;
+  asm volatile("ld.shared::cluster.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(remote) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void st_shared_cluster_f32(uint32_t remote, float v) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"(v) : "memory");
 }
