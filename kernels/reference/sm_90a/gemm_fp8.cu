@@ -250,43 +250,36 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
 #pragma unroll
       for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
       if constexpr (DEFER_PROMOTION) {
-        // pa and pb alternate; the last issued is pa at the top of each loop pass.
+        int previous = 0;  // the stage whose wgmmas write the partial to be added next
+        // Issue the next stage into `into`, then retire the previous one, whose partial is in `from`.
+        auto overlap = [&](float (&into)[ACC], float (&from)[ACC]) {
+          ptx::mbar_wait(&s.full[stage], phase);
+          issue_stage(into, s, stage, half);
+          ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done
+          if (signals) release(s, previous, c);
+          promote(acc, from);
+          previous = stage;
+          next();
+        };
+        auto drain = [&](float (&from)[ACC]) {
+          ptx::wgmma_wait<0>();
+          if (signals) release(s, previous, c);
+          promote(acc, from);
+        };
         ptx::mbar_wait(&s.full[stage], phase);
         issue_stage(pa, s, stage, half);
-        int previous = stage;
+        previous = stage;
         next();
         int k = 1;
-        for (; k + 1 < k_steps; k += 2) {
-          ptx::mbar_wait(&s.full[stage], phase);
-          issue_stage(pb, s, stage, half);
-          ptx::wgmma_wait<1>();  // pa's stage is done
-          if (signals) release(s, previous, c);
-          promote(acc, pa);
-          previous = stage;
-          next();
-          ptx::mbar_wait(&s.full[stage], phase);
-          issue_stage(pa, s, stage, half);
-          ptx::wgmma_wait<1>();  // pb's stage is done
-          if (signals) release(s, previous, c);
-          promote(acc, pb);
-          previous = stage;
-          next();
+        for (; k + 1 < k_steps; k += 2) {  // pa and pb alternate: pa is the last issued here
+          overlap(pb, pa);
+          overlap(pa, pb);
         }
-        if (k < k_steps) {  // one stage left: into pb, then both drain
-          ptx::mbar_wait(&s.full[stage], phase);
-          issue_stage(pb, s, stage, half);
-          ptx::wgmma_wait<1>();
-          if (signals) release(s, previous, c);
-          promote(acc, pa);
-          previous = stage;
-          next();
-          ptx::wgmma_wait<0>();
-          if (signals) release(s, previous, c);
-          promote(acc, pb);
+        if (k < k_steps) {  // one stage left
+          overlap(pb, pa);
+          drain(pb);
         } else {
-          ptx::wgmma_wait<0>();
-          if (signals) release(s, previous, c);
-          promote(acc, pa);
+          drain(pa);
         }
       } else {
         for (int k = 0; k < k_steps; ++k) {
