@@ -40,38 +40,38 @@ def test_reference_passes_with_its_features_executed(evaluator, path) -> None:  
         assert all(share is not None and share >= 0.95 for share in shares), shares
 
 
-def test_bf16_reference_is_right_on_small_batches_beyond_the_tasks_workloads(evaluator) -> None:  # type: ignore[no-untyped-def]
-    """The decode path (M <= 64: split-K clusters, operands swapped so M is wgmma's N) on every tile
-    height it has (8, 16, 32, 64 rows, and M just past each), one K block, and splits of 1 to 8."""
+def gemm_on_shapes(task_id: str, shapes: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
+    """The GEMM task with its workloads replaced by (M, N, K) shapes: the first timed, the last held out."""
     from ptxbench.tasks.model import Role, Workload
 
-    task = get_task("gemm_bf16")
-    shapes = [(1, 64, 64), (7, 192, 128), (9, 4096, 14336), (16, 6144, 4096), (17, 11008, 4096),
-              (32, 128, 4096), (33, 5120, 3584), (64, 4096, 4096)]
+    task = get_task(task_id)
     roles = [Role.TIMED] + [Role.VISIBLE] * (len(shapes) - 2) + [Role.HELDOUT]
     workloads = [Workload(name=f"m{m}-n{n}-k{k}", role=role, sizes={"M": m, "N": n, "K": k})
                  for role, (m, n, k) in zip(roles, shapes)]
-    variant = task.model_validate({**task.model_dump(), "workloads": [w.model_dump() for w in workloads]})
-    evaluation = evaluator.evaluate(variant, Arch.SM_90A, read_candidate(REFERENCE / "gemm_bf16.cu"), "gemm_bf16.cu")
-    print(f"DECODE SHAPES: {evaluation.status} {evaluation.message}")
+    return task.model_validate({**task.model_dump(), "workloads": [w.model_dump() for w in workloads]})
+
+
+def assert_reference_passes_on(evaluator, task_id: str,  # type: ignore[no-untyped-def]
+                               shapes: list[tuple[int, int, int]]) -> None:
+    evaluation = evaluator.evaluate(gemm_on_shapes(task_id, shapes), Arch.SM_90A,
+                                    read_candidate(REFERENCE / f"{task_id}.cu"), f"{task_id}.cu")
+    print(f"{task_id} on {len(shapes)} extra shapes: {evaluation.status} {evaluation.message}")
     assert evaluation.status is Status.PASSED, evaluation.message
     assert len({t.workload for t in evaluation.trials}) == len(shapes)
+
+
+def test_bf16_reference_is_right_on_small_batches_beyond_the_tasks_workloads(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """The decode path (M <= 64: split-K clusters, operands swapped so M is wgmma's N) on every tile
+    height it has (8, 16, 32, 64 rows, and M just past each), one K block, and splits of 1 to 8."""
+    assert_reference_passes_on(evaluator, "gemm_bf16", [
+        (1, 64, 64), (7, 192, 128), (9, 4096, 14336), (16, 6144, 4096), (17, 11008, 4096), (32, 128, 4096),
+        (33, 5120, 3584), (64, 4096, 4096)])
 
 
 def test_fp8_reference_is_right_on_edges_of_its_tiles_and_pairs(evaluator) -> None:  # type: ignore[no-untyped-def]
     """The fp8 kernel pairs CTAs along M (B multicast) and defers each stage's promotion by one stage:
     one and two tile-rows, an odd count (the last pair's second tile wholly past M), a tile-column
     half past N (the second CTA's half of B wholly out of bounds), and 1, 2 and 3 K stages."""
-    from ptxbench.tasks.model import Role, Workload
-
-    task = get_task("gemm_fp8")
-    shapes = [(304, 192, 384), (16, 64, 128), (128, 64, 256), (144, 128, 384), (256, 320, 256),
-              (2000, 4160, 1152), (64, 192, 128)]
-    roles = [Role.TIMED] + [Role.VISIBLE] * (len(shapes) - 2) + [Role.HELDOUT]
-    workloads = [Workload(name=f"m{m}-n{n}-k{k}", role=role, sizes={"M": m, "N": n, "K": k})
-                 for role, (m, n, k) in zip(roles, shapes)]
-    variant = task.model_validate({**task.model_dump(), "workloads": [w.model_dump() for w in workloads]})
-    evaluation = evaluator.evaluate(variant, Arch.SM_90A, read_candidate(REFERENCE / "gemm_fp8.cu"), "gemm_fp8.cu")
-    print(f"FP8 EDGE SHAPES: {evaluation.status} {evaluation.message}")
-    assert evaluation.status is Status.PASSED, evaluation.message
-    assert len({t.workload for t in evaluation.trials}) == len(shapes)
+    assert_reference_passes_on(evaluator, "gemm_fp8", [
+        (304, 192, 384), (16, 64, 128), (128, 64, 256), (144, 128, 384), (256, 320, 256), (2000, 4160, 1152),
+        (64, 192, 128)])
