@@ -51,6 +51,8 @@ constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 r
 constexpr int CLUSTER_M = 2;               // CTAs along M sharing B tiles through multicast (1 or 2)
 constexpr int CLUSTER_N = 1;               // CTAs along N sharing A tiles through multicast (1 or 2)
 constexpr bool DEFER_PROMOTION = true;     // add stage k-1's partial while stage k's wgmmas run
+constexpr int PROMOTE_EVERY = 1;           // stages (of 128 K) per partial sum (deferred promotion only); 2
+                                           // halves the adds, if the fp8 accumulation stays in tolerance
 constexpr uint32_t A_BYTES = BM * BK;      // 16 KiB
 constexpr uint32_t B_BYTES = BN * BK;      // 16 KiB
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 each way");
@@ -59,6 +61,7 @@ static_assert(BN / 2 % 8 == 0, "each CTA's share of B is whole 1024-byte swizzle
 static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "the register file");
 constexpr int ACC = BN / 2;               // fp32 accumulators per consumer thread in one set
 static_assert(GROUP_M % 2 == 0, "a group holds whole pairs of tile-rows");
+static_assert(PROMOTE_EVERY >= 1 && (PROMOTE_EVERY == 1 || DEFER_PROMOTION), "promotion every 1, or more if deferred");
 
 // A cluster of cm x cn CTAs computes cm x cn adjacent tiles. CTA rank r sits at (r % cm, r / cm);
 // the CTAs of one tile-row share its A tile, those of one tile-column its B tile, and each loads
@@ -139,14 +142,16 @@ __device__ __forceinline__ void unit_coords(int u, int units_m, int units_n, int
   un = r / rows;
 }
 
-// One stage's wgmmas for this consumer's 64 rows, into `partial` (overwritten), committed as a group.
-__device__ __forceinline__ void issue_stage(float (&partial)[ACC], const Shared& s, int stage, int half) {
+// One stage's wgmmas for this consumer's 64 rows, into `partial` (overwritten, or added to when
+// `accumulate`), committed as a group.
+__device__ __forceinline__ void issue_stage(float (&partial)[ACC], const Shared& s, int stage, int half,
+                                            bool accumulate = false) {
   const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[stage] + half * 64 * BK);
   const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[stage]);
   ptx::wgmma_fence();  // the partial's registers were read by the last add
 #pragma unroll
   for (int kk = 0; kk < BK / 32; ++kk)  // +32 bytes along K = +2 in the descriptor's address
-    wgmma_e4m3<BN>(partial, a_desc + 2 * kk, b_desc + 2 * kk, kk > 0 ? 1 : 0);
+    wgmma_e4m3<BN>(partial, a_desc + 2 * kk, b_desc + 2 * kk, (kk > 0 || accumulate) ? 1 : 0);
   ptx::wgmma_commit();
 }
 
@@ -271,15 +276,38 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         previous = stage;
         next();
         int k = 1;
-        for (; k + 1 < k_steps; k += 2) {  // pa and pb alternate: pa is the last issued here
-          overlap(pb, pa);
-          overlap(pa, pb);
-        }
-        if (k < k_steps) {  // one stage left
-          overlap(pb, pa);
-          drain(pb);
+        if constexpr (PROMOTE_EVERY == 1) {
+          for (; k + 1 < k_steps; k += 2) {  // pa and pb alternate: pa is the last issued here
+            overlap(pb, pa);
+            overlap(pa, pb);
+          }
+          if (k < k_steps) {  // one stage left
+            overlap(pb, pa);
+            drain(pb);
+          } else {
+            drain(pa);
+          }
         } else {
-          drain(pa);
+          // PROMOTE_EVERY stages add into one partial set before the sets switch; the stage before
+          // is retired (its ring slot released) after every issue, its set promoted only at a switch.
+          auto keep = [&](float (&into)[ACC]) {
+            ptx::mbar_wait(&s.full[stage], phase);
+            issue_stage(into, s, stage, half, true);
+            ptx::wgmma_wait<1>();
+            if (signals) release(s, previous, c);
+            previous = stage;
+            next();
+          };
+          for (;;) {
+            for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pa);
+            if (k == k_steps) { drain(pa); break; }
+            overlap(pb, pa);
+            ++k;
+            for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pb);
+            if (k == k_steps) { drain(pb); break; }
+            overlap(pa, pb);
+            ++k;
+          }
         }
       } else {
         for (int k = 0; k < k_steps; ++k) {
