@@ -22,12 +22,12 @@
 //   * setmaxnreg moves registers from the producer (40) to the consumers (232) for those sets.
 //   * Clusters of CTAs compute adjacent tiles and share their operands through TMA multicast: along M
 //     (CLUSTER_M = 2) two CTAs share a B tile, along N (CLUSTER_N = 2) an A tile, and each loads one
-//     half of every shared tile into both rings. At fp8 rates the SMs' reads from L2, not the tensor
-//     cores, are what 128 x 128 tiles run out of first (ncu on the H200: L2 at 75 % of its peak even
-//     with B shared), and sharing B alone cuts them from 32 to 24 KiB per stage. A stage is free
-//     again only when the consumers of every CTA it receives data from have released it, so each
-//     consumer arrives on its own and its partners' "empty" barriers (with CTA-scope release: a
-//     cluster-scope one costs a GPU-wide memory barrier per stage).
+//     half of every shared tile into both rings. Sharing B cuts the SMs' reads from L2 from 32 to 24
+//     KiB per stage and made the kernel ~5 % faster on the H200; sharing A as well (2 x 2) was 3-10 %
+//     slower, so the default is 2 x 1 (kernel_variants_h200.md). A stage is free again only when the
+//     consumers of every CTA it receives data from have released it, so each consumer arrives on its
+//     own and its partners' "empty" barriers (with CTA-scope release: a cluster-scope one costs a
+//     GPU-wide memory barrier per stage).
 //   * Output tiles (clusters of them) are walked in a grouped order (8 tile-rows at a time) so the A
 //     and B panels the 132 CTAs use at one moment stay in L2. The producer runs ahead into the next
 //     tile while the consumers write the current one, so the epilogue overlaps the next tile's loads.
@@ -44,7 +44,7 @@ constexpr int BM = 128;                    // tile rows (two consumer warpgroups
 constexpr int BN = 128;                    // tile columns (one wgmma N): 128, 144 or 192
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
 constexpr int STAGES = 6;
-constexpr int PRODUCER_REGS = 40;         // setmaxnreg split of the 64K registers
+constexpr int PRODUCER_REGS = 40;          // setmaxnreg split of the 64K registers
 constexpr int CONSUMER_REGS = 232;
 constexpr int THREADS = 384;
 constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 reuse (even: pairs)
@@ -59,7 +59,7 @@ static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N
 static_assert(BN == 128 || BN == 144 || BN == 192, "a wgmma width made below");
 static_assert(BN / 2 % 8 == 0, "each CTA's share of B is whole 1024-byte swizzle atoms");
 static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "the register file");
-constexpr int ACC = BN / 2;               // fp32 accumulators per consumer thread in one set
+constexpr int ACC = BN / 2;                // fp32 accumulators per consumer thread in one set
 static_assert(GROUP_M % 2 == 0, "a group holds whole pairs of tile-rows");
 static_assert(PROMOTE_EVERY >= 1 && (PROMOTE_EVERY == 1 || DEFER_PROMOTION), "promotion every 1, or more if deferred");
 
