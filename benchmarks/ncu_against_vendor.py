@@ -13,9 +13,7 @@ clock, and that is part of the comparison). Writes ncu_<task>_<workload>.{json,m
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
-import io
 import json
 import subprocess
 import sys
@@ -80,12 +78,9 @@ def vendor_program(task_id: str, sizes: dict[str, int], baseline: str) -> list[s
 
 def parse_raw_csv(text: str) -> list[dict]:
     """Each profiled kernel launch of ncu's raw CSV page: its name and {metric: [unit, value]}."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
-    if start is None:
-        raise ValueError("no ncu CSV table in the output (no line starting with \"ID\")")
-    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
-    header, units, body = rows[0], rows[1], rows[2:]
+    from ptxbench.evaluate.executed import ncu_csv_table
+
+    header, units, body = ncu_csv_table(text)
     launches = []
     for row in body:
         if len(row) != len(header):

@@ -55,14 +55,20 @@ def _number(text: str) -> float | None:
         return None
 
 
-def parse_ncu_csv(text: str) -> list[KernelProfile]:
-    """Kernel launches from ncu's raw CSV page; the program's own output before the table is skipped."""
+def ncu_csv_table(text: str) -> tuple[list[str], list[str], list[list[str]]]:
+    """ncu's raw CSV page as (metric names, units, one row per launch); the program's own output
+    before the table is skipped."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
         raise ValueError("no ncu CSV table in the output (no line starting with \"ID\")")
     rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
-    header, body = rows[0], rows[2:]  # rows[1] holds the units
+    return rows[0], rows[1] if len(rows) > 1 else [], rows[2:]
+
+
+def parse_ncu_csv(text: str) -> list[KernelProfile]:
+    """Kernel launches from ncu's raw CSV page (the per-opcode executed-instruction metric)."""
+    header, _, body = ncu_csv_table(text)
     column = {name: index for index, name in enumerate(header)}
     if OPCODE_METRIC not in column:
         raise ValueError(f"the ncu output lacks {OPCODE_METRIC}; profile with --metrics {','.join(NCU_METRICS)}")
