@@ -92,12 +92,9 @@ def parse_raw_csv(text: str) -> list[dict]:
 
 
 def _value(cell: list[str] | None) -> float | None:
-    if cell is None:
-        return None
-    try:
-        return float(cell[1].replace(",", ""))
-    except ValueError:
-        return None
+    from ptxbench.evaluate.executed import ncu_number
+
+    return None if cell is None else ncu_number(cell[1])
 
 
 def main_kernel(launches: list[dict]) -> dict:

@@ -47,7 +47,8 @@ class RequirementExecution(BaseModel):
     message: str
 
 
-def _number(text: str) -> float | None:
+def ncu_number(text: str) -> float | None:
+    """A value cell of ncu's CSV (thousands separated by commas); None when it is not a number (n/a)."""
     cleaned = text.replace(",", "").strip()
     try:
         return float(cleaned)
@@ -81,7 +82,7 @@ def parse_ncu_csv(text: str) -> list[KernelProfile]:
         profiles.append(KernelProfile(
             launch_id=int(row[column["ID"]]), name=row[column["Kernel Name"]],
             stream=row[column["Stream"]] if "Stream" in column else None,
-            duration_ns=_number(row[column[DURATION_METRIC]]) if DURATION_METRIC in column else None,
+            duration_ns=ncu_number(row[column[DURATION_METRIC]]) if DURATION_METRIC in column else None,
             executed=executed))
     return profiles
 
