@@ -113,7 +113,7 @@ def _markdown(result: dict) -> str:
 
 def main() -> None:
     from ptxbench.arch.registry import Arch
-    from ptxbench.evaluate.evaluator import EvalOptions
+    from ptxbench.evaluate.evaluator import DEFAULT_LANES, EvalOptions
     from ptxbench.evaluate.run import Candidate, evaluate_candidates
     from ptxbench.results.rundir import RunDir
     from ptxbench.tasks.loader import get_task
@@ -123,7 +123,7 @@ def main() -> None:
     parser.add_argument("--variant", action="append", default=[], help="name:CONST=expr[;CONST=expr]")
     parser.add_argument("--arch", default=Arch.SM_90A.value)
     parser.add_argument("--budget-ms", type=float, default=100.0, help="measured time per workload and side")
-    parser.add_argument("--lanes", type=int, default=2)
+    parser.add_argument("--lanes", type=int, default=DEFAULT_LANES)
     parser.add_argument("--no-copy", action="store_true", help="skip the same-size device copies")
     parser.add_argument("--out", type=Path, default=Path.cwd())
     args = parser.parse_args()
