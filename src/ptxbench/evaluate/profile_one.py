@@ -13,6 +13,7 @@ The plan (written by ``profiling.profiled_program``) lists the entry point's arg
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import json
 import os
@@ -34,9 +35,10 @@ def _device_buffer(driver: Any, size: int) -> ctypes.c_uint64:
     return pointer
 
 
+@functools.cache
 def _sibling(name: str) -> ModuleType:
     """A module of this folder that needs the standard library alone, loaded by its path (this program
-    imports nothing of ptxbench)."""
+    imports nothing of ptxbench), once."""
     spec = importlib.util.spec_from_file_location(f"ptxbench_{name}", Path(__file__).with_name(f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -71,8 +73,8 @@ def main(plan_path: str) -> int:
                 return _profile(plan, *(opened or _open(plan)))
             finally:  # still under the lock
                 processes.kill_descendants(os.getpid())
-    except RuntimeError as exc:  # cuda_driver.DriverError, of the module loaded by its path
-        if getattr(exc, "code", None) == _sibling("cuda_driver").CUDA_ERROR_OUT_OF_MEMORY:
+    except _sibling("cuda_driver").DriverError as exc:
+        if exc.code == _sibling("cuda_driver").CUDA_ERROR_OUT_OF_MEMORY:
             print(f"{OUT_OF_MEMORY_MARK} ({exc})", file=sys.stderr)
             return 3
         raise
