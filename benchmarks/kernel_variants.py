@@ -5,7 +5,9 @@ A variant overrides named compile-time constants of the file (``constexpr <type>
 each name matched exactly once, so a misspelt knob is an error rather than a silently unchanged
 variant). Every variant, and the file as it is, goes through the evaluator (correctness on every
 workload, the vendor library timed in the same process, interleaved; ncu off, one input set: this is
-for choosing, the reference benchmark is for reporting). For memory-bound tasks the script then times
+for choosing, the reference benchmark is for reporting). Each variant's worst error over its bound,
+per workload and over every trial (held-out workloads too), is reported beside its times: a knob that
+trades accuracy for speed shows how much of the tolerance it spends. For memory-bound tasks the script then times
 a plain device copy of each workload's bytes in the same way (L2 flushed, launch gated), since a
 copy of the same size, not the 1 GiB copy of the roofline, is what the kernel can be expected to
 approach on small workloads.
@@ -80,6 +82,40 @@ def same_bytes_copy_ms(byte_counts: list[int], repeats: int = 50) -> list[float]
     return medians
 
 
+def worst_error_ratios(trials) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The largest error/bound of any output in any trial, per workload (below 1 passes)."""
+    worst: dict[str, float] = {}
+    for trial in trials:
+        for comparison in trial.comparisons:
+            worst[trial.workload] = max(worst.get(trial.workload, 0.0), comparison.max_error_ratio)
+    return worst
+
+
+def vendor_error_ratios(task, trials: int) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """The vendor library's own worst error/bound per workload, on ``trials`` fresh input sets each: how
+    much of the tolerance the library spends, for comparison with the variants'."""
+    import secrets
+
+    import torch
+
+    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.tasks.reference import make_inputs, run_reference
+
+    call = next(iter(baseline_variants(task).values()))
+    worst: dict[str, float] = {}
+    for workload in task.workloads:
+        for _ in range(trials):
+            inputs = make_inputs(task, workload.sizes, secrets.randbits(62), device="cuda")
+            expected = run_reference(task, dict(inputs), workload.sizes)
+            outputs = call(inputs, workload.sizes)
+            ratio = max(c.max_error_ratio for c in compare_outputs(task, outputs, expected))
+            worst[workload.name] = max(worst.get(workload.name, 0.0), ratio)
+            del inputs, expected, outputs
+        torch.cuda.empty_cache()
+    return worst
+
+
 def _markdown(result: dict) -> str:
     lines = [f"# Variants of {result['kernel']} ({result['task']}) on {result['environment'].get('name')}", "",
              f"{result['date']}; torch {result['environment'].get('torch')}, CUDA {result['environment'].get('cuda')}; "
@@ -105,6 +141,16 @@ def _markdown(result: dict) -> str:
             cells.append(" / ".join(parts))
         overrides = "; ".join(f"{k}={v}" for k, v in variant["overrides"].items()) or "–"
         lines.append(f"| {variant['name']} | {overrides} | {variant['status']} |" + "".join(f" {c} |" for c in cells))
+    ratios = [v for v in result["variants"] if v.get("error_ratio")]
+    if result.get("vendor_error_ratio"):
+        ratios.append({"name": "vendor library", "error_ratio": result["vendor_error_ratio"]})
+    if ratios:
+        checked = list(dict.fromkeys(w for v in ratios for w in v["error_ratio"]))
+        lines += ["", f"Worst error over its bound ({result.get('trials', 1)} input set(s) per workload; below 1 passes):",
+                  "", "| variant |" + "".join(f" {w} |" for w in checked), "|---|" + "---|" * len(checked)]
+        for variant in ratios:
+            lines.append(f"| {variant['name']} |" + "".join(
+                f" {variant['error_ratio'][w]:.3f} |" if w in variant["error_ratio"] else " – |" for w in checked))
     if result.get("copy_ms"):
         lines += ["", "Device copy of each workload's bytes: " + ", ".join(
             f"{w} {ms * 1e3:.1f} us" for w, ms in result["copy_ms"].items())]
@@ -124,7 +170,10 @@ def main() -> None:
     parser.add_argument("--arch", default=Arch.SM_90A.value)
     parser.add_argument("--budget-ms", type=float, default=100.0, help="measured time per workload and side")
     parser.add_argument("--lanes", type=int, default=DEFAULT_LANES)
+    parser.add_argument("--trials", type=int, default=1, help="input sets per workload for the correctness check")
     parser.add_argument("--no-copy", action="store_true", help="skip the same-size device copies")
+    parser.add_argument("--vendor-error", action="store_true",
+                        help="also measure the vendor library's worst error/bound on every workload")
     parser.add_argument("--out", type=Path, default=Path.cwd())
     args = parser.parse_args()
 
@@ -134,7 +183,7 @@ def main() -> None:
         parser.error("variant names must be unique")
     candidates = [Candidate(task=task, item=name, source=source, origin=f"{args.kernel} {overrides}")
                   for (name, overrides), source in zip(variants, variant_sources(args.kernel, variants))]
-    options = EvalOptions(trials=1, timing_budget_ms=args.budget_ms, profile=False, lanes=args.lanes)
+    options = EvalOptions(trials=args.trials, timing_budget_ms=args.budget_ms, profile=False, lanes=args.lanes)
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = Path(scratch) / "run"
         evaluations = evaluate_candidates(candidates, Arch(args.arch), run_dir, options)
@@ -157,7 +206,7 @@ def main() -> None:
                                    "pct_of_vendor": 100 * t.speedup if t.speedup else None,
                                    "pct_of_roofline": t.roofline_pct}
         rows.append({"name": name, "overrides": overrides, "status": status, "message": evaluation.message,
-                     "timings": timings})
+                     "timings": timings, "error_ratio": worst_error_ratios(evaluation.trials)})
     copy_ms: dict[str, float] = {}
     if byte_counts and not args.no_copy:
         copy_ms = dict(zip(byte_counts, same_bytes_copy_ms(list(byte_counts.values()))))
@@ -165,11 +214,13 @@ def main() -> None:
             for workload, timing in row["timings"].items():
                 if workload in copy_ms:
                     timing["pct_of_copy"] = 100 * copy_ms[workload] / timing["ms"]
+    vendor_error = vendor_error_ratios(task, args.trials) if args.vendor_error else {}
     result = {"date": header.created, "task": task.id, "kernel": str(args.kernel), "git_revision": header.git_revision,
               "command": "python benchmarks/kernel_variants.py " + " ".join(
-                  [str(args.kernel)] + [f'--variant "{v}"' for v in args.variant] + [f"--budget-ms {args.budget_ms:g}"]),
+                  [str(args.kernel)] + [f'--variant "{v}"' for v in args.variant] + [f"--budget-ms {args.budget_ms:g}", f"--trials {args.trials}"] + (["--vendor-error"] if args.vendor_error else [])),
+              "trials": args.trials,
               "environment": dict(header.environment), "workloads": workloads, "byte_counts": byte_counts,
-              "copy_ms": copy_ms, "variants": rows}
+              "copy_ms": copy_ms, "variants": rows, "vendor_error_ratio": vendor_error}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"kernel_variants_{task.id}.json").write_text(json.dumps(result, indent=2) + "\n")
     text = _markdown(result)

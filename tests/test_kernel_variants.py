@@ -65,3 +65,24 @@ def test_a_variant_builds_as_the_evaluator_builds_it():
     assert "#include \"ptx_wrappers.cuh\"" not in sources[1] and "32 * 1024;" in sources[1]
     report = check_source(sources[1], Arch.SM_90A, get_task("rmsnorm"), "rmsnorm.cu")
     assert report.build.ok, report.build.diagnosis
+
+
+def test_the_worst_error_ratio_is_kept_per_workload_over_trials_and_outputs():
+    from ptxbench.evaluate.compare import Comparison
+    from ptxbench.evaluate.status import TrialResult
+
+    def comparison(output: str, ratio: float) -> Comparison:
+        return Comparison(output=output, passed=ratio < 1, elements=4, mismatched=0, nonfinite=0, max_abs_error=0.1,
+                          max_rel_error=0.1, max_error_ratio=ratio)
+
+    trials = [TrialResult(workload="big", role="timed", seed=1, passed=True, comparisons=[comparison("C", 0.25)]),
+              TrialResult(workload="big", role="timed", seed=2, passed=True,
+                          comparisons=[comparison("C", 0.5), comparison("D", 0.125)]),
+              TrialResult(workload="odd", role="heldout", seed=3, passed=False, comparisons=[comparison("C", 1.5)])]
+    ratios = kernel_variants.worst_error_ratios(trials)
+    assert ratios == {"big": 0.5, "odd": 1.5}
+    result = {"kernel": "k.cu", "task": "t", "environment": {}, "date": "d", "git_revision": "abc", "command": "c",
+              "workloads": ["big"], "copy_ms": {}, "trials": 2,
+              "variants": [{"name": "as-is", "overrides": {}, "status": "FAILED", "timings": {}, "error_ratio": ratios}]}
+    text = kernel_variants._markdown(result)
+    assert "| as-is | 0.500 | 1.500 |" in text and "2 input set(s)" in text
