@@ -40,7 +40,8 @@ HEADLINE = {
 }
 # Only names ncu accepted on the H200: one it does not know fails the whole profile.
 EXTRA_METRICS = ("sm__cycles_elapsed.max", "lts__t_bytes.sum")
-TENSOR_MARK = "pipe_tensor"  # every tensor-pipe metric the sections collected is shown too
+TENSOR_MARK = "pipe_tensor"  # the tensor-pipe metrics the sections collected are shown too: their
+TENSOR_KIND = ".avg.pct_of_peak_sustained_active"  # per-SM average, and only where a side used that pipe
 STALL_MARK = "issue_stalled"
 STALLS_SHOWN = 12
 
@@ -113,7 +114,8 @@ def side_by_side(ours: dict, vendor: dict) -> list[str]:
 
     names = [n for n in HEADLINE if n in ours["metrics"] or n in vendor["metrics"]]
     rows = [f"| {HEADLINE[n]} (`{n}`) | {cell(ours, n)} | {cell(vendor, n)} |" for n in names]
-    tensor = sorted({n for k in (ours, vendor) for n in k["metrics"] if TENSOR_MARK in n})
+    tensor = sorted({n for k in (ours, vendor) for n in k["metrics"] if TENSOR_MARK in n and n.endswith(TENSOR_KIND)
+                     and any(_value(side["metrics"].get(n)) for side in (ours, vendor))})
     rows += [f"| `{n}` | {cell(ours, n)} | {cell(vendor, n)} |" for n in tensor]
     stalls = sorted((n for n in ours["metrics"] if STALL_MARK in n and _value(ours["metrics"][n]) is not None),
                     key=lambda n: -(_value(ours["metrics"][n]) or 0.0))[:STALLS_SHOWN]
