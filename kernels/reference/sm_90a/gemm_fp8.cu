@@ -4,8 +4,10 @@
 //
 // Accumulation precision: Hopper's fp8 wgmma adds into its fp32 accumulator with fewer mantissa bits
 // than a true fp32 add, and over K = 8192 that alone put elements outside the task's tolerance (which
-// cuBLASLt meets). So each stage's 128-deep partial product goes into a fresh accumulator, and the
-// consumer adds it into the running sum with ordinary fp32 FADDs ("promotion").
+// cuBLASLt meets). So the partial product of every 256 of K (two stages) goes into a fresh accumulator,
+// and the consumer adds it into the running sum with ordinary fp32 FADDs ("promotion"). Promoting
+// every 128 of K matched cuBLASLt's worst error (0.21 of the tolerance) but its adds cost ~3 %; every
+// 256 spends at most 0.25 of it, every 512 0.35 (kernel_variants_h200.md).
 //
 // Design (one persistent CTA per SM, 384 threads = three warpgroups, 128 x 128 output tiles):
 //   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 128) and B (128 x 128) into
@@ -30,7 +32,8 @@
 //     GPU-wide memory barrier per stage).
 //   * Output tiles (clusters of them) are walked in a grouped order (8 tile-rows at a time) so the A
 //     and B panels the 132 CTAs use at one moment stay in L2. The producer runs ahead into the next
-//     tile while the consumers write the current one, so the epilogue overlaps the next tile's loads.
+//     tile, and each consumer issues the next tile's first wgmmas before it stores the current one,
+//     so neither the loads nor the tensor cores wait for an epilogue (that alone was ~10 % at 8192^3).
 //   * Remainders: K is a multiple of 128 and N of 64 (task rules). Rows of A past M and rows of B
 //     past N are zero-filled by TMA (whole boxes too), and the epilogue stores only rows < M and
 //     columns < N. A consumer whose 64 rows lie wholly past M (decode batches, a cluster's tile past
@@ -51,8 +54,7 @@ constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 r
 constexpr int CLUSTER_M = 2;               // CTAs along M sharing B tiles through multicast (1 or 2)
 constexpr int CLUSTER_N = 1;               // CTAs along N sharing A tiles through multicast (1 or 2)
 constexpr bool DEFER_PROMOTION = true;     // add stage k-1's partial while stage k's wgmmas run
-constexpr int PROMOTE_EVERY = 1;           // stages (of 128 K) per partial sum (deferred promotion only); 2
-                                           // halves the adds, if the fp8 accumulation stays in tolerance
+constexpr int PROMOTE_EVERY = 2;           // stages (of 128 K) per partial sum (deferred promotion only)
 constexpr uint32_t A_BYTES = BM * BK;      // 16 KiB
 constexpr uint32_t B_BYTES = BN * BK;      // 16 KiB
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 each way");
@@ -236,91 +238,62 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     float pb[ACC];
     int stage = 0;
     uint32_t phase = 0;
+    int previous = 0;  // the stage whose wgmmas write the partial to be added next
     auto next = [&]() {
       if (++stage == STAGES) { stage = 0; phase ^= 1; }
     };
-    for (int u = first_unit; u < units; u += unit_stride) {
+    // A unit's first stage, into pa.
+    auto begin = [&]() {
+      ptx::mbar_wait(&s.full[stage], phase);
+      issue_stage(pa, s, stage, half);
+      previous = stage;
+      next();
+    };
+    // Issue the next stage into `into`, then retire the previous one, whose partial is in `from`.
+    auto overlap = [&](float (&into)[ACC], float (&from)[ACC]) {
+      ptx::mbar_wait(&s.full[stage], phase);
+      issue_stage(into, s, stage, half);
+      ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done
+      if (signals) release(s, previous, c);
+      promote(acc, from);
+      previous = stage;
+      next();
+    };
+    // Issue the next stage adding into `into`, the set the previous stage wrote (promoted later).
+    auto keep = [&](float (&into)[ACC]) {
+      ptx::mbar_wait(&s.full[stage], phase);
+      issue_stage(into, s, stage, half, true);
+      ptx::wgmma_wait<1>();
+      if (signals) release(s, previous, c);
+      previous = stage;
+      next();
+    };
+    auto drain = [&](float (&from)[ACC]) {
+      ptx::wgmma_wait<0>();
+      if (signals) release(s, previous, c);
+      promote(acc, from);
+    };
+    // The unit's place, and whether this warpgroup has anything of it to compute.
+    auto locate = [&](int u, int& row0, int& tn) {
       int um, un;
       unit_coords(u, units_m, units_n, cm, um, un);
-      const int tn = un * cn + c.rn;
-      const int row0 = (um * cm + c.rm) * BM + half * 64;
-      if (row0 >= M || tn * BN >= N) {  // nothing to compute: hand each stage straight back
+      tn = un * cn + c.rn;
+      row0 = (um * cm + c.rm) * BM + half * 64;
+      return row0 < M && tn * BN < N;
+    };
+    // The first unit from `u` on that this warpgroup computes; the stages of those it passes over
+    // (decode batches, a cluster's tile past the edge) are handed straight back.
+    auto next_unit = [&](int u, int& row0, int& tn) {
+      for (; u < units && !locate(u, row0, tn); u += unit_stride)
         for (int k = 0; k < k_steps; ++k) {
           ptx::mbar_wait(&s.full[stage], phase);
           if (signals) release(s, stage, c);
           next();
         }
-        continue;
-      }
-#pragma unroll
-      for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
-      if constexpr (DEFER_PROMOTION) {
-        int previous = 0;  // the stage whose wgmmas write the partial to be added next
-        // Issue the next stage into `into`, then retire the previous one, whose partial is in `from`.
-        auto overlap = [&](float (&into)[ACC], float (&from)[ACC]) {
-          ptx::mbar_wait(&s.full[stage], phase);
-          issue_stage(into, s, stage, half);
-          ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done
-          if (signals) release(s, previous, c);
-          promote(acc, from);
-          previous = stage;
-          next();
-        };
-        auto drain = [&](float (&from)[ACC]) {
-          ptx::wgmma_wait<0>();
-          if (signals) release(s, previous, c);
-          promote(acc, from);
-        };
-        ptx::mbar_wait(&s.full[stage], phase);
-        issue_stage(pa, s, stage, half);
-        previous = stage;
-        next();
-        int k = 1;
-        if constexpr (PROMOTE_EVERY == 1) {
-          for (; k + 1 < k_steps; k += 2) {  // pa and pb alternate: pa is the last issued here
-            overlap(pb, pa);
-            overlap(pa, pb);
-          }
-          if (k < k_steps) {  // one stage left
-            overlap(pb, pa);
-            drain(pb);
-          } else {
-            drain(pa);
-          }
-        } else {
-          // PROMOTE_EVERY stages add into one partial set before the sets switch; the stage before
-          // is retired (its ring slot released) after every issue, its set promoted only at a switch.
-          auto keep = [&](float (&into)[ACC]) {
-            ptx::mbar_wait(&s.full[stage], phase);
-            issue_stage(into, s, stage, half, true);
-            ptx::wgmma_wait<1>();
-            if (signals) release(s, previous, c);
-            previous = stage;
-            next();
-          };
-          for (;;) {
-            for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pa);
-            if (k == k_steps) { drain(pa); break; }
-            overlap(pb, pa);
-            ++k;
-            for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pb);
-            if (k == k_steps) { drain(pb); break; }
-            overlap(pa, pb);
-            ++k;
-          }
-        }
-      } else {
-        for (int k = 0; k < k_steps; ++k) {
-          ptx::mbar_wait(&s.full[stage], phase);
-          issue_stage(pa, s, stage, half);
-          ptx::wgmma_wait<0>();
-          if (signals) release(s, stage, c);
-          promote(acc, pa);
-          next();
-        }
-      }
-
-      // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2.
+      return u;
+    };
+    // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2.
+    auto store_tile = [&](int row0, int tn) {
       const int col0 = tn * BN;
 #pragma unroll
       for (int i = 0; i < ACC; i += 2) {
@@ -330,6 +303,71 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
           *reinterpret_cast<__nv_bfloat162*>(C + static_cast<size_t>(row) * N + col) =
               __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
       }
+    };
+#pragma unroll
+    for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+    int row0, tn;
+    int u = next_unit(first_unit, row0, tn);
+    // Each unit's first stage is issued before the unit before it stores its tile (deferred
+    // promotion only), so the tensor cores work while the epilogue runs.
+    if (u < units) {
+      if (DEFER_PROMOTION) begin();
+      do {
+        if constexpr (DEFER_PROMOTION) {
+          int k = 1;
+          if constexpr (PROMOTE_EVERY == 1) {
+            for (; k + 1 < k_steps; k += 2) {  // pa and pb alternate: pa is the last issued here
+              overlap(pb, pa);
+              overlap(pa, pb);
+            }
+            if (k < k_steps) {  // one stage left
+              overlap(pb, pa);
+              drain(pb);
+            } else {
+              drain(pa);
+            }
+          } else {
+            // PROMOTE_EVERY stages add into one partial set before the sets switch; the stage before
+            // is retired (its ring slot released) after every issue, its set promoted only at a switch.
+            for (;;) {
+              for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pa);
+              if (k == k_steps) { drain(pa); break; }
+              overlap(pb, pa);
+              ++k;
+              for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pb);
+              if (k == k_steps) { drain(pb); break; }
+              overlap(pa, pb);
+              ++k;
+            }
+          }
+        } else {
+          for (int k = 0; k < k_steps; ++k) {
+            ptx::mbar_wait(&s.full[stage], phase);
+            issue_stage(pa, s, stage, half);
+            ptx::wgmma_wait<0>();
+            if (signals) release(s, stage, c);
+            promote(acc, pa);
+            next();
+          }
+        }
+        // The next unit's first stage goes to the tensor cores before this unit's epilogue. The loop
+        // has two exits, each with its own epilogue, so that wherever two paths meet, partial set pa
+        // is either in flight on both or on neither (else ptxas waits for the wgmmas at once).
+        int next_row0, next_tn;
+        const int after = next_unit(u + unit_stride, next_row0, next_tn);
+        if (!DEFER_PROMOTION || after >= units) {
+          store_tile(row0, tn);
+          if (after >= units) break;
+        } else {
+          begin();
+          store_tile(row0, tn);
+        }
+#pragma unroll
+        for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
+        u = after;
+        row0 = next_row0;
+        tn = next_tn;
+      } while (true);
     }
   }
   // No CTA exits while a partner may still arrive on its barriers.
