@@ -75,8 +75,19 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
         try:
             wall_started = time.time()
             started = time.perf_counter()
+            done = 0
+
+            def progress(evaluation) -> None:  # type: ignore[no-untyped-def]
+                """One line per finished candidate, so a run cut short shows where its time went."""
+                nonlocal done
+                done += 1
+                stages = ", ".join(f"{k} {v:.1f}" for k, v in evaluation.durations_s.items() if "." not in k)
+                print(f"  {done}/{copies} at {time.perf_counter() - started:.1f} s: "
+                      f"{evaluation.status.value if evaluation.status else evaluation.infra_failure}; {stages}",
+                      flush=True)
+
             results = evaluate_candidates(copies_of, Arch.SM_90A, Path(folder) / "run",
-                                          EvalOptions(profile=profile, lanes=lanes))
+                                          EvalOptions(profile=profile, lanes=lanes), on_done=progress)
             minutes = (time.perf_counter() - started) / 60
         finally:
             os.environ.pop(TRACE_VARIABLE, None)
