@@ -69,9 +69,11 @@ def test_bf16_reference_is_right_on_small_batches_beyond_the_tasks_workloads(eva
 
 
 def test_fp8_reference_is_right_on_edges_of_its_tiles_and_pairs(evaluator) -> None:  # type: ignore[no-untyped-def]
-    """The fp8 kernel pairs CTAs along M (B multicast) and defers each stage's promotion by one stage:
-    one and two tile-rows, an odd count (the last pair's second tile wholly past M), a tile-column
-    half past N (the second CTA's half of B wholly out of bounds), and 1, 2 and 3 K stages."""
+    """The fp8 kernel pairs CTAs along M (B multicast), promotes every two stages a stage late, and
+    issues each tile's first stage before the last tile's epilogue: one and two tile-rows, an odd count
+    (the last pair's second tile wholly past M, skipped between two computed tiles), a tile-column half
+    past N (the second CTA's half of B wholly out of bounds), 1, 2 and 3 K stages, and batches of at
+    most 64 rows (the nine-stage ring of 64-row A tiles, wrapped several times) and just past 64."""
     assert_reference_passes_on(evaluator, "gemm_fp8", [
         (304, 192, 384), (16, 64, 128), (128, 64, 256), (144, 128, 384), (256, 320, 256), (2000, 4160, 1152),
-        (64, 192, 128)])
+        (64, 192, 128), (48, 1024, 2560), (80, 640, 1280)])

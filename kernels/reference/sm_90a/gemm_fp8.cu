@@ -30,7 +30,7 @@
 //     consumers of every CTA it receives data from have released it, so each consumer arrives on its
 //     own and its partners' "empty" barriers (with CTA-scope release: a cluster-scope one costs a
 //     GPU-wide memory barrier per stage).
-//   * Output tiles (clusters of them) are walked in a grouped order (8 tile-rows at a time) so the A
+//   * Output tiles (clusters of them) are walked in a grouped order (16 tile-rows at a time) so the A
 //     and B panels the 132 CTAs use at one moment stay in L2. The producer runs ahead into the next
 //     tile, and each consumer issues the next tile's first wgmmas before it stores the current one,
 //     so neither the loads nor the tensor cores wait for an epilogue (that alone was ~10 % at 8192^3).
@@ -46,16 +46,16 @@ namespace {
 constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
 constexpr int BN = 128;                    // tile columns (one wgmma N): 128, 144 or 192
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
-constexpr int STAGES = 6;
+constexpr uint32_t RING_BYTES = 216 * 1024;  // the ring of stages (see Ring)
+constexpr int MAX_STAGES = 9;
 constexpr int PRODUCER_REGS = 40;          // setmaxnreg split of the 64K registers
 constexpr int CONSUMER_REGS = 232;
 constexpr int THREADS = 384;
-constexpr int GROUP_M = 8;                 // tile-rows walked together for L2 reuse (even: pairs)
+constexpr int GROUP_M = 16;                // tile-rows walked together for L2 reuse (even: pairs)
 constexpr int CLUSTER_M = 2;               // CTAs along M sharing B tiles through multicast (1 or 2)
 constexpr int CLUSTER_N = 1;               // CTAs along N sharing A tiles through multicast (1 or 2)
 constexpr bool DEFER_PROMOTION = true;     // add stage k-1's partial while stage k's wgmmas run
 constexpr int PROMOTE_EVERY = 2;           // stages (of 128 K) per partial sum (deferred promotion only)
-constexpr uint32_t A_BYTES = BM * BK;      // 16 KiB
 constexpr uint32_t B_BYTES = BN * BK;      // 16 KiB
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 each way");
 static_assert(BN == 128 || BN == 144 || BN == 192, "a wgmma width made below");
@@ -77,12 +77,26 @@ struct Cluster {
 };
 
 struct Shared {
-  __nv_fp8_e4m3 a[STAGES][BM * BK];  // each tile 1024-byte aligned (sizes are multiples of 1024)
-  __nv_fp8_e4m3 b[STAGES][BN * BK];  // shared tiles: each half from one CTA's multicast
-  uint64_t full[STAGES];
-  uint64_t empty[STAGES];
+  uint8_t ring[RING_BYTES];  // stages of an A tile then a B tile, each 1024-byte aligned
+  uint64_t full[MAX_STAGES];
+  uint64_t empty[MAX_STAGES];
 };
 constexpr size_t SMEM_BYTES = sizeof(Shared) + 1024;  // slack to align the base to 1024 bytes
+static_assert(SMEM_BYTES <= 227 * 1024, "an H100/H200 CTA's shared memory");
+
+// The ring's stages: an A tile of a_rows x BK, then a B tile of BN x BK (each half of a shared tile
+// from one CTA's multicast). Batches of at most 64 rows (decode) load only 64 rows of A, so their
+// stages are 24 instead of 32 KiB and nine fit instead of six: decode is bound by how much of B is
+// on its way from memory at once.
+struct Ring {
+  uint32_t a_bytes, stage_bytes;
+  int stages;
+  __device__ __forceinline__ Ring(int a_rows)
+      : a_bytes(static_cast<uint32_t>(a_rows) * BK), stage_bytes(a_bytes + B_BYTES),
+        stages(min(MAX_STAGES, static_cast<int>(RING_BYTES / stage_bytes))) {}
+  __device__ __forceinline__ uint8_t* a(Shared& s, int stage) const { return s.ring + stage * stage_bytes; }
+  __device__ __forceinline__ uint8_t* b(Shared& s, int stage) const { return a(s, stage) + a_bytes; }
+};
 
 // The header has the n128 and n256 forms; the tile widths in between are made here (same operands,
 // BN / 2 accumulators per thread).
@@ -146,10 +160,10 @@ __device__ __forceinline__ void unit_coords(int u, int units_m, int units_n, int
 
 // One stage's wgmmas for this consumer's 64 rows, into `partial` (overwritten, or added to when
 // `accumulate`), committed as a group.
-__device__ __forceinline__ void issue_stage(float (&partial)[ACC], const Shared& s, int stage, int half,
+__device__ __forceinline__ void issue_stage(float (&partial)[ACC], Shared& s, const Ring& ring, int stage, int half,
                                             bool accumulate = false) {
-  const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[stage] + half * 64 * BK);
-  const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[stage]);
+  const uint64_t a_desc = ptx::wgmma_desc_k_sw128(ring.a(s, stage) + half * 64 * BK);
+  const uint64_t b_desc = ptx::wgmma_desc_k_sw128(ring.b(s, stage));
   ptx::wgmma_fence();  // the partial's registers were read by the last add
 #pragma unroll
   for (int kk = 0; kk < BK / 32; ++kk)  // +32 bytes along K = +2 in the descriptor's address
@@ -174,7 +188,7 @@ __device__ __forceinline__ void promote(float (&acc)[ACC], float (&partial)[ACC]
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                const float* __restrict__ scale_a, const float* __restrict__ scale_b,
-               __nv_bfloat16* __restrict__ C, int M, int N, int K, int cm, int cn) {
+               __nv_bfloat16* __restrict__ C, int M, int N, int K, int cm, int cn, int a_rows) {
   extern __shared__ uint8_t smem_raw[];
   Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
 
@@ -188,9 +202,10 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
   const int unit_stride = static_cast<int>(gridDim.x) / size;
   const int k_steps = K / BK;
   const uint32_t warpgroup = ptx::warpgroup_idx();
+  const Ring ring(a_rows);
 
   if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES; ++i) {
+    for (int i = 0; i < ring.stages; ++i) {
       ptx::mbar_init(&s.full[i], 1);  // the producer's arrive (plus the TMA bytes, from partners too)
       ptx::mbar_init(&s.empty[i], 2 * (1 + (cm == 2) + (cn == 2)));  // each consumer here and in the partners
     }
@@ -205,7 +220,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
       ptx::tma_prefetch_map(&map_a);
       ptx::tma_prefetch_map(&map_b);
       // Shared tiles: this CTA loads the half given by its place along the other dimension.
-      const int a_rows = BM / cn, a_first = c.rn * a_rows;
+      const int a_first = c.rn * (a_rows / cn);
       const int b_rows = BN / cm, b_first = c.rm * b_rows;
       const uint16_t a_mask = static_cast<uint16_t>((1u << rank) | (1u << c.a_partner()));
       const uint16_t b_mask = static_cast<uint16_t>((1u << rank) | (1u << c.b_partner()));
@@ -217,14 +232,14 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         const int tm = um * cm + c.rm, tn = un * cn + c.rn;
         for (int k = 0; k < k_steps; ++k) {
           ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
-          ptx::mbar_arrive_expect_tx(&s.full[stage], A_BYTES + B_BYTES);
-          uint8_t* a = reinterpret_cast<uint8_t*>(s.a[stage]) + a_first * BK;
-          uint8_t* b = reinterpret_cast<uint8_t*>(s.b[stage]) + b_first * BK;
+          ptx::mbar_arrive_expect_tx(&s.full[stage], ring.stage_bytes);
+          uint8_t* a = ring.a(s, stage) + a_first * BK;
+          uint8_t* b = ring.b(s, stage) + b_first * BK;
           if (cn == 1) ptx::tma_load_2d(a, &map_a, &s.full[stage], k * BK, tm * BM);
           else ptx::tma_load_2d_multicast(a, &map_a, &s.full[stage], k * BK, tm * BM + a_first, a_mask);
           if (cm == 1) ptx::tma_load_2d(b, &map_b, &s.full[stage], k * BK, tn * BN);
           else ptx::tma_load_2d_multicast(b, &map_b, &s.full[stage], k * BK, tn * BN + b_first, b_mask);
-          if (++stage == STAGES) { stage = 0; phase ^= 1; }
+          if (++stage == ring.stages) { stage = 0; phase ^= 1; }
         }
       }
     }
@@ -240,19 +255,19 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     uint32_t phase = 0;
     int previous = 0;  // the stage whose wgmmas write the partial to be added next
     auto next = [&]() {
-      if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      if (++stage == ring.stages) { stage = 0; phase ^= 1; }
     };
     // A unit's first stage, into pa.
     auto begin = [&]() {
       ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage(pa, s, stage, half);
+      issue_stage(pa, s, ring, stage, half);
       previous = stage;
       next();
     };
     // Issue the next stage into `into`, then retire the previous one, whose partial is in `from`.
     auto overlap = [&](float (&into)[ACC], float (&from)[ACC]) {
       ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage(into, s, stage, half);
+      issue_stage(into, s, ring, stage, half);
       ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done
       if (signals) release(s, previous, c);
       promote(acc, from);
@@ -262,7 +277,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     // Issue the next stage adding into `into`, the set the previous stage wrote (promoted later).
     auto keep = [&](float (&into)[ACC]) {
       ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage(into, s, stage, half, true);
+      issue_stage(into, s, ring, stage, half, true);
       ptx::wgmma_wait<1>();
       if (signals) release(s, previous, c);
       previous = stage;
@@ -343,7 +358,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         } else {
           for (int k = 0; k < k_steps; ++k) {
             ptx::mbar_wait(&s.full[stage], phase);
-            issue_stage(pa, s, stage, half);
+            issue_stage(pa, s, ring, stage, half);
             ptx::wgmma_wait<0>();
             if (signals) release(s, stage, c);
             promote(acc, pa);
@@ -401,8 +416,9 @@ extern "C" int gemm_fp8(
 
   int cm, cn;
   choose_cluster(M, N, cm, cn);
+  const int a_rows = M <= 64 ? 64 : BM;  // A rows a stage holds (a single tile-row of at most 64: see Ring)
   CUtensorMap map_a, map_b;
-  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, A, M, K, K, BM / cn, BK,
+  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, A, M, K, K, a_rows / cn, BK,
                                          CU_TENSOR_MAP_SWIZZLE_128B);
   if (err != cudaSuccess) return static_cast<int>(err);
   err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, B, N, K, K, BN / cm, BK,
@@ -441,6 +457,6 @@ extern "C" int gemm_fp8(
   const int64_t units = ((M + BM * cm - 1) / (BM * cm)) * ((N + BN * cn - 1) / (BN * cn));
   config.gridDim = dim3(static_cast<unsigned>((units < fit ? units : fit) * cm * cn), 1, 1);
   err = cudaLaunchKernelEx(&config, gemm_fp8_sm90a, map_a, map_b, scale_a, scale_b, C, static_cast<int>(M),
-                           static_cast<int>(N), static_cast<int>(K), cm, cn);
+                           static_cast<int>(N), static_cast<int>(K), cm, cn, a_rows);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
