@@ -120,7 +120,8 @@ def _markdown(result: dict) -> str:
     lines = [f"# Variants of {result['kernel']} ({result['task']}) on {result['environment'].get('name')}", "",
              f"{result['date']}; torch {result['environment'].get('torch')}, CUDA {result['environment'].get('cuda')}; "
              f"git {str(result['git_revision'])[:12]}; command: `{result['command']}`", "",
-             "One input set per workload, ncu off, each variant and the vendor library interleaved in one process. "
+             f"{result.get('trials', 1)} input set(s) per workload for correctness, ncu off, each variant and the vendor "
+             "library timed interleaved in one process. "
              "'% of vendor' is the library's time over the variant's; '% of copy' is a device copy of the "
              "workload's bytes over the variant's time (memory-bound tasks).", ""]
     workloads = result["workloads"]
