@@ -11,8 +11,8 @@
 //
 // Design (one persistent CTA per SM, 384 threads = three warpgroups, 128 x 128 output tiles):
 //   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 128) and B (128 x 128) into
-//     a 6-stage ring of shared memory with TMA (128-byte swizzle, the layout wgmma reads without bank
-//     conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
+//     a ring of six stages in shared memory (nine for batches of at most 64 rows: see Ring) with TMA
+//     (128-byte swizzle, the layout wgmma reads without bank conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
 //     mbarrier (the consumers release it once their wgmmas have read it).
 //   * warpgroups 1 and 2 are consumers: each owns 64 rows of the tile and issues wgmma.m64n128k32
 //     (e4m3) straight from the swizzled shared tiles. Promotion is deferred by one stage: a consumer
