@@ -69,3 +69,14 @@ ptxas warning : Registers are spilled to local memory in function '_Z3fooPf', 8 
     assert (found.stack_frame_bytes, found.spill_store_bytes, found.spill_load_bytes) == (16, 8, 4)
     codes = [(w.code, bool(w.meaning)) for w in warnings(log)]
     assert codes == [("C7508", True), (None, False)]
+
+
+def test_wgmma_waits_and_serialisation_are_significant() -> None:
+    """Messages ptxas 13.0 printed while the fp8 reference's loop was reshaped (function names shortened)."""
+    log = """ptxas info    : (C7517) warpgroup.wait is injected in around line 2959 by compiler to allow use of registers defined by GMMA in function '_Z4gemmv'
+ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_async instructions are serialized due to program dependence on compiler-inserted WG.DP in divergent path in the function '_Z4gemmv'
+ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline stage in the function '_Z4gemmv'
+"""
+    found = warnings(log)
+    assert [w.code for w in found] == ["C7517", "C7518", "C7514"]
+    assert all(w.meaning for w in found) and "injected" in (found[0].meaning or "")

@@ -16,11 +16,18 @@ _CODE = re.compile(r"\b(C\d{4})\b")
 _WGMMA_SERIALIZED = ("wgmma serialized: ptxas inserted waits between wgmma instructions, so the matrix pipeline "
                      "is not asynchronous (the warning text names the cause)")
 
+_WGMMA_WAITED = ("a wgmma wait was injected: ptxas could not tell whether registers an in-flight wgmma writes are "
+                 "in use (paths that meet with a wgmma group in flight on one only), so it waits for the group "
+                 "right after issuing it and nothing overlaps the matrix pipeline there")
+
 # Warnings with consequences: the feature is written but does not do its job.
 SIGNIFICANT_WARNINGS = {
     "C7508": "setmaxnreg is ignored: the kernel has no register cap at entry; add __launch_bounds__(threads, 1)",
     "C7511": _WGMMA_SERIALIZED,
+    "C7514": _WGMMA_SERIALIZED,
     "C7515": _WGMMA_SERIALIZED,
+    "C7517": _WGMMA_WAITED,
+    "C7518": _WGMMA_SERIALIZED,
 }
 
 
