@@ -38,16 +38,20 @@
 //     past N are zero-filled by TMA (whole boxes too), and the epilogue stores only rows < M and
 //     columns < N. A consumer whose 64 rows lie wholly past M (decode batches, a cluster's tile past
 //     the edge) only releases stages; a dimension with a single tile is not shared.
+//   * Batches of at most 64 rows may use a narrower tile (DECODE_BN: 80, 96 or 112 columns instead of
+//     128), a second instantiation of the kernel: more CTAs stream B at once. It is a knob, off (equal
+//     to BN) until measured; the wgmma widths for it are made below.
 #include "ptx_wrappers.cuh"
 #include <cuda_fp8.h>
 
 namespace {
 
 constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
-constexpr int BN = 128;                    // tile columns (one wgmma N): 128, 144 or 192
+constexpr int BN = 128;                    // tile columns (one wgmma N): 80, 96, 112, 128, 144 or 192
+constexpr int DECODE_BN = BN;              // tile columns for batches of at most 64 rows (see Ring)
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
 constexpr uint32_t RING_BYTES = 216 * 1024;  // the ring of stages (see Ring)
-constexpr int MAX_STAGES = 9;
+constexpr int MAX_STAGES = 12;
 constexpr int PRODUCER_REGS = 40;          // setmaxnreg split of the 64K registers
 constexpr int CONSUMER_REGS = 232;
 constexpr int THREADS = 384;
@@ -56,12 +60,11 @@ constexpr int CLUSTER_M = 2;               // CTAs along M sharing B tiles throu
 constexpr int CLUSTER_N = 1;               // CTAs along N sharing A tiles through multicast (1 or 2)
 constexpr bool DEFER_PROMOTION = true;     // add stage k-1's partial while stage k's wgmmas run
 constexpr int PROMOTE_EVERY = 2;           // stages (of 128 K) per partial sum (deferred promotion only)
-constexpr uint32_t B_BYTES = BN * BK;      // 16 KiB
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 each way");
-static_assert(BN == 128 || BN == 144 || BN == 192, "a wgmma width made below");
-static_assert(BN / 2 % 8 == 0, "each CTA's share of B is whole 1024-byte swizzle atoms");
+constexpr bool made_width(int n) { return n == 80 || n == 96 || n == 112 || n == 128 || n == 144 || n == 192; }
+static_assert(made_width(BN) && made_width(DECODE_BN), "a wgmma width made below");
+static_assert(BN / 2 % 8 == 0, "each CTA's share of a shared B tile is whole 1024-byte swizzle atoms");
 static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "the register file");
-constexpr int ACC = BN / 2;                // fp32 accumulators per consumer thread in one set
 static_assert(GROUP_M % 2 == 0, "a group holds whole pairs of tile-rows");
 static_assert(PROMOTE_EVERY >= 1 && (PROMOTE_EVERY == 1 || DEFER_PROMOTION), "promotion every 1, or more if deferred");
 
@@ -84,63 +87,64 @@ struct Shared {
 constexpr size_t SMEM_BYTES = sizeof(Shared) + 1024;  // slack to align the base to 1024 bytes
 static_assert(SMEM_BYTES <= 227 * 1024, "an H100/H200 CTA's shared memory");
 
-// The ring's stages: an A tile of a_rows x BK, then a B tile of BN x BK (each half of a shared tile
-// from one CTA's multicast). Batches of at most 64 rows (decode) load only 64 rows of A, so their
+// The ring's stages: an A tile of a_rows x BK, then a B tile of tile_n x BK (each half of a shared
+// tile from one CTA's multicast). Batches of at most 64 rows (decode) load only 64 rows of A, so their
 // stages are 24 instead of 32 KiB and nine fit instead of six: decode is bound by how much of B is
-// on its way from memory at once.
+// on its way from memory at once. They may also use narrower tiles (DECODE_BN), for more CTAs.
 struct Ring {
   uint32_t a_bytes, stage_bytes;
   int stages;
-  __device__ __forceinline__ Ring(int a_rows)
-      : a_bytes(static_cast<uint32_t>(a_rows) * BK), stage_bytes(a_bytes + B_BYTES),
+  __device__ __forceinline__ Ring(int a_rows, int tile_n)
+      : a_bytes(static_cast<uint32_t>(a_rows) * BK), stage_bytes(a_bytes + static_cast<uint32_t>(tile_n) * BK),
         stages(min(MAX_STAGES, static_cast<int>(RING_BYTES / stage_bytes))) {}
   __device__ __forceinline__ uint8_t* a(Shared& s, int stage) const { return s.ring + stage * stage_bytes; }
   __device__ __forceinline__ uint8_t* b(Shared& s, int stage) const { return a(s, stage) + a_bytes; }
 };
 
-// The header has the n128 and n256 forms; the tile widths in between are made here (same operands,
-// BN / 2 accumulators per thread).
+// The header has the n128 and n256 forms; the tile widths in between are made here, all alike: N / 2
+// accumulators (named by the chunks PTXW_R*), then the two descriptors and scale-d.
 #define PTXW_ACC8(d, i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-[[maybe_unused]] __device__ __forceinline__ void wgmma_m64n144k32_e4m3(float (&d)[72], uint64_t a_desc, uint64_t b_desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71}, "
-      "%72, %73, p, 1, 1;\n}\n"
-      : PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24),
-        PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56),
-        PTXW_ACC8(d, 64)
-      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
-
-[[maybe_unused]] __device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t a_desc, uint64_t b_desc, int scale_d) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
-      "{"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-      "%96, %97, p, 1, 1;\n}\n"
-      : PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24),
-        PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56),
-        PTXW_ACC8(d, 64), PTXW_ACC8(d, 72), PTXW_ACC8(d, 80), PTXW_ACC8(d, 88)
-      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
-}
+#define PTXW_R0 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define PTXW_R1 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define PTXW_R2 "%16, %17, %18, %19, %20, %21, %22, %23"
+#define PTXW_R3 "%24, %25, %26, %27, %28, %29, %30, %31"
+#define PTXW_R4 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define PTXW_R5 "%40, %41, %42, %43, %44, %45, %46, %47"
+#define PTXW_R6 "%48, %49, %50, %51, %52, %53, %54, %55"
+#define PTXW_R7 "%56, %57, %58, %59, %60, %61, %62, %63"
+#define PTXW_R8 "%64, %65, %66, %67, %68, %69, %70, %71"
+#define PTXW_R9 "%72, %73, %74, %75, %76, %77, %78, %79"
+#define PTXW_R10 "%80, %81, %82, %83, %84, %85, %86, %87"
+#define PTXW_R11 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define PTXW_E4M3(NAME, N, REGS, A, B, S, ...)                                                        \
+  [[maybe_unused]] __device__ __forceinline__ void wgmma_m64##NAME##k32_e4m3(                          \
+      float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #A ", %" #B \
+                 ", p, 1, 1;\n}\n"                                                                     \
+                 : __VA_ARGS__                                                                          \
+                 : "l"(a_desc), "l"(b_desc), "r"(scale_d));                                             \
+  }
+PTXW_E4M3(n80, 80, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4,
+          40, 41, 42, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32))
+PTXW_E4M3(n96, 96, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5,
+          48, 49, 50, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40))
+PTXW_E4M3(n112, 112, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5 ", " PTXW_R6,
+          56, 57, 58, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48))
+PTXW_E4M3(n144, 144, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5 ", " PTXW_R6 ", " PTXW_R7 ", " PTXW_R8,
+          72, 73, 74, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56), PTXW_ACC8(d, 64))
+PTXW_E4M3(n192, 192, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5 ", " PTXW_R6 ", " PTXW_R7 ", " PTXW_R8 ", " PTXW_R9 ", " PTXW_R10 ", " PTXW_R11,
+          96, 97, 98, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56), PTXW_ACC8(d, 64), PTXW_ACC8(d, 72), PTXW_ACC8(d, 80), PTXW_ACC8(d, 88))
+#undef PTXW_E4M3
 #undef PTXW_ACC8
 
 template <int N>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {
   if constexpr (N == 128) ptx::wgmma_m64n128k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 80) wgmma_m64n80k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 96) wgmma_m64n96k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 112) wgmma_m64n112k32_e4m3(d, a_desc, b_desc, scale_d);
   else if constexpr (N == 144) wgmma_m64n144k32_e4m3(d, a_desc, b_desc, scale_d);
   else wgmma_m64n192k32_e4m3(d, a_desc, b_desc, scale_d);
 }
@@ -160,14 +164,15 @@ __device__ __forceinline__ void unit_coords(int u, int units_m, int units_n, int
 
 // One stage's wgmmas for this consumer's 64 rows, into `partial` (overwritten, or added to when
 // `accumulate`), committed as a group.
-__device__ __forceinline__ void issue_stage(float (&partial)[ACC], Shared& s, const Ring& ring, int stage, int half,
+template <int TN>
+__device__ __forceinline__ void issue_stage(float (&partial)[TN / 2], Shared& s, const Ring& ring, int stage, int half,
                                             bool accumulate = false) {
   const uint64_t a_desc = ptx::wgmma_desc_k_sw128(ring.a(s, stage) + half * 64 * BK);
   const uint64_t b_desc = ptx::wgmma_desc_k_sw128(ring.b(s, stage));
   ptx::wgmma_fence();  // the partial's registers were read by the last add
 #pragma unroll
   for (int kk = 0; kk < BK / 32; ++kk)  // +32 bytes along K = +2 in the descriptor's address
-    wgmma_e4m3<BN>(partial, a_desc + 2 * kk, b_desc + 2 * kk, (kk > 0 || accumulate) ? 1 : 0);
+    wgmma_e4m3<TN>(partial, a_desc + 2 * kk, b_desc + 2 * kk, (kk > 0 || accumulate) ? 1 : 0);
   ptx::wgmma_commit();
 }
 
@@ -179,12 +184,15 @@ __device__ __forceinline__ void release(Shared& s, int stage, const Cluster& c) 
 }
 
 // `partial` (its wgmmas done) into the running sum, in true fp32.
+template <int ACC>
 __device__ __forceinline__ void promote(float (&acc)[ACC], float (&partial)[ACC]) {
   ptx::wgmma_fence_acc(partial);
 #pragma unroll
   for (int i = 0; i < ACC; ++i) acc[i] += partial[i];
 }
 
+// Tiles BM x TN (TN: BN, or DECODE_BN for batches of at most 64 rows).
+template <int TN>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                const float* __restrict__ scale_a, const float* __restrict__ scale_b,
@@ -196,13 +204,14 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
   const Cluster c{cm, cn, rank, static_cast<int>(rank) % cm, static_cast<int>(rank) / cm};
   const int size = cm * cn;
   const int units_m = ((M + BM - 1) / BM + cm - 1) / cm;
-  const int units_n = ((N + BN - 1) / BN + cn - 1) / cn;
+  const int units_n = ((N + TN - 1) / TN + cn - 1) / cn;
   const int units = units_m * units_n;
   const int first_unit = static_cast<int>(blockIdx.x) / size;
   const int unit_stride = static_cast<int>(gridDim.x) / size;
   const int k_steps = K / BK;
   const uint32_t warpgroup = ptx::warpgroup_idx();
-  const Ring ring(a_rows);
+  const Ring ring(a_rows, TN);
+  constexpr int ACC = TN / 2;  // fp32 accumulators per consumer thread in one set
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < ring.stages; ++i) {
@@ -221,7 +230,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
       ptx::tma_prefetch_map(&map_b);
       // Shared tiles: this CTA loads the half given by its place along the other dimension.
       const int a_first = c.rn * (a_rows / cn);
-      const int b_rows = BN / cm, b_first = c.rm * b_rows;
+      const int b_rows = TN / cm, b_first = c.rm * b_rows;
       const uint16_t a_mask = static_cast<uint16_t>((1u << rank) | (1u << c.a_partner()));
       const uint16_t b_mask = static_cast<uint16_t>((1u << rank) | (1u << c.b_partner()));
       int stage = 0;
@@ -237,8 +246,8 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
           uint8_t* b = ring.b(s, stage) + b_first * BK;
           if (cn == 1) ptx::tma_load_2d(a, &map_a, &s.full[stage], k * BK, tm * BM);
           else ptx::tma_load_2d_multicast(a, &map_a, &s.full[stage], k * BK, tm * BM + a_first, a_mask);
-          if (cm == 1) ptx::tma_load_2d(b, &map_b, &s.full[stage], k * BK, tn * BN);
-          else ptx::tma_load_2d_multicast(b, &map_b, &s.full[stage], k * BK, tn * BN + b_first, b_mask);
+          if (cm == 1) ptx::tma_load_2d(b, &map_b, &s.full[stage], k * BK, tn * TN);
+          else ptx::tma_load_2d_multicast(b, &map_b, &s.full[stage], k * BK, tn * TN + b_first, b_mask);
           if (++stage == ring.stages) { stage = 0; phase ^= 1; }
         }
       }
@@ -260,14 +269,14 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     // A unit's first stage, into pa.
     auto begin = [&]() {
       ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage(pa, s, ring, stage, half);
+      issue_stage<TN>(pa, s, ring, stage, half);
       previous = stage;
       next();
     };
     // Issue the next stage into `into`, then retire the previous one, whose partial is in `from`.
     auto overlap = [&](float (&into)[ACC], float (&from)[ACC]) {
       ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage(into, s, ring, stage, half);
+      issue_stage<TN>(into, s, ring, stage, half);
       ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done
       if (signals) release(s, previous, c);
       promote(acc, from);
@@ -277,7 +286,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     // Issue the next stage adding into `into`, the set the previous stage wrote (promoted later).
     auto keep = [&](float (&into)[ACC]) {
       ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage(into, s, ring, stage, half, true);
+      issue_stage<TN>(into, s, ring, stage, half, true);
       ptx::wgmma_wait<1>();
       if (signals) release(s, previous, c);
       previous = stage;
@@ -294,7 +303,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
       unit_coords(u, units_m, units_n, cm, um, un);
       tn = un * cn + c.rn;
       row0 = (um * cm + c.rm) * BM + half * 64;
-      return row0 < M && tn * BN < N;
+      return row0 < M && tn * TN < N;
     };
     // The first unit from `u` on that this warpgroup computes; the stages of those it passes over
     // (decode batches, a cluster's tile past the edge) are handed straight back.
@@ -309,7 +318,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     };
     // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2.
     auto store_tile = [&](int row0, int tn) {
-      const int col0 = tn * BN;
+      const int col0 = tn * TN;
 #pragma unroll
       for (int i = 0; i < ACC; i += 2) {
         const int row = row0 + ptx::wgmma_acc_row(i);
@@ -358,7 +367,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         } else {
           for (int k = 0; k < k_steps; ++k) {
             ptx::mbar_wait(&s.full[stage], phase);
-            issue_stage(pa, s, ring, stage, half);
+            issue_stage<TN>(pa, s, ring, stage, half);
             ptx::wgmma_wait<0>();
             if (signals) release(s, stage, c);
             promote(acc, pa);
@@ -393,9 +402,60 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
 }
 
 // The cluster shape: pairs along a dimension that has at least two tiles.
-void choose_cluster(int64_t M, int64_t N, int& cm, int& cn) {
+void choose_cluster(int64_t M, int64_t N, int tile_n, int& cm, int& cn) {
   cm = CLUSTER_M == 2 && M > BM ? 2 : 1;
-  cn = CLUSTER_N == 2 && N > BN ? 2 : 1;
+  cn = CLUSTER_N == 2 && N > tile_n ? 2 : 1;
+}
+
+// Tensor maps, cluster shape and a persistent grid for the kernel of tiles TN wide, and its launch.
+template <int TN>
+int launch(const __nv_fp8_e4m3* A, const __nv_fp8_e4m3* B, const float* scale_a, const float* scale_b,
+           __nv_bfloat16* C, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  int cm, cn;
+  choose_cluster(M, N, TN, cm, cn);
+  const int a_rows = M <= 64 ? 64 : BM;  // A rows a stage holds (a single tile-row of at most 64: see Ring)
+  CUtensorMap map_a, map_b;
+  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, A, M, K, K, a_rows / cn, BK,
+                                         CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, B, N, K, K, TN / cm, BK,
+                             CU_TENSOR_MAP_SWIZZLE_128B);
+  if (err != cudaSuccess) return static_cast<int>(err);
+
+  int device = 0;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess) return static_cast<int>(err);
+  if ((err = cudaFuncSetAttribute(gemm_fp8_sm90a<TN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  static_cast<int>(SMEM_BYTES))) != cudaSuccess)
+    return static_cast<int>(err);
+
+  cudaLaunchConfig_t config = {};
+  config.blockDim = dim3(THREADS, 1, 1);
+  config.dynamicSmemBytes = SMEM_BYTES;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = static_cast<unsigned>(cm * cn);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+
+  // Persistent: as many clusters as fit at once (a GPC's SMs need not divide into them evenly), asked
+  // of the driver once per device and cluster size (and tile width: one table per instantiation).
+  static int resident[4][128] = {};
+  if (device < 0 || device >= 128) return static_cast<int>(cudaErrorInvalidDevice);
+  int& fit = resident[cm * cn - 1][device];
+  if (fit == 0) {
+    config.gridDim = dim3(static_cast<unsigned>(cm * cn), 1, 1);
+    if ((err = cudaOccupancyMaxActiveClusters(&fit, gemm_fp8_sm90a<TN>, &config)) != cudaSuccess)
+      return static_cast<int>(err);
+    if (fit <= 0) return static_cast<int>(cudaErrorLaunchOutOfResources);
+  }
+  const int64_t units = ((M + BM * cm - 1) / (BM * cm)) * ((N + TN * cn - 1) / (TN * cn));
+  config.gridDim = dim3(static_cast<unsigned>((units < fit ? units : fit) * cm * cn), 1, 1);
+  err = cudaLaunchKernelEx(&config, gemm_fp8_sm90a<TN>, map_a, map_b, scale_a, scale_b, C, static_cast<int>(M),
+                           static_cast<int>(N), static_cast<int>(K), cm, cn, a_rows);
+  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
 }
 
 }  // namespace
@@ -413,50 +473,6 @@ extern "C" int gemm_fp8(
   if (M <= 0 || N <= 0) return static_cast<int>(cudaGetLastError());
   if (K <= 0) return static_cast<int>(cudaMemsetAsync(C, 0, static_cast<size_t>(M) * N * sizeof(__nv_bfloat16), stream));
   if (K % BK != 0 || N % 64 != 0 || M > INT32_MAX / 2 || N > INT32_MAX / 2) return static_cast<int>(cudaErrorInvalidValue);
-
-  int cm, cn;
-  choose_cluster(M, N, cm, cn);
-  const int a_rows = M <= 64 ? 64 : BM;  // A rows a stage holds (a single tile-row of at most 64: see Ring)
-  CUtensorMap map_a, map_b;
-  cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, A, M, K, K, a_rows / cn, BK,
-                                         CU_TENSOR_MAP_SWIZZLE_128B);
-  if (err != cudaSuccess) return static_cast<int>(err);
-  err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, B, N, K, K, BN / cm, BK,
-                             CU_TENSOR_MAP_SWIZZLE_128B);
-  if (err != cudaSuccess) return static_cast<int>(err);
-
-  int device = 0;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess) return static_cast<int>(err);
-  if ((err = cudaFuncSetAttribute(gemm_fp8_sm90a, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(SMEM_BYTES))) != cudaSuccess)
-    return static_cast<int>(err);
-
-  cudaLaunchConfig_t config = {};
-  config.blockDim = dim3(THREADS, 1, 1);
-  config.dynamicSmemBytes = SMEM_BYTES;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(cm * cn);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-
-  // Persistent: as many clusters as fit at once (a GPC's SMs need not divide into them evenly), asked
-  // of the driver once per device and cluster size.
-  static int resident[4][128] = {};
-  if (device < 0 || device >= 128) return static_cast<int>(cudaErrorInvalidDevice);
-  int& fit = resident[cm * cn - 1][device];
-  if (fit == 0) {
-    config.gridDim = dim3(static_cast<unsigned>(cm * cn), 1, 1);
-    if ((err = cudaOccupancyMaxActiveClusters(&fit, gemm_fp8_sm90a, &config)) != cudaSuccess)
-      return static_cast<int>(err);
-    if (fit <= 0) return static_cast<int>(cudaErrorLaunchOutOfResources);
-  }
-  const int64_t units = ((M + BM * cm - 1) / (BM * cm)) * ((N + BN * cn - 1) / (BN * cn));
-  config.gridDim = dim3(static_cast<unsigned>((units < fit ? units : fit) * cm * cn), 1, 1);
-  err = cudaLaunchKernelEx(&config, gemm_fp8_sm90a, map_a, map_b, scale_a, scale_b, C, static_cast<int>(M),
-                           static_cast<int>(N), static_cast<int>(K), cm, cn, a_rows);
-  return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+  return M <= 64 ? launch<DECODE_BN>(A, B, scale_a, scale_b, C, M, N, K, stream)
+                 : launch<BN>(A, B, scale_a, scale_b, C, M, N, K, stream);
 }
