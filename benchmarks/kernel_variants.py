@@ -4,13 +4,14 @@ kernel's knobs on a lent GPU in one call, without a build of its own.
 A variant overrides named compile-time constants of the file (``constexpr <type> NAME = <expr>;``,
 each name matched exactly once, so a misspelt knob is an error rather than a silently unchanged
 variant). Every variant, and the file as it is, goes through the evaluator (correctness on every
-workload, the vendor library timed in the same process, interleaved; ncu off, one input set: this is
-for choosing, the reference benchmark is for reporting). Each variant's worst error over its bound,
-per workload and over every trial (held-out workloads too), is reported beside its times: a knob that
-trades accuracy for speed shows how much of the tolerance it spends. For memory-bound tasks the script then times
-a plain device copy of each workload's bytes in the same way (L2 flushed, launch gated), since a
-copy of the same size, not the 1 GiB copy of the roofline, is what the kernel can be expected to
-approach on small workloads.
+workload, the vendor library timed in the same process, interleaved; ncu off, one input set unless
+--trials says more: this is for choosing, the reference benchmark is for reporting). Each variant's
+worst error over its bound, per workload and over every trial (held-out workloads too), is reported
+beside its times: a knob that trades accuracy for speed shows how much of the tolerance it spends
+(--vendor-error adds the vendor library's). For memory-bound tasks the script then times a plain
+device copy of each workload's bytes in the same way (L2 flushed, launch gated), since a copy of the
+same size, not the 1 GiB copy of the roofline, is what the kernel can be expected to approach on
+small workloads.
 
     python benchmarks/kernel_variants.py kernels/reference/sm_90a/rmsnorm.cu \\
         --variant "deep:kBytesInFlightPerCta=128 * 1024" --variant "wide:kThreads=512" [--budget-ms 100]
@@ -218,7 +219,9 @@ def main() -> None:
     vendor_error = vendor_error_ratios(task, args.trials) if args.vendor_error else {}
     result = {"date": header.created, "task": task.id, "kernel": str(args.kernel), "git_revision": header.git_revision,
               "command": "python benchmarks/kernel_variants.py " + " ".join(
-                  [str(args.kernel)] + [f'--variant "{v}"' for v in args.variant] + [f"--budget-ms {args.budget_ms:g}", f"--trials {args.trials}"] + (["--vendor-error"] if args.vendor_error else [])),
+                  [str(args.kernel)] + [f'--variant "{v}"' for v in args.variant]
+                  + [f"--budget-ms {args.budget_ms:g}", f"--trials {args.trials}"]
+                  + (["--vendor-error"] if args.vendor_error else [])),
               "trials": args.trials,
               "environment": dict(header.environment), "workloads": workloads, "byte_counts": byte_counts,
               "copy_ms": copy_ms, "variants": rows, "vendor_error_ratio": vendor_error}
