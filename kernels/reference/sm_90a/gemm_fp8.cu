@@ -51,7 +51,7 @@ constexpr int BN = 128;                    // tile columns (one wgmma N): 80, 96
 constexpr int DECODE_BN = BN;              // tile columns for batches of at most 64 rows (see Ring)
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
 constexpr uint32_t RING_BYTES = 216 * 1024;  // the ring of stages (see Ring)
-constexpr int MAX_STAGES = 12;
+constexpr int MAX_STAGES = 12;             // 12 x 18 KiB: 64-row A and 80-wide B tiles (DECODE_BN = 80)
 constexpr int PRODUCER_REGS = 40;          // setmaxnreg split of the 64K registers
 constexpr int CONSUMER_REGS = 232;
 constexpr int THREADS = 384;
