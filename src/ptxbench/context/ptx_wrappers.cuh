@@ -69,29 +69,6 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
                : "memory");
 }
 
-// Arrive on the barrier at the same offset in CTA `cta_rank` of this cluster, with release at CLUSTER
-// scope: what this thread wrote (e.g. st.shared::cluster into the peer) is visible to whoever waits
-// there with acquire.cluster. Costs a GPU-wide memory barrier (MEMBAR.ALL.GPU) per call.
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n"
-      ::"r"(smem_u32(bar)), "r"(cta_rank) : "memory");
-}
-
-// The same arrive with release at CTA scope, for handing a ring stage back to a producer that
-// multicasts into this CTA (or a peer's): this thread only read the stage, and the producer writes
-// it only after the phase completes. Use it per stage; mbar_arrive_cluster there adds a GPU-wide
-// memory barrier to every stage (it halved an fp8 GEMM's speed on an H200).
-__device__ __forceinline__ void mbar_arrive_cluster_stage(uint64_t* bar, uint32_t cta_rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cta.shared::cluster.b64 _, [remote];\n}\n"
-      ::"r"(smem_u32(bar)), "r"(cta_rank) : "memory");
-}
-
 // True once the phase with parity `parity` has completed. A fresh barrier is in phase 0, so
 // waiting on parity 1 returns at once ("the previous phase is complete").
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t parity) {
@@ -245,6 +222,23 @@ __device__ __forceinline__ uint32_t map_to_rank(const void* p, uint32_t cta_rank
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(p)), "r"(cta_rank));
   return remote;
+}
+
+// Arrive on the barrier at the same offset in CTA `cta_rank` of this cluster, with release at CLUSTER
+// scope: what this thread wrote (e.g. st.shared::cluster into the peer) is visible to whoever waits
+// there with acquire.cluster. Costs a GPU-wide memory barrier (MEMBAR.ALL.GPU) per call.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta_rank) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(map_to_rank(bar, cta_rank))
+               : "memory");
+}
+
+// The same arrive with release at CTA scope, for handing a ring stage back to a producer that
+// multicasts into this CTA (or a peer's): this thread only read the stage, and the producer writes
+// it only after the phase completes. Use it per stage; mbar_arrive_cluster there adds a GPU-wide
+// memory barrier to every stage (it halved an fp8 GEMM's speed on an H200).
+__device__ __forceinline__ void mbar_arrive_cluster_stage(uint64_t* bar, uint32_t cta_rank) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cluster.b64 _, [%0];" ::"r"(map_to_rank(bar, cta_rank))
+               : "memory");
 }
 
 __device__ __forceinline__ float ld_shared_cluster_f32(uint32_t remote) {
