@@ -69,6 +69,12 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(128)
   ptx::cluster_sync();
 }
 
+// Where each tile number lands in grouped order (a rows x cols grid, `group` tile-rows at a time).
+__global__ void grouped_order(int rows, int cols, int group, int2* where) {
+  const int t = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t < rows * cols) ptx::grouped_tile(t, rows, cols, group, where[t].x, where[t].y);
+}
+
 extern "C" int encode(CUtensorMap* map, void* base, int rows, int cols) {
   if (ptx::encode_tiled_fn() == nullptr) return cudaErrorNotSupported;
   const uint64_t dims[3] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), 4};

@@ -96,17 +96,6 @@ __device__ __forceinline__ void wgmma_step(float (&acc)[BN / 2], uint64_t a_desc
   else ptx::wgmma_m64n64k16_bf16(acc, a_desc, b_desc, scale_d);
 }
 
-// Output tile `t` in grouped order: GROUP_M tile-rows advance together across all tile-columns.
-__device__ __forceinline__ void tile_coords(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
-  const int per_group = GROUP_M * tiles_n;
-  const int group = t / per_group;
-  const int first_m = group * GROUP_M;
-  const int rows = min(tiles_m - first_m, GROUP_M);
-  const int r = t - group * per_group;
-  tm = first_m + r % rows;
-  tn = r / rows;
-}
-
 template <int BN>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -140,7 +129,7 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
       uint32_t phase = 0;
       for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
         int tm, tn;
-        tile_coords(t, tiles_m, tiles_n, tm, tn);
+        ptx::grouped_tile(t, tiles_m, tiles_n, GROUP_M, tm, tn);
         for (int k = 0; k < k_steps; ++k) {
           ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
           ptx::mbar_arrive_expect_tx(&s.full[stage], A_BYTES + B_BYTES);
@@ -161,7 +150,7 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
   uint32_t phase = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int tm, tn;
-    tile_coords(t, tiles_m, tiles_n, tm, tn);
+    ptx::grouped_tile(t, tiles_m, tiles_n, GROUP_M, tm, tn);
     const int row0 = tm * BM + half * 64;
     if (row0 >= M) {  // nothing to compute: hand each stage straight back
       for (int k = 0; k < k_steps; ++k) {

@@ -149,19 +149,6 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], uint64_t a_desc, u
   else wgmma_m64n192k32_e4m3(d, a_desc, b_desc, scale_d);
 }
 
-// Work unit `u` in grouped order: GROUP_M tile-rows (GROUP_M / cm unit-rows) advance together
-// across all unit-columns. A unit is the cluster's cm x cn tiles.
-__device__ __forceinline__ void unit_coords(int u, int units_m, int units_n, int cm, int& um, int& un) {
-  const int group_units = GROUP_M / cm;
-  const int per_group = group_units * units_n;
-  const int group = u / per_group;
-  const int first = group * group_units;
-  const int rows = min(units_m - first, group_units);
-  const int r = u - group * per_group;
-  um = first + r % rows;
-  un = r / rows;
-}
-
 // One stage's wgmmas for this consumer's 64 rows, into `partial` (overwritten, or added to when
 // `accumulate`), committed as a group.
 template <int TN>
@@ -237,7 +224,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
       uint32_t phase = 0;
       for (int u = first_unit; u < units; u += unit_stride) {
         int um, un;
-        unit_coords(u, units_m, units_n, cm, um, un);
+        ptx::grouped_tile(u, units_m, units_n, GROUP_M / cm, um, un);
         const int tm = um * cm + c.rm, tn = un * cn + c.rn;
         for (int k = 0; k < k_steps; ++k) {
           ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
@@ -300,7 +287,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     // The unit's place, and whether this warpgroup has anything of it to compute.
     auto locate = [&](int u, int& row0, int& tn) {
       int um, un;
-      unit_coords(u, units_m, units_n, cm, um, un);
+      ptx::grouped_tile(u, units_m, units_n, GROUP_M / cm, um, un);
       tn = un * cn + c.rn;
       row0 = (um * cm + c.rm) * BM + half * 64;
       return row0 < M && tn * TN < N;

@@ -63,17 +63,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* row_addr, uint32_t
                : "memory");
 }
 
-// Tile number t -> (tile-row rt, tile-column ct): groups of kGroup tile-rows, column-major inside a group
-// (the last group may have fewer tile-rows).
-__device__ __forceinline__ void tile_coords(int t, int n_rt, int n_ct, int& rt, int& ct) {
-  const int per_group = kGroup * n_ct;
-  const int g = t / per_group;
-  const int w = t - g * per_group;
-  const int rows_in_group = min(kGroup, n_rt - g * kGroup);
-  rt = g * kGroup + w % rows_in_group;
-  ct = w / rows_in_group;
-}
-
 template <int STAGES>
 __global__ void __launch_bounds__(kThreads)
 transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, int n_rt,
@@ -100,7 +89,7 @@ transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_con
 
   auto issue_tile = [&](int i, int s) {  // local tile i into stage s
     int rt, ct;
-    tile_coords(int(blockIdx.x) + i * grid, n_rt, n_ct, rt, ct);
+    ptx::grouped_tile(int(blockIdx.x) + i * grid, n_rt, n_ct, kGroup, rt, ct);
     ptx::mbar_arrive_expect_tx(&full[s], kTileBytes);  // the whole box, even where it hangs over an edge
     ptx::tma_load_2d(in + s * kTileBytes, &map_x, &full[s], ct * kTile, rt * kTile);  // {column, row}
   };
@@ -115,7 +104,7 @@ transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_con
   uint32_t phase = 0;
   for (int i = 0; i < my_tiles; ++i) {
     int rt, ct;
-    tile_coords(int(blockIdx.x) + i * grid, n_rt, n_ct, rt, ct);
+    ptx::grouped_tile(int(blockIdx.x) + i * grid, n_rt, n_ct, kGroup, rt, ct);
     const uint8_t* const src = in + s * kTileBytes;
     uint8_t* const dst = out + ob * kTileBytes;
     ptx::mbar_wait(&full[s], phase);

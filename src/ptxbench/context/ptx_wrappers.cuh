@@ -39,6 +39,19 @@ __device__ __forceinline__ bool elect_one() {
   return is_leader != 0;
 }
 
+// Tile `t` of a grid of `rows` x `cols` tiles in grouped order: `group` tile-rows advance together,
+// column by column (the last group may have fewer rows). Persistent CTAs that take consecutive
+// tiles then read the same few row and column panels, which stay in L2.
+__device__ __forceinline__ void grouped_tile(int t, int rows, int cols, int group, int& row, int& col) {
+  const int per_group = group * cols;
+  const int g = t / per_group;
+  const int first = g * group;
+  const int rows_here = min(rows - first, group);
+  const int r = t - g * per_group;
+  row = first + r % rows_here;
+  col = r / rows_here;
+}
+
 // ---- mbarrier (a 64-bit object in shared memory, 8-byte aligned) -------------------------------
 
 // One thread initialises; `count` is the number of arrivals that complete a phase.
