@@ -75,6 +75,20 @@ __global__ void grouped_order(int rows, int cols, int group, int2* where) {
   if (t < rows * cols) ptx::grouped_tile(t, rows, cols, group, where[t].x, where[t].y);
 }
 
+// Each warpgroup writes a 128-byte-swizzled 8-row tile, synchronises only itself, and reads it back
+// row by row in logical order.
+__global__ void __launch_bounds__(256) swizzled_rows(const uint32_t* in, uint32_t* out) {
+  __shared__ alignas(1024) uint8_t tile[2][8 * 128];
+  const uint32_t wg = ptx::warpgroup_idx(), t = threadIdx.x % 128;
+  for (uint32_t word = 0; word < 2; ++word) {  // thread t owns bytes [8t, 8t + 8) of the tile
+    const uint32_t row = t / 16, byte = (t % 16) * 8 + word * 4;
+    *reinterpret_cast<uint32_t*>(&tile[wg][ptx::sw128_offset(row, byte)]) = in[threadIdx.x * 2 + word];
+  }
+  ptx::named_barrier_sync(1 + wg, 128);
+  const uint32_t row = t / 16, byte = (15 - t % 16) * 8;  // a neighbour's bytes
+  out[threadIdx.x] = *reinterpret_cast<const uint32_t*>(&tile[wg][ptx::sw128_offset(row, byte)]);
+}
+
 extern "C" int encode(CUtensorMap* map, void* base, int rows, int cols) {
   if (ptx::encode_tiled_fn() == nullptr) return cudaErrorNotSupported;
   const uint64_t dims[3] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), 4};

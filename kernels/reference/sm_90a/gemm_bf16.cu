@@ -76,16 +76,10 @@ struct Shared {
 template <int BN>
 constexpr size_t smem_bytes() { return sizeof(Shared<BN>) + 1024; }  // slack to align the base to 1024 B
 
-// Barrier for the 128 threads of one consumer warpgroup (ids 1 and 2; 0 is __syncthreads).
-__device__ __forceinline__ void warpgroup_barrier(int id) {
-  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
-}
-
-// Byte offset of element (row, col) in a staging buffer of 64 x 64 boxes with 128-byte swizzle:
-// the 16-byte chunk index within a 128-byte row is XORed with row % 8, as TMA expects.
+// Byte offset of element (row, col) in a staging buffer of 64 x 64 boxes with 128-byte swizzle, as
+// TMA expects them.
 __device__ __forceinline__ uint32_t staged_offset(int row, int col) {
-  const int box = col / 64, cc = col % 64;
-  return box * 8192 + row * 128 + (((cc / 8) ^ (row % 8)) * 16) + (cc % 8) * 2;
+  return (col / 64) * 8192 + ptx::sw128_offset(row, (col % 64) * 2);
 }
 
 // D (+)= A · Bᵀ for one 64 x BN x 16 step.
@@ -190,7 +184,7 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
       const int round = i / ROUND_REGS;
       if (i % ROUND_REGS == 0) {
         if (signals) ptx::tma_store_wait_read<0>();
-        warpgroup_barrier(1 + half);
+        ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
       }
       const int row = ptx::wgmma_acc_row(i);
       const int col = ptx::wgmma_acc_col(i) - round * ROUND_COLS;
@@ -198,7 +192,7 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
           __floats2bfloat162_rn(acc[i], acc[i + 1]);
       if ((i + 2) % ROUND_REGS == 0) {
         ptx::fence_proxy_async_smem();
-        warpgroup_barrier(1 + half);
+        ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
         if (signals) {
 #pragma unroll
           for (int box = 0; box < ROUND_COLS / 64; ++box)

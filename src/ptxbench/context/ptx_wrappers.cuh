@@ -52,6 +52,20 @@ __device__ __forceinline__ void grouped_tile(int t, int rows, int cols, int grou
   col = r / rows_here;
 }
 
+// Barrier among `threads` threads (a multiple of 32: whole warps) on barrier `id` (1-15; 0 is
+// __syncthreads): lets one warpgroup synchronise without stopping the others.
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Byte offset of byte `b` (0-127) of row `row` in a tile of 128-byte rows with the 128-byte swizzle
+// (TMA's CU_TENSOR_MAP_SWIZZLE_128B, the tensor cores' 128B mode): the 16-byte chunk index in each row is
+// XORed with row % 8, so eight rows' same column lie in eight different banks. The tile must be
+// 1024-byte aligned.
+__device__ __forceinline__ uint32_t sw128_offset(uint32_t row, uint32_t b) {
+  return row * 128 + ((((b >> 4) ^ (row & 7)) << 4) | (b & 15));
+}
+
 // ---- mbarrier (a 64-bit object in shared memory, 8-byte aligned) -------------------------------
 
 // One thread initialises; `count` is the number of arrivals that complete a phase.
