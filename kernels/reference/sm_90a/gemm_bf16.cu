@@ -32,13 +32,15 @@
 //     MT = M rounded up to 8, 16, 32 or 64 (TMA zero-fills the rows of A past M). The tensor cores
 //     then do 64 x MT, not 64 x 64, per B row block, and A costs MT x 128 bytes per stage.
 //   * Each CTA owns BN = 64 columns of C (one m64 wgmma) and 1/S of K: S CTAs along K form a
-//     thread-block cluster. S is the smallest of 1, 2, 4, 8 that gives >= 2 CTAs per SM without a
-//     second wave (N = 6144: S = 4, 384 CTAs; N = 11008: S = 2, 344 CTAs; N = 4096: S = 8, 512 CTAs).
+//     thread-block cluster. S is the smallest of 1, 2, 4, 8 that gives >= 1 CTA per SM without a
+//     second wave (N = 6144: S = 2, 192 CTAs; N = 11008: S = 1, 172 CTAs; N = 4096: S = 4, 256 CTAs).
+//     On the 6144 x 4096 QKV that took 18.1 us, against 19.2 with >= 2 CTAs per SM (S = 4) and 20.0
+//     with S = 1 (kernel_variants_h200.md); the other widths were not timed both ways.
 //   * A CTA is one producer warp (TMA into an mbarrier ring) and one consumer warpgroup, 160
 //     threads. The consumer waits for each slice's few wgmmas and frees the stage at once, so
 //     STAGES - 1 loads stay in flight. The ring is sized so that 4 CTAs fit on an SM (<= 56 KiB:
 //     6 stages for MT = 8, 5 for 16, 4 for 32, 3 for 64): up to 528 CTAs are resident at once, the
-//     grids above run as one wave with no tail, and each SM keeps ~50-130 KiB of B in flight
+//     grids above run as one wave with no tail, and each SM keeps ~30-130 KiB of B in flight
 //     (HBM needs ~30 KiB per SM at 4 TB/s and ~1 us latency).
 //   * Reduction through distributed shared memory: each CTA parks its fp32 partial (one padded row
 //     of 64 columns per token) in its now idle ring, a cluster barrier (release/acquire) publishes
@@ -257,7 +259,7 @@ namespace decode {
 constexpr int BN = 64;                        // columns of C per CTA = the wgmma M
 constexpr int THREADS = 160;                  // consumer warpgroup (warps 0-3) + producer warp (4)
 constexpr int CTAS_PER_SM = 4;
-constexpr int MIN_CTAS_PER_SM = 2;            // K is split until the grid gives every SM this many CTAs
+constexpr int MIN_CTAS_PER_SM = 1;            // K is split until the grid gives every SM this many CTAs
 constexpr int PREFETCH_BLOCKS = 0;            // K blocks of B requested into L2 beyond the ring (0: none;
                                               // 8 or 32 measured 30 % slower, kernel_variants_h200.md)
 constexpr int MAX_SPLIT = 8;                  // the portable cluster size limit
