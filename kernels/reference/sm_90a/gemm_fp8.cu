@@ -11,9 +11,10 @@
 //
 // Design (one persistent CTA per SM, 384 threads = three warpgroups, 128 x 128 output tiles):
 //   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 128) and B (128 x 128) into
-//     a ring of six stages in shared memory (nine for batches of at most 64 rows: see Ring) with TMA
-//     (128-byte swizzle, the layout wgmma reads without bank conflicts). Each stage has a "full" mbarrier (TMA completes its bytes there) and an "empty"
-//     mbarrier (the consumers release it once their wgmmas have read it).
+//     a ring of six or seven stages in shared memory (twelve for batches of at most 64 rows: see Ring)
+//     with TMA (128-byte swizzle, the layout wgmma reads without bank conflicts). Each stage has a
+//     "full" mbarrier (TMA completes its bytes there) and an "empty" mbarrier (the consumers release
+//     it once their wgmmas have read it).
 //   * warpgroups 1 and 2 are consumers: each owns 64 rows of the tile and issues wgmma.m64n128k32
 //     (e4m3) straight from the swizzled shared tiles. Promotion is deferred by one stage: a consumer
 //     issues stage k's wgmmas into one partial accumulator set, then waits only for stage k-1's
@@ -34,13 +35,16 @@
 //     and B panels the 132 CTAs use at one moment stay in L2. The producer runs ahead into the next
 //     tile, and each consumer issues the next tile's first wgmmas before it stores the current one,
 //     so neither the loads nor the tensor cores wait for an epilogue (that alone was ~10 % at 8192^3).
+//     The epilogue hands the tile to TMA stores through shared memory (K <= 4096) or stores it
+//     straight from registers (see stores_by_tma).
 //   * Remainders: K is a multiple of 128 and N of 64 (task rules). Rows of A past M and rows of B
 //     past N are zero-filled by TMA (whole boxes too), and the epilogue stores only rows < M and
 //     columns < N. A consumer whose 64 rows lie wholly past M (decode batches, a cluster's tile past
 //     the edge) only releases stages; a dimension with a single tile is not shared.
-//   * Batches of at most 64 rows may use a narrower tile (DECODE_BN: 80, 96 or 112 columns instead of
-//     128), a second instantiation of the kernel: more CTAs stream B at once. It is a knob, off (equal
-//     to BN) until measured; the wgmma widths for it are made below.
+//   * Batches of at most 64 rows use a narrower tile (DECODE_BN = 80 columns instead of 128), a second
+//     instantiation of the kernel: more CTAs stream B at once (128 instead of 80 on the 70B qkv decode,
+//     N = 10240). On the H200 that decode went from 29.5 to 26.3 us (84 to 94 % of cuBLASLt); widths
+//     96 and 112 read 27.7 and 28.4 us (kernel_variants_h200.md). The wgmma widths are made below.
 #include "ptx_wrappers.cuh"
 #include <cuda_fp8.h>
 
@@ -48,9 +52,9 @@ namespace {
 
 constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
 constexpr int BN = 128;                    // tile columns (one wgmma N): 80, 96, 112, 128, 144 or 192
-constexpr int DECODE_BN = BN;              // tile columns for batches of at most 64 rows (see Ring)
+constexpr int DECODE_BN = 80;              // tile columns for batches of at most 64 rows (see Ring)
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
-constexpr uint32_t RING_BYTES = 216 * 1024;  // the ring of stages (see Ring)
+constexpr uint32_t SMEM_AREA = 224 * 1024;  // the ring of stages, then the epilogue's staging tiles (see Ring)
 constexpr int MAX_STAGES = 12;             // 12 x 18 KiB: 64-row A and 80-wide B tiles (DECODE_BN = 80)
 constexpr int PRODUCER_REGS = 40;          // setmaxnreg split of the 64K registers
 constexpr int CONSUMER_REGS = 232;
@@ -60,6 +64,8 @@ constexpr int CLUSTER_M = 2;               // CTAs along M sharing B tiles throu
 constexpr int CLUSTER_N = 1;               // CTAs along N sharing A tiles through multicast (1 or 2)
 constexpr bool DEFER_PROMOTION = true;     // add stage k-1's partial while stage k's wgmmas run
 constexpr int PROMOTE_EVERY = 2;           // stages (of 128 K) per partial sum (deferred promotion only)
+constexpr bool TMA_STORE = true;           // epilogue: tiles staged in shared memory, stored by TMA (see below)
+constexpr int TMA_STORE_MAX_K = 4096;      // ... for K up to this; deeper problems store directly (see below)
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 each way");
 constexpr bool made_width(int n) { return n == 80 || n == 96 || n == 112 || n == 128 || n == 144 || n == 192; }
 static_assert(made_width(BN) && made_width(DECODE_BN), "a wgmma width made below");
@@ -80,24 +86,39 @@ struct Cluster {
 };
 
 struct Shared {
-  uint8_t ring[RING_BYTES];  // stages of an A tile then a B tile, each 1024-byte aligned
+  uint8_t area[SMEM_AREA];  // the ring's stages (an A tile then a B tile, each 1024-byte aligned), then
+                            // the epilogue's staging tiles
   uint64_t full[MAX_STAGES];
   uint64_t empty[MAX_STAGES];
 };
 constexpr size_t SMEM_BYTES = sizeof(Shared) + 1024;  // slack to align the base to 1024 bytes
 static_assert(SMEM_BYTES <= 227 * 1024, "an H100/H200 CTA's shared memory");
 
+// Epilogue. Tiles whose width is a whole number of 64-column boxes may leave it to TMA (STAGED): each
+// consumer writes its 64 x TN bf16 rows into a staging tile (64 x 64 boxes, 128-byte swizzled) at the
+// end of the area, and one thread stores the boxes; TMA clips rows past M and columns past N.
+// Otherwise each consumer stores its registers straight to global memory. On the H200 (one call,
+// repeated in a second): staging took 4096^3 from 0.1165-0.1177 to 0.1115-0.1123 ms and the 4096-deep
+// MLP shape from 0.381 to 0.372 ms, but 8192^3 from 0.814-0.818 to 0.838-0.840 ms. Where the 8192-deep
+// loss comes from is not known (the mainloop's instructions are the same but for a WARPSYNC before
+// each stage's wgmmas), so deeper problems than TMA_STORE_MAX_K keep the direct stores.
+template <int TN>
+__host__ __device__ constexpr bool stores_by_tma() { return TMA_STORE && TN % 64 == 0; }
+template <int TN, bool STAGED>
+__host__ __device__ constexpr uint32_t staging_bytes() { return STAGED ? 2u * 64 * TN * 2 : 0u; }  // both consumers
+
 // The ring's stages: an A tile of a_rows x BK, then a B tile of tile_n x BK (each half of a shared
-// tile from one CTA's multicast). Batches of at most 64 rows (decode) load only 64 rows of A, so their
-// stages are 24 instead of 32 KiB and nine fit instead of six: decode is bound by how much of B is
-// on its way from memory at once. They may also use narrower tiles (DECODE_BN), for more CTAs.
+// tile from one CTA's multicast), in the area less the staging tiles. Batches of at most 64 rows
+// (decode) load only 64 rows of A, so their stages are 18 KiB (80-wide tiles, no staging) and twelve
+// fit: decode is bound by how much of B is on its way from memory at once. Other batches get six
+// stages of 32 KiB next to 32 KiB of staging tiles (seven stages when they store directly).
 struct Ring {
   uint32_t a_bytes, stage_bytes;
   int stages;
-  __device__ __forceinline__ Ring(int a_rows, int tile_n)
+  __device__ __forceinline__ Ring(int a_rows, int tile_n, uint32_t ring_bytes)
       : a_bytes(static_cast<uint32_t>(a_rows) * BK), stage_bytes(a_bytes + static_cast<uint32_t>(tile_n) * BK),
-        stages(min(MAX_STAGES, static_cast<int>(RING_BYTES / stage_bytes))) {}
-  __device__ __forceinline__ uint8_t* a(Shared& s, int stage) const { return s.ring + stage * stage_bytes; }
+        stages(min(MAX_STAGES, static_cast<int>(ring_bytes / stage_bytes))) {}
+  __device__ __forceinline__ uint8_t* a(Shared& s, int stage) const { return s.area + stage * stage_bytes; }
   __device__ __forceinline__ uint8_t* b(Shared& s, int stage) const { return a(s, stage) + a_bytes; }
 };
 
@@ -178,11 +199,11 @@ __device__ __forceinline__ void promote(float (&acc)[ACC], float (&partial)[ACC]
   for (int i = 0; i < ACC; ++i) acc[i] += partial[i];
 }
 
-// Tiles BM x TN (TN: BN, or DECODE_BN for batches of at most 64 rows).
-template <int TN>
+// Tiles BM x TN (TN: BN, or DECODE_BN for batches of at most 64 rows), stored by TMA if STAGED.
+template <int TN, bool STAGED>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-               const float* __restrict__ scale_a, const float* __restrict__ scale_b,
+               const __grid_constant__ CUtensorMap map_c, const float* __restrict__ scale_a, const float* __restrict__ scale_b,
                __nv_bfloat16* __restrict__ C, int M, int N, int K, int cm, int cn, int a_rows) {
   extern __shared__ uint8_t smem_raw[];
   Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -197,7 +218,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
   const int unit_stride = static_cast<int>(gridDim.x) / size;
   const int k_steps = K / BK;
   const uint32_t warpgroup = ptx::warpgroup_idx();
-  const Ring ring(a_rows, TN);
+  const Ring ring(a_rows, TN, SMEM_AREA - staging_bytes<TN, STAGED>());
   constexpr int ACC = TN / 2;  // fp32 accumulators per consumer thread in one set
 
   if (threadIdx.x == 0) {
@@ -215,6 +236,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     if (threadIdx.x == 0) {
       ptx::tma_prefetch_map(&map_a);
       ptx::tma_prefetch_map(&map_b);
+      if constexpr (STAGED) ptx::tma_prefetch_map(&map_c);
       // Shared tiles: this CTA loads the half given by its place along the other dimension.
       const int a_first = c.rn * (a_rows / cn);
       const int b_rows = TN / cm, b_first = c.rm * b_rows;
@@ -303,16 +325,39 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         }
       return u;
     };
-    // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2.
+    // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2:
+    // into the staging tile for TMA (once the last tile's store has read it), or straight to global
+    // memory. Stored directly, each warp instruction wrote 16 bytes into each of eight rows, and the
+    // stores of both consumers at once throttled the load/store unit (ncu: lg_throttle stalls).
+    uint8_t* staging = s.area + SMEM_AREA - staging_bytes<TN, STAGED>() + half * (staging_bytes<TN, STAGED>() / 2);
     auto store_tile = [&](int row0, int tn) {
-      const int col0 = tn * TN;
+      if constexpr (STAGED) {
+        if (signals) ptx::tma_store_wait_read<0>();
+        ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
 #pragma unroll
-      for (int i = 0; i < ACC; i += 2) {
-        const int row = row0 + ptx::wgmma_acc_row(i);
-        const int col = col0 + ptx::wgmma_acc_col(i);
-        if (row < M && col < N)
-          *reinterpret_cast<__nv_bfloat162*>(C + static_cast<size_t>(row) * N + col) =
+        for (int i = 0; i < ACC; i += 2) {
+          const int col = ptx::wgmma_acc_col(i);
+          *reinterpret_cast<__nv_bfloat162*>(staging + (col / 64) * 8192 +
+                                             ptx::sw128_offset(ptx::wgmma_acc_row(i), (col % 64) * 2)) =
               __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
+        }
+        ptx::fence_proxy_async_smem();
+        ptx::named_barrier_sync(1 + half, 128);
+        if (signals) {
+#pragma unroll
+          for (int box = 0; box < TN / 64; ++box) ptx::tma_store_2d(&map_c, staging + box * 8192, tn * TN + box * 64, row0);
+          ptx::tma_store_commit();
+        }
+      } else {
+        const int col0 = tn * TN;
+#pragma unroll
+        for (int i = 0; i < ACC; i += 2) {
+          const int row = row0 + ptx::wgmma_acc_row(i);
+          const int col = col0 + ptx::wgmma_acc_col(i);
+          if (row < M && col < N)
+            *reinterpret_cast<__nv_bfloat162*>(C + static_cast<size_t>(row) * N + col) =
+                __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
+        }
       }
     };
 #pragma unroll
@@ -380,6 +425,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         tn = next_tn;
       } while (true);
     }
+    if (STAGED && signals) ptx::tma_store_wait_read<0>();  // the staging outlives its reads
   }
   // No CTA exits while a partner may still arrive on its barriers.
   if (size > 1) {
@@ -395,9 +441,10 @@ void choose_cluster(int64_t M, int64_t N, int tile_n, int& cm, int& cn) {
 }
 
 // Tensor maps, cluster shape and a persistent grid for the kernel of tiles TN wide, and its launch.
-template <int TN>
+template <int TN, bool STAGED>
 int launch(const __nv_fp8_e4m3* A, const __nv_fp8_e4m3* B, const float* scale_a, const float* scale_b,
            __nv_bfloat16* C, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  static_assert(!STAGED || stores_by_tma<TN>(), "staged tiles are whole 64-column boxes");
   int cm, cn;
   choose_cluster(M, N, TN, cm, cn);
   const int a_rows = M <= 64 ? 64 : BM;  // A rows a stage holds (a single tile-row of at most 64: see Ring)
@@ -408,10 +455,16 @@ int launch(const __nv_fp8_e4m3* A, const __nv_fp8_e4m3* B, const float* scale_a,
   err = ptx::make_tma_map_2d(&map_b, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, B, N, K, K, TN / cm, BK,
                              CU_TENSOR_MAP_SWIZZLE_128B);
   if (err != cudaSuccess) return static_cast<int>(err);
+  CUtensorMap map_c = {};  // unused by tiles stored directly
+  if constexpr (STAGED) {
+    err = ptx::make_tma_map_2d(&map_c, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, C, M, N, N, 64, 64,
+                               CU_TENSOR_MAP_SWIZZLE_128B);
+    if (err != cudaSuccess) return static_cast<int>(err);
+  }
 
   int device = 0;
   if ((err = cudaGetDevice(&device)) != cudaSuccess) return static_cast<int>(err);
-  if ((err = cudaFuncSetAttribute(gemm_fp8_sm90a<TN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  if ((err = cudaFuncSetAttribute(gemm_fp8_sm90a<TN, STAGED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(SMEM_BYTES))) != cudaSuccess)
     return static_cast<int>(err);
 
@@ -434,15 +487,24 @@ int launch(const __nv_fp8_e4m3* A, const __nv_fp8_e4m3* B, const float* scale_a,
   int& fit = resident[cm * cn - 1][device];
   if (fit == 0) {
     config.gridDim = dim3(static_cast<unsigned>(cm * cn), 1, 1);
-    if ((err = cudaOccupancyMaxActiveClusters(&fit, gemm_fp8_sm90a<TN>, &config)) != cudaSuccess)
+    if ((err = cudaOccupancyMaxActiveClusters(&fit, gemm_fp8_sm90a<TN, STAGED>, &config)) != cudaSuccess)
       return static_cast<int>(err);
     if (fit <= 0) return static_cast<int>(cudaErrorLaunchOutOfResources);
   }
   const int64_t units = ((M + BM * cm - 1) / (BM * cm)) * ((N + TN * cn - 1) / (TN * cn));
   config.gridDim = dim3(static_cast<unsigned>((units < fit ? units : fit) * cm * cn), 1, 1);
-  err = cudaLaunchKernelEx(&config, gemm_fp8_sm90a<TN>, map_a, map_b, scale_a, scale_b, C, static_cast<int>(M),
-                           static_cast<int>(N), static_cast<int>(K), cm, cn, a_rows);
+  err = cudaLaunchKernelEx(&config, gemm_fp8_sm90a<TN, STAGED>, map_a, map_b, map_c, scale_a, scale_b, C,
+                           static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), cm, cn, a_rows);
   return static_cast<int>(err != cudaSuccess ? err : cudaGetLastError());
+}
+
+// The epilogue for this width and depth (see stores_by_tma).
+template <int TN>
+int launch_width(const __nv_fp8_e4m3* A, const __nv_fp8_e4m3* B, const float* scale_a, const float* scale_b,
+                 __nv_bfloat16* C, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  if constexpr (stores_by_tma<TN>())
+    if (K <= TMA_STORE_MAX_K) return launch<TN, true>(A, B, scale_a, scale_b, C, M, N, K, stream);
+  return launch<TN, false>(A, B, scale_a, scale_b, C, M, N, K, stream);
 }
 
 }  // namespace
@@ -460,6 +522,6 @@ extern "C" int gemm_fp8(
   if (M <= 0 || N <= 0) return static_cast<int>(cudaGetLastError());
   if (K <= 0) return static_cast<int>(cudaMemsetAsync(C, 0, static_cast<size_t>(M) * N * sizeof(__nv_bfloat16), stream));
   if (K % BK != 0 || N % 64 != 0 || M > INT32_MAX / 2 || N > INT32_MAX / 2) return static_cast<int>(cudaErrorInvalidValue);
-  return M <= 64 ? launch<DECODE_BN>(A, B, scale_a, scale_b, C, M, N, K, stream)
-                 : launch<BN>(A, B, scale_a, scale_b, C, M, N, K, stream);
+  return M <= 64 ? launch_width<DECODE_BN>(A, B, scale_a, scale_b, C, M, N, K, stream)
+                 : launch_width<BN>(A, B, scale_a, scale_b, C, M, N, K, stream);
 }
