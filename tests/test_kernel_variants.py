@@ -47,9 +47,11 @@ def test_a_missing_or_repeated_constant_is_an_error():
 @pytest.mark.parametrize("kernel, knob", [("gemm_bf16", "CTAS_PER_SM"), ("gemm_bf16", "MIN_CTAS_PER_SM"),
                                           ("gemm_bf16", "PREFETCH_BLOCKS"),
                                           ("rmsnorm", "kBytesInFlightPerCta"), ("rmsnorm", "kThreads"),
-                                          ("softmax", "kBytesInFlightPerCta"), ("transpose", "kStages"),
-                                          ("gemm_fp8", "PROMOTE_EVERY"), ("gemm_fp8", "RING_BYTES"),
-                                          ("gemm_fp8", "DECODE_BN"), ("gemm_fp8", "GROUP_M")])
+                                          ("softmax", "kBytesInFlightPerCta"), ("softmax", "kMaxCtasPerSm"),
+                                          ("softmax", "kAllClusterSizes"), ("transpose", "kStages"),
+                                          ("gemm_fp8", "PROMOTE_EVERY"), ("gemm_fp8", "SMEM_AREA"),
+                                          ("gemm_fp8", "DECODE_BN"), ("gemm_fp8", "GROUP_M"),
+                                          ("gemm_fp8", "TMA_STORE"), ("gemm_fp8", "TMA_STORE_MAX_K")])
 def test_the_reference_kernels_knobs_are_overridable(kernel, knob):
     source = (REPO / "kernels" / "reference" / "sm_90a" / f"{kernel}.cu").read_text()
     assert kernel_variants.apply_overrides(source, {knob: "7"}) != source
