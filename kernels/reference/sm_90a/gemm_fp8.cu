@@ -100,8 +100,10 @@ static_assert(SMEM_BYTES <= 227 * 1024, "an H100/H200 CTA's shared memory");
 // Otherwise each consumer stores its registers straight to global memory. On the H200 (one call,
 // repeated in a second): staging took 4096^3 from 0.1165-0.1177 to 0.1115-0.1123 ms and the 4096-deep
 // MLP shape from 0.381 to 0.372 ms, but 8192^3 from 0.814-0.818 to 0.838-0.840 ms. Where the 8192-deep
-// loss comes from is not known (the mainloop's instructions are the same but for a WARPSYNC before
-// each stage's wgmmas), so deeper problems than TMA_STORE_MAX_K keep the direct stores.
+// loss comes from is not known: the mainloop's instructions are the same but for a WARPSYNC before
+// each stage's wgmmas, yet Nsight Compute counted 5 % more cycles at 8192^3 and issue slots 40.5 %
+// busy against 32.6 % (ncu_gemm_fp8_*_h200.md). So deeper problems than TMA_STORE_MAX_K keep the
+// direct stores.
 template <int TN>
 __host__ __device__ constexpr bool stores_by_tma() { return TMA_STORE && TN % 64 == 0; }
 template <int TN, bool STAGED>
