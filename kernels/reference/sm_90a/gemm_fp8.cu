@@ -205,7 +205,8 @@ __device__ __forceinline__ void promote(float (&acc)[ACC], float (&partial)[ACC]
 template <int TN, bool STAGED>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-               const __grid_constant__ CUtensorMap map_c, const float* __restrict__ scale_a, const float* __restrict__ scale_b,
+               const __grid_constant__ CUtensorMap map_c, const float* __restrict__ scale_a,
+               const float* __restrict__ scale_b,
                __nv_bfloat16* __restrict__ C, int M, int N, int K, int cm, int cn, int a_rows) {
   extern __shared__ uint8_t smem_raw[];
   Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -331,7 +332,8 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
     // into the staging tile for TMA (once the last tile's store has read it), or straight to global
     // memory. Stored directly, each warp instruction wrote 16 bytes into each of eight rows, and the
     // stores of both consumers at once throttled the load/store unit (ncu: lg_throttle stalls).
-    uint8_t* staging = s.area + SMEM_AREA - staging_bytes<TN, STAGED>() + half * (staging_bytes<TN, STAGED>() / 2);
+    constexpr uint32_t STAGING = staging_bytes<TN, STAGED>();
+    uint8_t* staging = s.area + SMEM_AREA - STAGING + half * (STAGING / 2);
     auto store_tile = [&](int row0, int tn) {
       if constexpr (STAGED) {
         if (signals) ptx::tma_store_wait_read<0>();
@@ -347,7 +349,8 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         ptx::named_barrier_sync(1 + half, 128);
         if (signals) {
 #pragma unroll
-          for (int box = 0; box < TN / 64; ++box) ptx::tma_store_2d(&map_c, staging + box * 8192, tn * TN + box * 64, row0);
+          for (int box = 0; box < TN / 64; ++box)
+            ptx::tma_store_2d(&map_c, staging + box * 8192, tn * TN + box * 64, row0);
           ptx::tma_store_commit();
         }
       } else {
