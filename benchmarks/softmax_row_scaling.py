@@ -4,8 +4,8 @@ Its host plan gives each thread-block cluster whole rows (rows c, c + G, c + 2G,
 with 512 rows on 30 clusters two clusters take an 18th row while the rest stop at 17. If a row's time
 were fixed, 512 rows would cost as much as 540; if the clusters left running share the memory
 bandwidth of the idle ones, time grows with the row count itself. This times the kernel alone
-(built with nvcc, called through ctypes, CUDA events, no L2 flush: 300 MB dwarfs the 60 MB L2) for row
-counts around 512, next to a device copy of the same bytes, and checks every output against torch.
+(built as the evaluator builds it, called through ctypes, CUDA events, no L2 flush: 300 MB dwarfs the
+60 MB L2) for row counts around 512, next to a device copy of the same bytes, and checks every output against torch.
 
     python benchmarks/softmax_row_scaling.py [--columns 151936] [--rows 450 480 512 540] [--out DIR]
 
@@ -18,23 +18,27 @@ import argparse
 import ctypes
 import datetime
 import json
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 KERNEL = REPO / "kernels" / "reference" / "sm_90a" / "softmax.cu"
-CONTEXT = REPO / "src" / "ptxbench" / "context"
 ROWS = (450, 480, 481, 496, 510, 511, 512, 528, 540, 541, 570)
 
 
-def build(nvcc: str, folder: Path) -> ctypes.CDLL:
-    library = folder / "softmax.so"
-    subprocess.run([nvcc, "-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-gencode",
-                    "arch=compute_90a,code=sm_90a", "-I", str(CONTEXT), str(KERNEL), "-o", str(library)],
-                   check=True, capture_output=True, text=True)
-    return ctypes.CDLL(str(library))
+def build() -> Path:
+    """The reference softmax's shared object, built by the harness's own build step (its flags, the
+    wrapper header inlined, the task's entry point checked) so the kernel timed is the one evaluated."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import build_request, read_candidate
+    from ptxbench.tasks.loader import get_task
+    from ptxbench.toolchain.compile import build as build_candidate
+
+    result = build_candidate(build_request(read_candidate(KERNEL), Arch.SM_90A, get_task("softmax")))
+    shared_object = result.artifact(".so")
+    if not result.ok or shared_object is None:
+        raise RuntimeError(f"{KERNEL} did not build:\n{result.log}")
+    return shared_object
 
 
 def mean_us(torch, call, calls: int = 30) -> float:  # type: ignore[no-untyped-def]
@@ -79,14 +83,11 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from ptxbench.toolchain.discover import find_toolchain
-
     if not torch.cuda.is_available():
         sys.exit("needs an NVIDIA GPU")
     gpu = torch.cuda.get_device_name()
-    with tempfile.TemporaryDirectory() as folder:
-        library = build(find_toolchain().path("nvcc"), Path(folder))
-        results = [measure(library, rows, args.columns) for rows in args.rows]
+    library = ctypes.CDLL(str(build()))
+    results = [measure(library, rows, args.columns) for rows in args.rows]
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     command = "python benchmarks/softmax_row_scaling.py " + " ".join(sys.argv[1:])
     lines = [f"# Reference softmax against the row count on {gpu}", "",
