@@ -48,6 +48,8 @@ class Guard(str, Enum):
     BELOW_PHYSICAL_FLOOR = "below_physical_floor"
     FEATURE_NOT_EXECUTED = "feature_not_executed"
     FORGED_REPLY = "forged_reply"
+    LAUNCHES_DIFFER = "launches_differ"  # timed or profiled calls launched other kernels than the trials did
+    HOST_TRANSFER = "host_transfer"  # task data copied to the host inside the call (computing on the CPU)
 
 
 class GuardFinding(BaseModel):
