@@ -1,0 +1,169 @@
+"""Keeping a candidate's process away from the harness: its environment, files and processes.
+
+Standard library only: the ncu stage's profiled program (``profile_one.py``) runs without ptxbench
+importable and loads this file by its path.
+
+What a process that hosts candidate code gets, as far as the machine permits:
+
+- ``candidate_environment``: an allow-list of the harness's environment (the paths, locale, CUDA and
+  NVIDIA settings, the GPU lock's variables); no API key, token or secret, none of the harness's own
+  ``PTXBENCH_*`` settings, and HOME in a private directory.
+- ``protect_paths``: a private mount namespace in which the run directory and the caches are read-only
+  bind mounts; the rest of the machine is unaffected. As root (CAP_SYS_ADMIN) a plain mount namespace is
+  used; as a normal user an unprivileged user namespace where the kernel allows it (it needs a
+  single-threaded process). CAP_SYS_ADMIN is dropped afterwards, so candidate code cannot remount them
+  writable (a namespace it creates itself inherits them locked read-only). No PID or IPC namespace: CUDA IPC between the worker and the harness must keep working.
+- ``Cgroup``: a cgroup v2 group per worker, which the worker joins before any candidate code runs, so the
+  harness can freeze everything in it and kill everything in it, daemons that left the worker's session
+  and cleared their subreaper flag included.
+
+Residual risks (stated in the mode strings the evaluator reports):
+
+- The candidate runs as the harness's user: it can signal any process of that user (``kill(-1, ...)``)
+  and, without a user namespace, reach the harness's files through ``/proc/<harness pid>/root``.
+  Only another user or a PID namespace closes that, and a PID namespace would break CUDA IPC.
+- Without a writable cgroup2 mount, processes are ended through the worker's session and its subreaper
+  flag: a daemon that clears the flag, leaves the session and is re-parented outside the worker's
+  descendants escapes both.
+- Without a mount namespace, nothing stops a candidate from writing files of the harness's user.
+- A read-only bind mount covers its own file system: mounts below a protected path stay writable.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+
+# The GPU lock's variables (gpu_lock.KEY_VARIABLE and the folder and trace it reads): a worker takes the
+# lock while its start-up runs kernels, so it must find the same lock as the harness.
+LOCK_VARIABLES = ("PTXBENCH_GPU_LOCK", "PTXBENCH_LOCK_DIR", "PTXBENCH_LOCK_TRACE")
+# The variable through which the harness names the paths candidate code must not write (os.pathsep-separated).
+PROTECTED_PATHS_VARIABLE = "PTXBENCH_PROTECTED_PATHS"
+
+_ALLOWED_NAMES = frozenset({
+    "PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER", "LOGNAME", "SHELL",
+    "PYTHONHASHSEED", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "OMP_NUM_THREADS", *LOCK_VARIABLES,
+})
+# Prefixes of device and library settings a worker's CUDA, torch and locale read after it starts.
+_ALLOWED_PREFIXES = ("CUDA_", "NVIDIA_", "LC_", "PYTORCH_CUDA_", "TORCH_CUDA_")
+# A name that looks like a credential is refused even when an allowed prefix matches (CUDA_API_KEY).
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+
+
+def candidate_environment(environ: Mapping[str, str], home: str | None = None) -> dict[str, str]:
+    """The part of ``environ`` candidate code may see; HOME is ``home`` (the private working directory),
+    or absent when none is given, so nothing is found in the harness user's home through it."""
+    allowed = {
+        name: value for name, value in environ.items()
+        if (name in _ALLOWED_NAMES or name.startswith(_ALLOWED_PREFIXES))
+        and (name in LOCK_VARIABLES or not _SECRET.search(name))
+    }
+    if home is not None:
+        allowed["HOME"] = home
+    return allowed
+
+
+def protected_paths_from(environ: Mapping[str, str]) -> list[str]:
+    """The paths the harness named in ``PTXBENCH_PROTECTED_PATHS`` (read before the environment is scrubbed)."""
+    return [path for path in environ.get(PROTECTED_PATHS_VARIABLE, "").split(os.pathsep) if path]
+
+
+# -- mount namespace ---------------------------------------------------------------------------------------
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
+# statvfs flags -> the mount flags a remount must keep (in a user namespace they are locked: EPERM otherwise)
+_KEPT_FLAGS = {os.ST_NOSUID: _MS_NOSUID, os.ST_NODEV: _MS_NODEV, os.ST_NOEXEC: _MS_NOEXEC,
+               os.ST_NOATIME: _MS_NOATIME, os.ST_NODIRATIME: _MS_NODIRATIME, os.ST_RELATIME: _MS_RELATIME}
+_CAP_SYS_ADMIN = 21
+_PR_CAPBSET_DROP = 24
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _checked(result: int, what: str) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, f"{what}: {os.strerror(number)}")
+
+
+def _mount(source: str | None, target: str, flags: int, what: str) -> None:
+    encode = (lambda text: text.encode() if text is not None else None)
+    _checked(_libc().mount(encode(source), encode(target), None, ctypes.c_ulong(flags), None), what)
+
+
+def _thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _enter_user_namespace() -> None:
+    """A user namespace in which this user is root (so it may mount), mapped to itself outside."""
+    uid, gid = os.getuid(), os.getgid()
+    _checked(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as control:
+            control.write(text)
+
+
+def _enter_mount_namespace() -> str:
+    """Enter a private mount namespace; returns how ("root" or "user namespace")."""
+    if _libc().unshare(_CLONE_NEWNS) == 0:
+        return "root"
+    number = ctypes.get_errno()
+    if number != errno.EPERM:
+        raise OSError(number, f"unshare(CLONE_NEWNS): {os.strerror(number)}")
+    if _thread_count() > 1:
+        raise PermissionError(errno.EPERM, "no CAP_SYS_ADMIN, and a user namespace needs a single-threaded process")
+    _enter_user_namespace()
+    return "user namespace"
+
+
+def _bind_read_only(path: str) -> None:
+    kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(path).f_flag & stat_flag)
+    _mount(path, path, _MS_BIND | _MS_REC, f"bind {path}")
+    _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {path} read-only")
+
+
+def _drop_cap_sys_admin() -> None:
+    """Drop CAP_SYS_ADMIN from the bounding, effective, permitted and inheritable sets: code run later
+    can then neither remount the protected paths writable nor unmount them."""
+    libc = _libc()
+    _checked(libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0), "prctl(PR_CAPBSET_DROP)")
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} sets of 32 bits
+    _checked(libc.capget(header, data), "capget")
+    mask = ~(1 << _CAP_SYS_ADMIN) & 0xFFFFFFFF
+    for index in range(3):  # CAP_SYS_ADMIN is in the first 32 bits
+        data[index] &= mask
+    _checked(libc.capset(header, data), "capset")
+
+
+def protect_paths(paths: Sequence[str]) -> str:
+    """Make ``paths`` read-only for this process and its future children, leaving the rest of the machine
+    as it is; returns the mode achieved in one line ("read-only mounts: ..." or "not isolated: <reason>").
+    Never raises for lack of permission: the caller reports the mode instead."""
+    existing = sorted({os.path.realpath(path) for path in paths if os.path.exists(path)})
+    if not existing:
+        return "not isolated: no protected path exists"
+    try:
+        how = _enter_mount_namespace()
+        _mount(None, "/", _MS_REC | _MS_PRIVATE, "make mounts private")  # nothing propagates back out
+        for path in existing:
+            _bind_read_only(path)
+        _drop_cap_sys_admin()  # in a user namespace too: there the bind mounts are ours to remount
+    except OSError as exc:
+        return f"not isolated: {exc.strerror or exc}"
+    return f"read-only mounts: {', '.join(existing)} (private mount namespace, {how})"

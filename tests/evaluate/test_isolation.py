@@ -1,0 +1,134 @@
+"""Isolation of candidate processes: the environment they see, the files they cannot write, the cgroup."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from ptxbench.evaluate import gpu_lock, isolation
+from ptxbench.evaluate.isolation import candidate_environment
+
+ISOLATION_FILE = Path(isolation.__file__)
+
+HARNESS_ENVIRONMENT = {
+    "PATH": "/usr/bin", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+    "CUDA_VISIBLE_DEVICES": "3", "CUDA_MODULE_LOADING": "LAZY", "NVIDIA_VISIBLE_DEVICES": "all",
+    "TMPDIR": "/scratch/tmp", gpu_lock.KEY_VARIABLE: "GPU-1234", "PTXBENCH_LOCK_DIR": "/scratch/locks",
+    "HOME": "/home/harness", "OPENAI_API_KEY": "sk-secret", "ANTHROPIC_API_KEY": "sk-ant", "HF_TOKEN": "hf_x",
+    "GITHUB_TOKEN": "ghp_x", "AWS_SECRET_ACCESS_KEY": "aws", "CUDA_API_KEY": "hidden in an allowed prefix",
+    "PTXBENCH_CACHE": "/home/harness/.cache/ptxbench", "PTXBENCH_PROTECTED_PATHS": "/runs/a",
+    "SSH_AUTH_SOCK": "/tmp/ssh-agent", "DATABASE_PASSWORD": "pw", "RANDOM_SETTING": "x",
+}
+
+
+def test_the_candidate_sees_device_and_library_settings_and_the_gpu_lock() -> None:
+    seen = candidate_environment(HARNESS_ENVIRONMENT, home="/tmp/private")
+    for name in ("PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "CUDA_VISIBLE_DEVICES", "CUDA_MODULE_LOADING",
+                 "NVIDIA_VISIBLE_DEVICES", "TMPDIR", gpu_lock.KEY_VARIABLE, "PTXBENCH_LOCK_DIR"):
+        assert seen[name] == HARNESS_ENVIRONMENT[name], name
+    assert seen["HOME"] == "/tmp/private"
+
+
+def test_the_candidate_sees_no_secret_nor_the_harnesss_own_settings() -> None:
+    seen = candidate_environment(HARNESS_ENVIRONMENT, home="/tmp/private")
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "HF_TOKEN", "GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY",
+                 "CUDA_API_KEY", "PTXBENCH_CACHE", "PTXBENCH_PROTECTED_PATHS", "SSH_AUTH_SOCK",
+                 "DATABASE_PASSWORD", "RANDOM_SETTING"):
+        assert name not in seen, name
+    assert "HOME" not in candidate_environment(HARNESS_ENVIRONMENT), "no HOME rather than the harness's"
+
+
+def test_the_lock_variables_are_the_ones_gpu_lock_reads() -> None:
+    assert gpu_lock.KEY_VARIABLE in isolation.LOCK_VARIABLES
+    assert gpu_lock.TRACE_VARIABLE in isolation.LOCK_VARIABLES
+    assert "PTXBENCH_LOCK_DIR" in isolation.LOCK_VARIABLES and "PTXBENCH_LOCK_DIR" in Path(gpu_lock.__file__).read_text()
+
+
+def test_protected_paths_are_read_from_the_harness_environment() -> None:
+    environ = {isolation.PROTECTED_PATHS_VARIABLE: os.pathsep.join(["/runs/a", "", "/cache/b"])}
+    assert isolation.protected_paths_from(environ) == ["/runs/a", "/cache/b"]
+    assert isolation.protected_paths_from({}) == []
+
+
+# Loads the module by its path as profile_one.py does (no ptxbench import), protects argv[1], then tries
+# to write there, to remount it writable by the syscall itself, and to write beside it.
+_PROBE = """
+import ctypes, importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("isolation", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+assert "ptxbench" not in sys.modules
+print(module.protect_paths([sys.argv[2], "/no/such/path"]))
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__ + str(exc.errno)
+print(attempt(lambda: open(os.path.join(sys.argv[2], "written"), "w").close()))
+libc = ctypes.CDLL(None, use_errno=True)
+remount = libc.mount(None, sys.argv[2].encode(), None, ctypes.c_ulong(4096 | 32), None)
+print("remounted" if remount == 0 else "remount refused")
+print(attempt(lambda: open(os.path.join(sys.argv[3], "beside"), "w").close()))
+"""
+
+
+_SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def _probe(protected: Path, beside: Path, demote: bool = False) -> list[str]:
+    def as_nobody() -> None:
+        os.setgid(65534)
+        os.setuid(65534)
+
+    python = _SYSTEM_PYTHON if demote else sys.executable  # root's own interpreter may be out of nobody's reach
+    done = subprocess.run([python, "-c", _PROBE, str(ISOLATION_FILE), str(protected), str(beside)],
+                          capture_output=True, text=True, timeout=60, preexec_fn=as_nobody if demote else None,
+                          env={"PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def _folders(tmp_path: Path) -> tuple[Path, Path]:
+    protected, beside = tmp_path / "run", tmp_path / "elsewhere"
+    protected.mkdir()
+    beside.mkdir()
+    for folder in (tmp_path, protected, beside):
+        folder.chmod(0o777)  # the unprivileged probe may write both, were it not for the mount
+    return protected, beside
+
+
+def _assert_protected(lines: list[str], protected: Path) -> None:
+    mode, written, remount, beside = lines
+    if mode.startswith("not isolated:"):
+        pytest.skip(f"this machine permits no mount namespace here ({mode})")
+    assert mode.startswith("read-only mounts: ") and str(protected) in mode and "/no/such" not in mode
+    assert written == "OSError30", "EROFS: the protected path is read-only"
+    assert remount == "remount refused", "candidate code cannot undo the protection"
+    assert beside == "done", "the rest of the machine stays writable"
+    assert not (protected / "written").exists()
+
+
+def test_protect_paths_makes_them_read_only_for_this_process_only(tmp_path: Path) -> None:
+    protected, beside = _folders(tmp_path)
+    _assert_protected(_probe(protected, beside), protected)
+    (protected / "still writable here").touch()  # the harness's own view is unchanged
+
+
+def test_protect_paths_uses_a_user_namespace_as_a_normal_user(tmp_path: Path) -> None:
+    if os.getuid() != 0 or not os.path.exists(_SYSTEM_PYTHON):
+        pytest.skip("needs root to start the unprivileged probe, and a system python it can run")
+    with tempfile.TemporaryDirectory(dir="/tmp") as reachable:  # pytest's own folder is root's alone
+        protected, beside = _folders(Path(reachable))
+        lines = _probe(protected, beside, demote=True)
+        _assert_protected(lines, protected)
+    assert "user namespace" in lines[0]
+
+
+def test_protect_paths_says_why_not_instead_of_raising(tmp_path: Path) -> None:
+    assert isolation.protect_paths([str(tmp_path / "missing")]) == "not isolated: no protected path exists"
