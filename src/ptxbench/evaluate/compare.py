@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel
-
+from ptxbench.records import Record
 from ptxbench.tasks.model import Task, Tolerance
 from ptxbench.tasks.reference import magnitude_key
 
@@ -13,7 +12,7 @@ if TYPE_CHECKING:
     import torch
 
 
-class Comparison(BaseModel):
+class Comparison(Record):
     """Where and how far an output is off: the feedback a model needs to fix it."""
 
     output: str

@@ -18,12 +18,13 @@ import platform
 import time
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
 from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
 from ptxbench.evaluate.worker import RequestFailed, WorkerDied, WorkerTimeout
+from ptxbench.records import Record
 from ptxbench.tasks.model import Role, Task
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S
 
@@ -35,7 +36,7 @@ PROBE_TIMEOUT_S = 120.0
 _SUSPECT = (Status.RUNTIME_ERROR, Status.TIMEOUT)
 
 
-class HostSpec(BaseModel):
+class HostSpec(Record):
     """Everything a host needs to build its evaluator; plain data, so it crosses processes and nodes.
     ``handler`` and ``reference_device`` are the GPU side's stand-ins for tests, as in ``GpuEvaluator``."""
 
@@ -44,7 +45,7 @@ class HostSpec(BaseModel):
     reference_device: str = "cuda"
 
 
-class HostJob(BaseModel):
+class HostJob(Record):
     """One candidate as a host receives it."""
 
     task: Task
@@ -53,7 +54,7 @@ class HostJob(BaseModel):
     origin: str
 
 
-class HostOutcome(BaseModel):
+class HostOutcome(Record):
     """An evaluation to record, or the fault that voided it (then ``evaluation`` is None)."""
 
     evaluation: Evaluation | None = None

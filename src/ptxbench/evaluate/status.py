@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from enum import Enum
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.compare import Comparison
 from ptxbench.evaluate.executed import RequirementExecution
+from ptxbench.records import Record
 from ptxbench.static.report import StaticReport
 from ptxbench.toolchain.compile import BuildResult
 
@@ -52,12 +53,12 @@ class Guard(str, Enum):
     HOST_TRANSFER = "host_transfer"  # task data copied to the host inside the call (computing on the CPU)
 
 
-class GuardFinding(BaseModel):
+class GuardFinding(Record):
     guard: Guard
     detail: str
 
 
-class TrialResult(BaseModel):
+class TrialResult(Record):
     """One call on one fresh input set."""
 
     workload: str
@@ -65,9 +66,12 @@ class TrialResult(BaseModel):
     seed: int
     comparisons: list[Comparison] = Field(default_factory=list)
     passed: bool
+    launches: dict[str, int] | None = Field(default=None, description=(
+        "What the call launched on the stream passed in: launch (kernel base name, grid, block; or runtime copy) "
+        "-> count. Timed and profiled calls must launch the same"))
 
 
-class Timing(BaseModel):
+class Timing(Record):
     """Median and inter-quartile range of CUDA-event times with L2 flushed before each call; the
     candidate and its baseline are timed call by call in turn, so both are measured under the same
     conditions."""
@@ -89,6 +93,8 @@ class Timing(BaseModel):
     launch_gated: bool | None = Field(default=None, description=(
         "Every timed call of both sides started on the GPU only once the host had queued all of it (the "
         "launch gate), so host delays are not in the times; False where a side fell back to a spin cover"))
+    launches_per_call: dict[str, float] | None = Field(default=None, description=(
+        "What each timed call launched on average, from a trace of every timed call (as TrialResult.launches)"))
     tflops: float | None = None
     gbps: float | None = None
     roofline_pct: float | None = Field(default=None, description=(
@@ -100,7 +106,7 @@ class Timing(BaseModel):
         return self.baseline_ms / self.candidate_ms if self.baseline_ms and self.candidate_ms > 0 else None
 
 
-class Evaluation(BaseModel):
+class Evaluation(Record):
     version: int = EVALUATION_VERSION
     candidate: str
     task: str

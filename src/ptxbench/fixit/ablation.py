@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from ptxbench._compat import tomllib
 from ptxbench._io import read_jsonl
@@ -16,12 +16,13 @@ from ptxbench.errors import PtxbenchError
 from ptxbench.fixit.dataset import build_dataset, export, select
 from ptxbench.fixit.mine import RepairPair
 from ptxbench.llm.feedback import Evaluator
+from ptxbench.records import Record
 
 ABLATION_VERSION = 1
 ARMS: tuple[Literal["diverse", "volume"], ...] = ("diverse", "volume")
 
 
-class AblationConfig(BaseModel):
+class AblationConfig(Record):
     model_config = ConfigDict(extra="forbid")
     version: Literal[1] = ABLATION_VERSION
     pairs: list[Path] = Field(min_length=1, description="Explained repair pairs (.jsonl from `fixit explain`)")

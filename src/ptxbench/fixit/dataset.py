@@ -15,7 +15,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
@@ -23,6 +23,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.fixit.mine import RepairPair
 from ptxbench.llm.types import Message
 from ptxbench.prompt import render_task_prompt
+from ptxbench.records import Record
 from ptxbench.tasks.loader import get_task
 
 DATASET_VERSION = 1
@@ -37,7 +38,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.:]{3,}")
 _GENERIC = re.compile(r"^(the (code|kernel) (was|is) (wrong|incorrect|broken)|fixed (the )?(bug|issue)s?)\.?$", re.IGNORECASE)
 
 
-class ChatRecord(BaseModel):
+class ChatRecord(Record):
     version: int = DATASET_VERSION
     messages: list[Message]
     task: str
@@ -48,7 +49,7 @@ class ChatRecord(BaseModel):
     verified: bool
 
 
-class DataCard(BaseModel):
+class DataCard(Record):
     version: int = DATASET_VERSION
     records: int
     dropped: dict[str, int] = Field(description="why pairs were left out, with counts")

@@ -12,8 +12,9 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt, turn_attempt
 from ptxbench.results.rundir import RunDir
 
@@ -22,7 +23,7 @@ NOT_REPAIRABLE = ("ok", "unevaluated")
 NOT_REPAIRABLE_STAGES = ("extraction", "infra")
 
 
-class FailureCase(BaseModel):
+class FailureCase(Record):
     """One failed kernel and what the evaluator said about it."""
 
     version: int = FIXIT_RECORD_VERSION
@@ -36,7 +37,7 @@ class FailureCase(BaseModel):
         return (a.run, a.task, a.arch, a.sample, str(a.turn))
 
 
-class RepairPair(BaseModel):
+class RepairPair(Record):
     """A failure and a kernel that fixes it; ``verified`` only when the fix passed a GPU evaluation."""
 
     version: int = FIXIT_RECORD_VERSION

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from ptxbench import __version__
 from ptxbench._compat import tomllib
@@ -33,6 +33,7 @@ from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
 from ptxbench.llm.providers.hf_local import plain_prompt
 from ptxbench.llm.types import Message
+from ptxbench.records import Record
 
 TRAIN_SCHEMA_VERSION = 1
 CONFIG_FILE = "train_config.json"
@@ -45,7 +46,7 @@ class TrainError(PtxbenchError):
     """Training cannot start or finish: a bad config or data file, a missing library, a used output dir."""
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Record):
     """Everything that changes the trained adapter. Written back, resolved, as ``train_config.json``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -98,7 +99,7 @@ class TrainConfig(BaseModel):
         )
 
 
-class TrainResult(BaseModel):
+class TrainResult(Record):
     """What a training run did, for the report and for comparing runs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)

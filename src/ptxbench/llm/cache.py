@@ -9,14 +9,15 @@ import os
 import tempfile
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from ptxbench.llm.types import Completion, CompletionRequest
+from ptxbench.records import Record
 
 CACHE_VERSION = 1
 
 
-class CacheEntry(BaseModel):
+class CacheEntry(Record):
     """What is stored: the request beside its answer, so a cache file explains itself."""
 
     version: int = CACHE_VERSION

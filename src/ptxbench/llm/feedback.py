@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import CheckReport, check_source
 from ptxbench.llm.extract import Extraction
+from ptxbench.records import Record
 from ptxbench.tasks.model import Task
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 LOG_LINES_SHOWN = 30
 
 
-class Feedback(BaseModel):
+class Feedback(Record):
     """One evaluation as refinement sees it. ``passed`` means nothing is left to fix at this stage."""
 
     passed: bool

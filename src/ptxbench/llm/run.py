@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.llm.extract import Extraction, ExtractionStatus, extract_candidate
@@ -19,13 +19,14 @@ from ptxbench.llm.feedback import Evaluator, Feedback, extraction_feedback
 from ptxbench.llm.prompts import ContextCondition, OneShot, build_conversation, feedback_message, prompt_version
 from ptxbench.llm.types import Completion, CompletionRequest, Message, SamplingParams, Usage
 from ptxbench._io import write_atomic
+from ptxbench.records import Record
 from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.tasks.model import Task
 
 TRAJECTORY_VERSION = 1
 
 
-class RunConfig(BaseModel):
+class RunConfig(Record):
     """Every option of ``ptxbench generate`` / ``run``; recorded in the run header."""
 
     model: str
@@ -43,14 +44,14 @@ class RunConfig(BaseModel):
     request_timeout_s: float = Field(default=900.0, gt=0)
 
 
-class Turn(BaseModel):
+class Turn(Record):
     turn: int
     completion: Completion
     extraction: Extraction
     feedback: Feedback | None = None
 
 
-class ItemResult(BaseModel):
+class ItemResult(Record):
     """One sample of one task, all its turns; written last, as the item's 'done' marker."""
 
     version: int = TRAJECTORY_VERSION
@@ -174,7 +175,7 @@ def header_for(config: RunConfig) -> RunHeader:
     return RunHeader(kind=kind, toolchain=toolchain, config=config.model_dump(mode="json"))
 
 
-class Plan(BaseModel):
+class Plan(Record):
     """What a run would send, for ``--dry-run``: the first conversation and an upper bound of the cost."""
 
     items: int

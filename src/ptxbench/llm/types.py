@@ -7,18 +7,20 @@ import hashlib
 import json
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from ptxbench.records import Record
 
 LLM_RECORD_VERSION = 1
 
 
-class Message(BaseModel):
+class Message(Record):
     model_config = ConfigDict(frozen=True)
     role: Literal["system", "user", "assistant"]
     content: str
 
 
-class SamplingParams(BaseModel):
+class SamplingParams(Record):
     """Everything that changes a completion besides the messages (part of the cache key)."""
 
     model_config = ConfigDict(frozen=True)
@@ -27,7 +29,7 @@ class SamplingParams(BaseModel):
     max_tokens: int = Field(default=16384, ge=1)
 
 
-class CompletionRequest(BaseModel):
+class CompletionRequest(Record):
     """One sample of one conversation. ``sample_index`` keeps k samples of the same prompt apart in
     the cache, so a rerun of a k-sample sweep reuses every sample and draws no new ones."""
 
@@ -47,13 +49,13 @@ class CompletionRequest(BaseModel):
         return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-class Usage(BaseModel):
+class Usage(Record):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float | None = Field(default=None, description="None when the model's price is unknown")
 
 
-class Completion(BaseModel):
+class Completion(Record):
     """A model's answer with its accounting. ``error`` is set (and ``text`` empty) when the provider
     failed after its retries: the run goes on and the item records the failure."""
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from ptxbench.records import Record
 from ptxbench.results.rundir import RESULT_FILE, RunDir
 from ptxbench.results.taxonomy import classify_check, classify_evaluation, classify_extraction
 
 ATTEMPT_VERSION = 1
 
 
-class Attempt(BaseModel):
+class Attempt(Record):
     version: int = ATTEMPT_VERSION
     run: str = Field(description="The run directory's name")
     model: str | None = None

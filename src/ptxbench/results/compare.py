@@ -13,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from pydantic import BaseModel, Field, computed_field
+from pydantic import Field, computed_field
 
+from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt, attempts_from_run
 from ptxbench.results.metrics import (
     CONFIDENCE, Estimate, Problem, check_metric, fast_metric, format_rate, summarize, task_rates, unmeasured,
@@ -24,7 +25,7 @@ EXACT_LIMIT = 16
 """Up to this many non-zero differences the permutation test enumerates all 2^n sign flips."""
 
 
-class TaskRow(BaseModel):
+class TaskRow(Record):
     """One paired problem: each run's sample count and pass@k."""
 
     arch: str
@@ -41,7 +42,7 @@ class TaskRow(BaseModel):
         return self.rate_b - self.rate_a
 
 
-class Comparison(BaseModel):
+class Comparison(Record):
     """Run B against run A on the problems both attempted."""
 
     metric: str
@@ -132,7 +133,7 @@ def compare_runs(a: list[Attempt], b: list[Attempt], metric: str = "correct", k:
         n_unmeasured_a=sum(unmeasured(x) for x in a), n_unmeasured_b=sum(unmeasured(x) for x in b))
 
 
-class LeaderboardRow(BaseModel):
+class LeaderboardRow(Record):
     """One run's place on a leaderboard."""
 
     rank: int

@@ -25,8 +25,9 @@ import zlib
 from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt
 
 if TYPE_CHECKING:
@@ -143,7 +144,7 @@ def task_rates(attempts: Sequence[Attempt], metric: str = "correct", k: int = 1)
 # ----------------------------------------------------------------------------------------- summaries
 
 
-class Estimate(BaseModel):
+class Estimate(Record):
     """A point estimate and its 95 % bootstrap interval (None without resampling)."""
 
     value: float
@@ -151,7 +152,7 @@ class Estimate(BaseModel):
     high: float | None = None
 
 
-class MetricSummary(BaseModel):
+class MetricSummary(Record):
     """Every metric of one group of attempts (one model x condition, one task, or the whole run)."""
 
     group: dict[str, str | int | bool | None] = Field(description="The grouping fields and this group's values")

@@ -1,0 +1,21 @@
+"""The base of every record ptxbench persists or sends between processes.
+
+A candidate's output can hold NaN and infinities (an output left unwritten keeps its NaN prefill), and
+so can the numbers measured from it: errors, ratios, worst values. Pydantic writes non-finite floats as
+``null`` by default, which a ``float`` field then refuses on reading, so a single partly written output
+made its whole result unreadable. Records write them as the tokens ``NaN``, ``Infinity`` and
+``-Infinity`` instead, which pydantic's JSON parser and Python's ``json.loads`` both read back exactly.
+
+The setting applies to the fields a model declares itself (nested models use their own), so every model
+that holds a float, directly or in a container, derives from ``Record``.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Record(BaseModel):
+    """A pydantic model whose non-finite floats survive a JSON round trip."""
+
+    model_config = ConfigDict(ser_json_inf_nan="constants")
