@@ -81,6 +81,33 @@ def test_misbehaviour_gets_its_status(monkeypatch: pytest.MonkeyPatch, behaviour
         assert "wrong on workload small-timed" in evaluation.message
 
 
+def test_a_copy_to_the_host_beside_an_own_kernel_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    evaluation = _evaluate(monkeypatch, "host-copy", time=False)
+    assert evaluation.status is Status.REJECTED, evaluation.message
+    assert {g.guard for g in evaluation.guards} == {Guard.HOST_TRANSFER}
+
+
+@pytest.mark.parametrize(("behaviour", "guard"), [
+    ("other-stream-when-timed", Guard.OTHER_STREAM),
+    ("extra-kernel-when-timed", Guard.LAUNCHES_DIFFER),
+    ("host-copy-when-timed", Guard.HOST_TRANSFER),
+])
+def test_a_candidate_that_behaves_otherwise_only_when_timed_is_rejected(monkeypatch: pytest.MonkeyPatch,
+                                                                        behaviour: str, guard: Guard) -> None:
+    evaluation = _evaluate(monkeypatch, behaviour)
+    assert evaluation.status is Status.REJECTED, evaluation.message
+    assert guard in {g.guard for g in evaluation.guards}, evaluation.guards
+    assert all(t.passed for t in evaluation.trials)  # the trials alone saw nothing wrong
+
+
+def test_timed_calls_record_what_they_launched(monkeypatch: pytest.MonkeyPatch) -> None:
+    evaluation = _evaluate(monkeypatch, "correct")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    trial = evaluation.trials[0]
+    assert trial.launches and all(count == 1 for count in trial.launches.values())
+    assert all(t.launches_per_call == trial.launches for t in evaluation.timings)
+
+
 @pytest.mark.parametrize("behaviour", ["oom-once", "oom-torch-once", "oom-sticky-once"])
 def test_running_out_of_memory_beside_another_evaluation_is_tried_again_alone(
         monkeypatch: pytest.MonkeyPatch, tmp_path, behaviour: str) -> None:  # type: ignore[no-untyped-def]

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 BANNED_LIBRARIES = re.compile(r"lib(cublas|cublasLt|cudnn\w*)\.so")
 _RUNTIME_COPIES = ("Memcpy", "Memset")
+_TO_HOST = "Memcpy DtoH"  # kineto's name for device-to-host copies ("Memcpy DtoH (Device -> Pageable)")
 
 
 def base_name(kernel: str) -> str:
@@ -51,6 +52,87 @@ def provenance_guards(activities: list[dict[str, Any]], launch_stream: int | Non
     if elsewhere:
         findings.append(GuardFinding(guard=Guard.OTHER_STREAM,
                                      detail=f"work ran on stream(s) {', '.join(elsewhere)}, not on the stream passed in"))
+    return findings + host_transfer_guards(activities)
+
+
+def host_transfer_guards(activities: list[dict[str, Any]]) -> list[GuardFinding]:
+    """Task data copied to the host inside the call: the work may be done on the CPU, whatever kernels ran
+    beside it (a token kernel of the candidate's own does not make it a GPU kernel)."""
+    copies = [a for a in activities if a["name"].startswith(_TO_HOST)]
+    if not copies:
+        return []
+    return [GuardFinding(guard=Guard.HOST_TRANSFER, detail=(
+        f"the call copied device memory to the host {len(copies)} time(s) ({copies[0]['name']}): "
+        "a kernel's work may not be done on the CPU"))]
+
+
+def launch_signature(name: str, grid: Any = None, block: Any = None) -> str:
+    """One launch as the trace, the timed calls' trace and Nsight Compute all describe it: the kernel's base
+    name and, where known, its grid and block (``gemm grid=132,1,1 block=384,1,1``)."""
+    def dims(value: Any) -> str | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # ncu writes "(132, 1, 1)"
+            value = [part for part in re.split(r"[^0-9]+", value) if part]
+        return ",".join(str(int(v)) for v in value)
+
+    parts = [base_name(name) if not name.startswith(_RUNTIME_COPIES) else name.split(" (")[0]]
+    for label, value in (("grid", dims(grid)), ("block", dims(block))):
+        if value is not None:
+            parts.append(f"{label}={value}")
+    return " ".join(parts)
+
+
+def launches_of(activities: list[dict[str, Any]], launch_stream: Any, ignored: set[str] | None = None
+                ) -> dict[str, int]:
+    """How often each launch (``launch_signature``) ran on the launch stream, the harness's own kernels
+    (``ignored``, by full name) left out."""
+    counts: dict[str, int] = {}
+    for activity in activities:
+        if activity["stream"] != launch_stream or activity["name"] in (ignored or set()):
+            continue
+        key = launch_signature(activity["name"], activity.get("grid"), activity.get("block"))
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def per_call(counts: dict[str, int], calls: int) -> dict[str, float]:
+    return {key: count / calls for key, count in counts.items()} if calls > 0 else {}
+
+
+def launch_difference(expected: dict[str, int], seen: dict[str, float]) -> str | None:
+    """None when ``seen`` (launches per call) equals ``expected`` (one trial's launches); else what differs."""
+    keys = sorted(set(expected) | set(seen))
+    differ = [f"{key}: {seen.get(key, 0):g} instead of {expected.get(key, 0)}" for key in keys
+              if abs(seen.get(key, 0) - expected.get(key, 0)) > 1e-9]
+    return "; ".join(differ[:4]) + (f" (and {len(differ) - 4} more)" if len(differ) > 4 else "") if differ else None
+
+
+def timed_launch_guards(workload: str, trial_launches: dict[str, int] | None, timed: dict[str, Any],
+                        own_kernels: set[str]) -> list[GuardFinding]:
+    """The timed calls' trace (``CandidateRunner.timed_launches``) judged against one correctness trial of
+    the same workload: every timed call must launch what the trials launched, on the stream passed in, and
+    copy nothing to the host. A candidate that behaves differently when timed is REJECTED."""
+    findings: list[GuardFinding] = []
+    harness = set(timed.get("harness_kernels") or [])
+    activities = [a for a in timed.get("activities") or [] if a["name"] not in harness]
+    stream = timed.get("stream")
+    elsewhere = sorted({str(a["stream"]) for a in activities if a["stream"] != stream})
+    if elsewhere:
+        findings.append(GuardFinding(guard=Guard.OTHER_STREAM, detail=(
+            f"{workload}: during timed calls work ran on stream(s) {', '.join(elsewhere)}, not on the stream passed in")))
+    findings += host_transfer_guards(activities)
+    foreign = sorted({a["name"][:120] for a in activities if a.get("kind", "kernel") == "kernel" and a["stream"] == stream
+                      and base_name(a["name"]) not in own_kernels})
+    if foreign:
+        findings.append(GuardFinding(guard=Guard.FOREIGN_KERNELS, detail=(
+            f"{workload}: kernels not in the candidate's module ran during timed calls: {foreign[:3]}")))
+    calls = int(timed.get("rounds") or 0)
+    if trial_launches is not None and calls > 0:
+        differ = launch_difference(trial_launches, per_call(launches_of(activities, stream), calls))
+        if differ:
+            findings.append(GuardFinding(guard=Guard.LAUNCHES_DIFFER, detail=(
+                f"{workload}: timed calls launched other work per call than the correctness trials ({differ})")))
     return findings
 
 
