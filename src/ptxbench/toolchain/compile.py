@@ -2,17 +2,20 @@
 
 One nvcc call (``--keep``) yields all three, so the static report reads exactly what will run. Builds
 run in a subprocess with a time limit, are cached by a content hash of everything that affects the
-output, and can run several at once (``compile_many``).
+output, and can run several at once (``compile_many``). Each cache entry is sealed with the machine's
+key (see ``_reuse``): an entry changed by anyone else is discarded and built again.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
+from ptxbench.integrity import file_sha256, sign, verify
 from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis, diagnose
 from ptxbench.toolchain.discover import find_toolchain
 
@@ -80,15 +84,13 @@ def default_cache_dir() -> Path:
 
 def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
           use_cache: bool = True) -> BuildResult:
-    """Compile one candidate (or return the cached result of an identical build)."""
+    """Compile one candidate (or return the cached result of an identical build, once its seal holds)."""
     toolchain = find_toolchain()
     nvcc = toolchain.path("nvcc")
     key = request.key(toolchain.fingerprint())
     directory = (cache_dir or default_cache_dir()) / key[:2] / key
-    record = directory / "build.json"
-    if use_cache and record.is_file():
-        cached = BuildResult.model_validate_json(record.read_text())
-        return cached.model_copy(update={"cached": True})
+    if use_cache and (cached := _reuse(directory, key)) is not None:
+        return cached
 
     directory.parent.mkdir(parents=True, exist_ok=True)
     # Build beside the cache entry with its record inside, then rename the folder into place: an entry
@@ -99,20 +101,104 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
         if result.diagnosis is not None and result.diagnosis.failure is CompileFailure.TIMEOUT:
             return result.model_copy(update={"directory": ""})  # never cached, no artifacts kept
         result = result.model_copy(update={"directory": str(directory)})
-        write_atomic(staging / "build.json", result.model_dump_json(indent=1))
-        if directory.exists() and use_cache and record.is_file():
-            return BuildResult.model_validate_json(record.read_text()).model_copy(update={"cached": True})
+        write_atomic(staging / BUILD_RECORD, result.model_dump_json(indent=1))
+        _seal(staging, directory)
+        if directory.exists() and use_cache and (cached := _reuse(directory, key)) is not None:
+            return cached
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)
         try:
             os.rename(staging, directory)
         except OSError:
-            if record.is_file():
-                return BuildResult.model_validate_json(record.read_text()).model_copy(update={"cached": True})
+            if (cached := _reuse(directory, key)) is not None:
+                return cached
             raise
         return result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# -- the cache's seal ---------------------------------------------------------------------------------------
+# Candidate code can write the cache (same user, no read-only mount). Each entry holds a seal: the SHA-256
+# of its record and of every artifact that is reused, signed with the machine's key (ptxbench.integrity).
+# An entry whose seal does not hold is discarded and built again. What this process sealed or verified is
+# remembered, so within the process an entry is checked against those digests, not only against a
+# signature that a candidate which read the key could forge.
+
+BUILD_RECORD = "build.json"
+SEAL_FILE = "seal.json"
+SEAL_VERSION = 1
+REUSED_ARTIFACTS = tuple(f"candidate{suffix}" for suffix in (".so", ".ptx", ".cubin"))
+
+_log = logging.getLogger(__name__)
+_verified: dict[str, dict[str, str]] = {}  # cache entry folder -> the digests this process sealed or checked
+_verified_lock = threading.Lock()
+
+
+class BuildSeal(BaseModel):
+    """The SHA-256 of ``build.json`` and of each reused artifact present, and the machine's tag of them."""
+
+    version: int = SEAL_VERSION
+    files: dict[str, str]
+    signature: str = ""
+
+    def signed_payload(self) -> bytes:
+        return self.model_dump_json(exclude={"signature"}).encode()
+
+
+def _entry_digests(folder: Path) -> dict[str, str]:
+    names = (BUILD_RECORD, *REUSED_ARTIFACTS)
+    return {name: file_sha256(folder / name) for name in names if (folder / name).is_file()}
+
+
+def _seal(staging: Path, directory: Path) -> None:
+    """Seal the entry being staged, and remember it under the folder it is renamed to."""
+    seal = BuildSeal(files=_entry_digests(staging))
+    seal = seal.model_copy(update={"signature": sign(seal.signed_payload())})
+    write_atomic(staging / SEAL_FILE, seal.model_dump_json(indent=1))
+    with _verified_lock:
+        _verified[str(directory)] = seal.files
+
+
+def _reuse(directory: Path, key: str) -> BuildResult | None:
+    """The cached result in ``directory`` if its seal holds; a broken entry is logged and removed."""
+    if not (directory / BUILD_RECORD).is_file():
+        return None
+    problem = _seal_problem(directory, key)
+    if problem is not None:
+        _log.warning("build cache entry %s %s: discarded, it is built again", directory, problem)
+        shutil.rmtree(directory, ignore_errors=True)
+        return None
+    result = BuildResult.model_validate_json((directory / BUILD_RECORD).read_text())
+    return result.model_copy(update={"cached": True})
+
+
+def _seal_problem(directory: Path, key: str) -> str | None:
+    """Why the entry cannot be trusted, or None when its files are the ones sealed for ``key`` here."""
+    digests = _entry_digests(directory)
+    with _verified_lock:
+        remembered = _verified.get(str(directory))
+    if remembered is not None:
+        if digests != remembered:
+            return "changed since this process sealed or checked it"
+    else:
+        try:
+            seal = BuildSeal.model_validate_json((directory / SEAL_FILE).read_text())
+        except (OSError, ValueError):
+            return "has no readable seal (written before entries were sealed, or changed)"
+        if seal.version != SEAL_VERSION or not verify(seal.signed_payload(), seal.signature):
+            return "has a seal not signed by this machine's harness"
+        if seal.files != digests:
+            return "holds files other than the ones sealed"
+    try:
+        result = BuildResult.model_validate_json((directory / BUILD_RECORD).read_text())
+    except (OSError, ValueError):
+        return "has an unreadable record"
+    if result.key != key or Path(result.directory) != directory:
+        return "has a record of another build"
+    with _verified_lock:
+        _verified[str(directory)] = digests
+    return None
 
 
 def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s: float) -> BuildResult:

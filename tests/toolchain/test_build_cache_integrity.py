@@ -1,0 +1,97 @@
+"""The build cache trusts an entry only while its seal holds: the record and the reused artifacts, as
+this machine's harness built them. A forged result or a swapped shared object is built again."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from ptxbench import integrity
+from ptxbench.arch.registry import Arch
+from ptxbench.toolchain import compile as compile_module
+from ptxbench.toolchain.compile import BUILD_RECORD, SEAL_FILE, BuildRequest, BuildResult, build
+
+SOURCE = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n'
+BROKEN = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= undeclared; }\n'
+
+
+@pytest.fixture(autouse=True)
+def _own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv(integrity.KEY_VARIABLE, str(tmp_path / "integrity.key"))
+
+
+def _new_process() -> None:
+    """What another process would see: no entry sealed or checked in memory."""
+    compile_module._verified.clear()
+
+
+def _entry(result: BuildResult) -> Path:
+    return Path(result.directory)
+
+
+def _forge_ok(folder: Path) -> None:
+    record = json.loads((folder / BUILD_RECORD).read_text())
+    (folder / BUILD_RECORD).write_text(json.dumps({**record, "ok": True, "diagnosis": None, "log": ""}))
+
+
+def _swap_shared_object(folder: Path) -> None:
+    (folder / "candidate.so").write_bytes(b"\x7fELF planted by the candidate")
+
+
+def _plant_cubin(folder: Path) -> None:
+    (folder / "candidate.cubin").write_bytes(b"planted")
+
+
+def _drop_seal(folder: Path) -> None:
+    (folder / SEAL_FILE).unlink()
+
+
+@pytest.mark.parametrize(("source", "tamper", "same_process"), [
+    (BROKEN, _forge_ok, False),  # a failed build turned into a passing one
+    (SOURCE, _swap_shared_object, False),
+    (SOURCE, _swap_shared_object, True),
+    (BROKEN, _plant_cubin, False),  # an artifact the static report would read
+    (SOURCE, _drop_seal, False),
+])
+def test_a_tampered_entry_is_discarded_and_built_again(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                      source: str, tamper, same_process: bool) -> None:  # type: ignore[no-untyped-def]
+    request = BuildRequest(source=source, arch=Arch.SM_90A)
+    first = build(request, cache_dir=tmp_path / "builds")
+    assert not first.cached
+    tamper(_entry(first))
+    if not same_process:
+        _new_process()
+    with caplog.at_level(logging.WARNING, logger="ptxbench.toolchain.compile"):
+        again = build(request, cache_dir=tmp_path / "builds")
+    assert not again.cached and again.ok == first.ok, "built again, with the genuine outcome"
+    assert str(_entry(first)) in caplog.text and "built again" in caplog.text
+    if source == SOURCE:
+        assert (_entry(again) / "candidate.so").read_bytes()[:4] == b"\x7fELF" and again.artifact(".cubin")
+    else:
+        assert again.artifact(".cubin") is None
+    _new_process()
+    assert build(request, cache_dir=tmp_path / "builds").cached, "the rebuilt entry is sealed again"
+
+
+def test_an_intact_entry_is_reused_by_a_later_process(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    request = BuildRequest(source=SOURCE, arch=Arch.SM_90A)
+    first = build(request, cache_dir=tmp_path)
+    _new_process()
+    with caplog.at_level(logging.WARNING, logger="ptxbench.toolchain.compile"):
+        second = build(request, cache_dir=tmp_path)
+    assert second.cached and second.key == first.key and not caplog.text
+
+
+def test_a_forgery_signed_with_the_key_is_refused_by_the_process_that_sealed_the_entry(tmp_path: Path) -> None:
+    """A candidate that read the key can re-seal a swapped object; this process compares with what it sealed."""
+    request = BuildRequest(source=SOURCE, arch=Arch.SM_90A)
+    first = build(request, cache_dir=tmp_path)
+    folder = _entry(first)
+    _swap_shared_object(folder)
+    seal = compile_module.BuildSeal(files=compile_module._entry_digests(folder))
+    (folder / SEAL_FILE).write_text(seal.model_copy(update={"signature": integrity.sign(seal.signed_payload())})
+                                    .model_dump_json())
+    assert not build(request, cache_dir=tmp_path).cached
