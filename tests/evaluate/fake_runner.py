@@ -71,6 +71,18 @@ class FakeRunner:
     def device_info(self) -> dict[str, Any]:
         return {"name": "Fake H200", "torch": str(torch.__version__), "cuda": None, "cudnn": None}
 
+    def health_check(self) -> dict[str, Any]:
+        """The known-good matmul, on the CPU."""
+        generator = torch.Generator().manual_seed(1)
+        a = torch.randn(64, 64, generator=generator)
+        want = a @ a
+        got = self._healthy_product(want)
+        return {"max_abs_error": float((got - want).abs().max()), "reference_max_abs": float(want.abs().max()),
+                "elements": want.numel(), "seconds": 0.0, "name": "Fake H200"}
+
+    def _healthy_product(self, want: torch.Tensor) -> torch.Tensor:
+        return want.clone()
+
     def peaks(self) -> dict[str, float]:
         return {"bytes_per_s": 4.0e12, "bf16_flops": 7.5e14, "fp8_flops": 1.2e15}
 
@@ -98,6 +110,9 @@ class FakeRunner:
         outputs = {o.name: expected[o.name].to(getattr(torch, o.dtype.value)) for o in self.task.outputs}
         if self.behaviour == "wrong":
             outputs = {k: v * 2 for k, v in outputs.items()}
+        if self.behaviour == "partial":  # the second half left unwritten: the NaN prefill stays
+            for value in outputs.values():
+                value.view(-1)[value.numel() // 2:] = float("nan")
         return outputs
 
     def trial(self, sizes: dict[str, int], seed: int) -> dict[str, Any]:
@@ -208,6 +223,18 @@ class BreaksGpu1(FakeRunner):
             raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
         return {**super().device_info(), "name": f"Fake H200 {os.environ.get('CUDA_VISIBLE_DEVICES')}"}
 
+    def health_check(self) -> dict[str, Any]:
+        if self._marker().exists():
+            raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
+        return super().health_check()
+
+    def load(self, shared_object: str, task_json: str) -> list[str]:
+        if self._is_broken():
+            self._marker().touch()
+            os._exit(1)
+        return super().load(shared_object, task_json)
+
+
     def load(self, shared_object: str, task_json: str) -> list[str]:
         if self._is_broken():
             self._marker().touch()
@@ -226,3 +253,23 @@ class DeadGpu1(FakeRunner):
         if os.environ.get("CUDA_VISIBLE_DEVICES") == "1":
             raise RuntimeError("CUDA error: unrecoverable error (GPU has fallen off the bus)")
         return super().device_info()
+
+
+class PartlyUnwritten(FakeRunner):
+    """A candidate that leaves the second half of every output unwritten (as a handler name, so no
+    environment variable has to reach the worker)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.behaviour = "partial"
+
+
+class SickGpu(FakeRunner):
+    """A crashing candidate on a GPU that opens but computes the health check's known-good matmul wrong."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.behaviour = "crash"
+
+    def _healthy_product(self, want: torch.Tensor) -> torch.Tensor:
+        return want + 1.0

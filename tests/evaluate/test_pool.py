@@ -63,7 +63,14 @@ def test_a_faulting_gpu_is_retired_and_its_candidates_go_to_another(tmp_path: Pa
     interrupted = [placement["interrupted_by"] for _, placement, _ in found.values() if placement["interrupted_by"]]
     assert len(interrupted) == 1, "the candidate GPU 1 broke on was re-queued, not failed"
     assert interrupted[0][0].startswith("GPU 1: the GPU failed a health check") and "uncorrectable ECC" in interrupted[0][0]
-    assert "GPU 1 retired: could not restart" in caplog.text
+    assert "GPU 1 retired: failed the harness's health check" in caplog.text
+
+
+def test_a_gpu_that_computes_the_known_good_kernel_wrong_is_retired(tmp_path: Path) -> None:
+    """A crash is followed by the health check; a GPU that opens but gets the known-good matmul wrong fails it."""
+    with pytest.raises(GpusRetired, match="known-good matmul is wrong"):
+        _run(tmp_path / "run", 2, handler="SickGpu", gpus=(0,))
+    assert all(evaluation.infra_failure is InfraFailure.NO_GPU for evaluation, _, _ in stored(tmp_path / "run").values())
 
 
 def test_with_two_lanes_every_candidate_a_faulting_gpu_held_goes_to_another(tmp_path: Path,

@@ -17,7 +17,9 @@ TASK = small_softmax()
 
 
 class ScriptedSlot:
-    """Answers each job with ``answer(slot, job)``: 'ok', 'fault', or 'dead' (cannot restart)."""
+    """Answers each job with ``answer(slot, job)``: 'ok', 'fault' (the GPU then passes its health check),
+    'sick' (it fails it), 'harness' (the harness failed), 'raise' (the slot itself raised) or 'dead'
+    (cannot restart)."""
 
     depth = 1
 
@@ -41,7 +43,13 @@ class ScriptedSlot:
         if answer == "dead":
             future.set_exception(SlotStartFailed(f"GPU {self.name} will not open"))
         elif answer == "fault":
-            future.set_result(HostOutcome(fault=f"{self.name} broke"))
+            future.set_result(HostOutcome(fault=f"{self.name} broke", gpu_healthy=True))
+        elif answer == "sick":
+            future.set_result(HostOutcome(fault=f"{self.name} broke for good", gpu_healthy=False))
+        elif answer == "harness":
+            future.set_result(HostOutcome(harness_error="KeyError: 'outputs'"))
+        elif answer == "raise":
+            future.set_exception(RuntimeError("the slot's own bug"))
         else:
             future.set_result(HostOutcome(evaluation=Evaluation(
                 candidate=str(job.index), task=TASK.id, task_hash=TASK.content_hash, arch=Arch.SM_90A,
@@ -74,28 +82,63 @@ def test_every_job_once_across_slots() -> None:
     assert set(done.values()) == {"a", "b"}
 
 
-def test_a_fault_requeues_the_job_to_another_slot_and_retires_the_slot_after_repeats() -> None:
-    slots = [ScriptedSlot("a", lambda s, j: "ok"), ScriptedSlot("b", lambda s, j: "fault")]
-    done, given_up, retired = _run(slots, 5, retire_after=2)
-    assert sorted(done) == list(range(5)) and set(done.values()) == {"a"} and not given_up
-    assert retired == {"b": "faulted 2 times in a row: b broke; b broke"} and slots[1].closed
-    assert len(slots[1].seen) == 2, "a retired slot gets no more work"
+def _results(slots: list[ScriptedSlot], count: int, **limits: int) -> tuple[dict[int, HostOutcome], dict[int, str], dict[str, str]]:
+    """Like ``_run``, keeping each recorded outcome."""
+    done: dict[int, HostOutcome] = {}
+    given_up: dict[int, str] = {}
+    retired = schedule(_jobs(count), start_slots(slots),  # type: ignore[arg-type]
+                       on_result=lambda job, outcome, slot: done.__setitem__(job.index, outcome),
+                       on_give_up=lambda job, failure, reason: given_up.__setitem__(job.index, f"{failure.value}: {reason}"),
+                       **limits)
+    return done, given_up, retired
 
 
-def test_a_slot_that_evaluates_between_faults_is_not_retired() -> None:
-    bad = {0, 2, 4}  # candidates that fault wherever they run, each followed by a good one
+def test_a_slot_is_retired_only_when_its_gpu_fails_the_health_check() -> None:
+    slots = [ScriptedSlot("a", lambda s, j: "ok"), ScriptedSlot("b", lambda s, j: "fault" if j.index < 4 else "sick")]
+    done, given_up, retired = _run(slots, 12)
+    assert sorted(done) == list(range(12)) and not given_up
+    assert list(retired) == ["b"] and retired["b"].startswith("failed the harness's health check: b broke for good")
+    assert slots[1].closed and slots[1].seen[-1] >= 4, "faults on a healthy GPU did not retire it"
+
+
+def test_faults_on_a_healthy_gpu_are_the_candidates_runtime_error_and_never_retire_it() -> None:
+    bad = {0, 2, 4, 5, 6}  # candidates that kill their host wherever they run
     slots = [ScriptedSlot("a", lambda s, j: "fault" if j.index in bad else "ok")]
-    done, given_up, retired = _run(slots, 6, max_attempts=1, retire_after=2)
-    assert sorted(done) == [1, 3, 5] and sorted(given_up) == [0, 2, 4] and not retired
+    done, given_up, retired = _results(slots, 8, max_attempts=1)
+    assert sorted(done) == list(range(8)) and not given_up and not retired
+    for index in bad:
+        evaluation = done[index].evaluation
+        assert evaluation is not None and evaluation.status is Status.RUNTIME_ERROR and evaluation.candidate == str(index)
+        assert "passed the harness's health check" in evaluation.message and "a broke" in evaluation.message
+    assert all(done[i].evaluation.status is Status.COMPILE_ERROR for i in (1, 3, 7))  # type: ignore[union-attr]
 
 
-def test_a_job_that_faults_on_every_gpu_is_given_up_not_failed() -> None:
+def test_a_job_that_faults_on_every_gpu_is_the_candidates_runtime_error() -> None:
     poison = 2
     slots = [ScriptedSlot(n, lambda s, j: "fault" if j.index == poison else "ok") for n in ("a", "b", "c")]
-    done, given_up, retired = _run(slots, 4, max_attempts=2, retire_after=5)
-    assert sorted(done) == [0, 1, 3]
-    assert given_up[poison].startswith("HARNESS_ERROR: evaluation interrupted by 2 GPU faults")
+    done, given_up, retired = _results(slots, 4, max_attempts=2)
+    assert sorted(done) == [0, 1, 2, 3] and not given_up
+    evaluation = done[poison].evaluation
+    assert evaluation is not None and evaluation.status is Status.RUNTIME_ERROR
+    assert "2 times" in evaluation.message
     assert not retired, "one bad candidate does not take the GPUs down"
+
+
+def test_a_job_after_which_gpus_failed_their_health_check_is_not_judged() -> None:
+    poison = 1
+    slots = [ScriptedSlot(n, lambda s, j: "sick" if j.index == poison else "ok") for n in ("a", "b", "c")]
+    done, given_up, retired = _run(slots, 4, max_attempts=2)
+    assert sorted(done) == [0, 2, 3] and list(given_up) == [poison]
+    assert given_up[poison].startswith("NO_GPU: evaluation interrupted by 2 faults")
+    assert len(retired) == 2, "the two GPUs it broke are retired; the third is kept for the others"
+
+
+def test_the_harness_failing_on_an_item_is_recorded_for_it_and_never_retires_the_gpu() -> None:
+    slots = [ScriptedSlot("a", lambda s, j: {1: "harness", 2: "raise", 3: "harness"}.get(j.index, "ok"))]
+    done, given_up, retired = _run(slots, 6)
+    assert sorted(done) == [0, 4, 5] and sorted(given_up) == [1, 2, 3] and not retired
+    assert given_up[1].startswith("HARNESS_ERROR: the harness failed on this item") and "KeyError" in given_up[1]
+    assert "RuntimeError: the slot's own bug" in given_up[2]
 
 
 def test_a_slot_that_cannot_restart_is_retired_and_its_job_is_not_penalised() -> None:
@@ -108,14 +151,14 @@ def test_a_slot_that_cannot_restart_is_retired_and_its_job_is_not_penalised() ->
         return "ok"
 
     slots = [ScriptedSlot("a", answer), ScriptedSlot("b", answer)]
-    done, given_up, retired = _run(slots, 4, max_attempts=2, retire_after=3)
+    done, given_up, retired = _run(slots, 4, max_attempts=2)
     assert sorted(done) == list(range(4)) and not given_up
     assert retired["b"].startswith("could not restart")
 
 
 def test_with_no_gpu_left_the_rest_are_given_up_as_no_gpu() -> None:
-    slots = [ScriptedSlot("a", lambda s, j: "fault"), ScriptedSlot("b", lambda s, j: "ok", starts=False)]
-    done, given_up, retired = _run(slots, 3, max_attempts=2, retire_after=1)
+    slots = [ScriptedSlot("a", lambda s, j: "sick"), ScriptedSlot("b", lambda s, j: "ok", starts=False)]
+    done, given_up, retired = _run(slots, 3, max_attempts=2)
     assert not done and sorted(given_up) == [0, 1, 2]
     assert all(reason.startswith(InfraFailure.NO_GPU.value) for reason in given_up.values())
     assert "could not start" in retired["b"] and "every GPU was retired" in given_up[2]

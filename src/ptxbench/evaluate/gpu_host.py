@@ -5,20 +5,26 @@ here by the local pool or by Ray for an actor), so everything the evaluator star
 the candidate's worker, the reference computed in this process, and ``ncu``. A driver with several
 GPUs runs one host per GPU and never shares a CUDA context between them.
 
-The host also says whether its GPU is still sound after a failure: a candidate that crashed or hung
-is only believed when a fresh worker can open the GPU right afterwards. Otherwise the outcome is a
-*fault* — the GPU's, not the candidate's — and the driver re-queues the candidate elsewhere.
+The host also says whether its GPU is still sound after a failure: a candidate that crashed or hung,
+or an evaluation that could not open the GPU or raised, is followed by the harness's own health check (a
+known-good matmul in a fresh worker, ``CandidateRunner.health_check``). Only a failed health check
+makes the outcome a *fault* of the GPU (``gpu_healthy`` False), which retires it; whatever a candidate
+does otherwise stays that candidate's verdict, because a GPU retired on a candidate's word would let one
+bad kernel take every later candidate of the run down with it. An exception of the harness itself on a
+sound GPU is reported as ``harness_error``: recorded for that item, never counted against the GPU.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import platform
 import time
+import traceback
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
@@ -55,12 +61,43 @@ class HostJob(Record):
 
 
 class HostOutcome(Record):
-    """An evaluation to record, or the fault that voided it (then ``evaluation`` is None)."""
+    """An evaluation to record, or the fault that voided it, or the harness's failure (then ``evaluation``
+    is None)."""
 
     evaluation: Evaluation | None = None
     fault: str | None = None
+    gpu_healthy: bool | None = Field(default=None, description=(
+        "After a fault: whether the GPU then passed the harness's health check (None: not checked)"))
+    harness_error: str | None = Field(default=None, description=(
+        "The harness itself failed on this item (raised, or replied with something unreadable) on a sound GPU"))
     seconds: float = 0.0
     where: dict[str, Any] = Field(default_factory=dict, description="the host that evaluated it (GPU, machine, pid)")
+
+
+HEALTH_RELATIVE_TOLERANCE = 1e-2  # fp32 matmul of 256-deep sums, even with TF32 on, is far closer
+
+
+def health_problem(report: dict[str, Any]) -> str | None:
+    """None when a ``CandidateRunner.health_check`` report shows a sound GPU; else what is wrong. Decided
+    here, in the harness's process, not by the worker that ran the check."""
+    try:
+        error, scale = float(report["max_abs_error"]), float(report["reference_max_abs"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"the health check's report is unreadable ({type(exc).__name__}: {exc}): {report!r}"
+    if not math.isfinite(error) or not math.isfinite(scale) or scale <= 0:
+        return f"the known-good matmul gave non-finite or empty results (error {error}, scale {scale})"
+    if error > HEALTH_RELATIVE_TOLERANCE * scale:
+        return (f"the known-good matmul is wrong on the GPU: max error {error:.3g} against results up to "
+                f"{scale:.3g} (allowed {HEALTH_RELATIVE_TOLERANCE:g} of that)")
+    return None
+
+
+def parse_outcome(reply: str) -> HostOutcome:
+    """A host's reply; one that cannot be read is the harness's failure on this item, not the GPU's."""
+    try:
+        return HostOutcome.model_validate_json(reply)
+    except ValidationError as exc:
+        return HostOutcome(harness_error=f"the GPU's host sent a reply that is not a HostOutcome: {exc}")
 
 
 def evaluation_bound_s(task: Task, options: EvalOptions) -> float:
@@ -102,31 +139,49 @@ class GpuHost:
         if self.evaluator is None:
             raise RuntimeError("the host was not started")
         started = time.monotonic()
-        job = HostJob.model_validate_json(job_json)
-        evaluation = self.evaluator.evaluate(job.task, job.arch, job.source, job.origin)
-        fault = None
-        if evaluation.infra_failure is InfraFailure.NO_GPU:
-            fault = evaluation.message
-        elif evaluation.status in _SUSPECT:
-            problem = self._probe()
-            if problem is not None:
-                fault = (f"the GPU failed a health check after the candidate's {evaluation.status.value} "
-                         f"({evaluation.message}): {problem}")
-        outcome = HostOutcome(evaluation=None if fault else evaluation, fault=fault,
-                              seconds=time.monotonic() - started, where=self.info)
+        outcome = self._judge(HostJob.model_validate_json(job_json))
+        outcome.seconds, outcome.where = time.monotonic() - started, self.info
         return outcome.model_dump_json()
 
-    def _probe(self) -> str | None:
-        """None when a fresh worker opens the GPU; else what went wrong."""
+    def _judge(self, job: HostJob) -> HostOutcome:
+        """The evaluation, unless the health check that follows a suspect one says the GPU is at fault."""
         assert self.evaluator is not None
+        try:
+            evaluation = self.evaluator.evaluate(job.task, job.arch, job.source, job.origin)
+        except Exception as exc:  # noqa: BLE001 - the harness's own failure, unless the GPU is what broke
+            failure = f"{type(exc).__name__}: {exc}"
+            problem = self.health_check()
+            if problem is not None:
+                return HostOutcome(fault=f"the evaluation raised ({failure}) and the GPU failed a health check: "
+                                         f"{problem}", gpu_healthy=False)
+            return HostOutcome(harness_error=f"the evaluator raised: {failure}\n{traceback.format_exc()}")
+        if evaluation.infra_failure is InfraFailure.NO_GPU:  # before the candidate ran: never its doing
+            problem = self.health_check()
+            if problem is None:
+                return HostOutcome(harness_error=f"{evaluation.message} (the GPU then passed a health check)")
+            return HostOutcome(fault=f"{evaluation.message}; the GPU then failed a health check: {problem}",
+                               gpu_healthy=False)
+        if evaluation.status in _SUSPECT:
+            problem = self.health_check()
+            if problem is not None:
+                return HostOutcome(fault=f"the GPU failed a health check after the candidate's "
+                                         f"{evaluation.status.value} ({evaluation.message}): {problem}",
+                                   gpu_healthy=False)
+        return HostOutcome(evaluation=evaluation)
+
+    def health_check(self) -> str | None:
+        """None when a fresh worker runs the known-good computation correctly on this GPU; else what went
+        wrong. The worker is ended either way, so the next evaluation starts afresh."""
+        if self.evaluator is None:
+            return "the host was not started"
         self.evaluator.worker.kill()
         try:
-            self.evaluator.worker.call("device_info", timeout_s=PROBE_TIMEOUT_S)
+            report = self.evaluator.worker.call("health_check", timeout_s=PROBE_TIMEOUT_S)
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
             return str(exc)
         finally:
             self.evaluator.worker.kill()
-        return None
+        return health_problem(report) if isinstance(report, dict) else f"the health check replied {report!r}"
 
     def close(self) -> None:
         if self.evaluator is not None:

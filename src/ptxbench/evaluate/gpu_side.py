@@ -107,6 +107,24 @@ class CandidateRunner:
                 "l2_bytes": getattr(properties, "L2_cache_size", None), "torch": str(torch.__version__),
                 "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
 
+    def health_check(self) -> dict[str, Any]:
+        """A known-good computation in this fresh process: a seeded fp32 matmul on the GPU, synchronized,
+        against the same product on the CPU. Raw numbers only; the parent decides whether the GPU is sound
+        (``gpu_host.health_problem``), so a GPU is retired on the harness's evidence, never a candidate's."""
+        torch = self.torch
+        size = 256
+        generator = torch.Generator().manual_seed(20240601)
+        a = torch.randn(size, size, generator=generator)
+        b = torch.randn(size, size, generator=generator)
+        started = time.perf_counter()
+        on_gpu = torch.matmul(a.cuda(), b.cuda())
+        _checked_sync(torch)
+        got = on_gpu.cpu()
+        seconds = time.perf_counter() - started
+        want = torch.matmul(a, b)
+        return {"max_abs_error": float((got - want).abs().max()), "reference_max_abs": float(want.abs().max()),
+                "elements": want.numel(), "seconds": seconds, "name": torch.cuda.get_device_properties(0).name}
+
     def peaks(self) -> dict[str, float]:
         """Ceilings measured here: copy bandwidth, and the best library matmul rates (bf16, fp8)."""
         torch = self.torch

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.gpu_host import HOST_HANDLER, START_TIMEOUT_S, HostOutcome, HostSpec, evaluation_bound_s
+from ptxbench.evaluate.gpu_host import (
+    HOST_HANDLER, PROBE_TIMEOUT_S, START_TIMEOUT_S, HostOutcome, HostSpec, evaluation_bound_s, parse_outcome,
+)
 from ptxbench.evaluate.scheduler import HostFailed, Job, SerialSlot, SlotStartFailed
 from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
 
@@ -89,7 +91,15 @@ class LocalSlot(SerialSlot):
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
             raise HostFailed(f"the GPU's host process failed: {_describe(exc)}",
                              alive=isinstance(exc, RequestFailed)) from None
-        return HostOutcome.model_validate_json(reply)
+        return parse_outcome(reply)
+
+    def _health_check(self) -> str | None:
+        assert self._host is not None
+        try:
+            problem: str | None = self._host.call("health_check", timeout_s=PROBE_TIMEOUT_S + 60)
+        except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
+            return f"the GPU's host process failed: {_describe(exc)}"
+        return problem
 
     def _stop(self, graceful: bool) -> None:
         host, self._host = self._host, None

@@ -10,8 +10,10 @@ result as an argument, so Ray runs it once the build is there. Should the task l
 or fail, the actor builds the candidate itself: correctness never rests on the prefetch.
 
 Outcomes come back to the driver, which alone writes the run directory. An actor is never restarted
-by Ray (``max_restarts=0``): a fault goes to the shared scheduler, which re-queues the candidate and
-asks for a fresh actor, or retires the slot.
+by Ray (``max_restarts=0``): after a fault (the actor died or gave no answer) the slot starts a fresh actor
+and runs the harness's health check on it; the shared scheduler re-queues the candidate, and retires the
+slot only when that check (or the restart) fails. An actor that raised is the harness's failure on that
+item, recorded as such, never the GPU's.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typing import Any
 
 from ptxbench.check import build_request
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.gpu_host import START_TIMEOUT_S, GpuHost, HostOutcome, HostSpec, evaluation_bound_s
+from ptxbench.evaluate.gpu_host import (
+    PROBE_TIMEOUT_S, START_TIMEOUT_S, GpuHost, HostOutcome, HostSpec, evaluation_bound_s, parse_outcome,
+)
 from ptxbench.evaluate.scheduler import HostFailed, Job, SerialSlot, SlotStartFailed
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S
 
@@ -54,6 +58,9 @@ class GpuActor:
     def evaluate(self, job_json: str, prebuilt: str) -> str:
         """``prebuilt`` only orders the call after the node-local build; the host rebuilds if it missed."""
         return self.host.evaluate(job_json)
+
+    def health_check(self) -> str | None:
+        return self.host.health_check()
 
     def close(self) -> None:
         self.host.close()
@@ -134,7 +141,15 @@ class RaySlot(SerialSlot):
             raise HostFailed(f"the GPU's actor gave no answer within {limit:g} s", alive=False) from None
         except Exception as exc:  # noqa: BLE001 - the actor died, or raised (then it still lives)
             raise HostFailed(f"the GPU's actor failed: {_brief(exc)}", alive=isinstance(exc, RayTaskError)) from None
-        return HostOutcome.model_validate_json(reply)
+        return parse_outcome(reply)
+
+    def _health_check(self) -> str | None:
+        ray = _ray()
+        try:
+            problem: str | None = ray.get(self._actor.health_check.remote(), timeout=PROBE_TIMEOUT_S + 60)
+        except Exception as exc:  # noqa: BLE001 - an actor that cannot run the check fails it
+            return f"the GPU's actor failed: {_brief(exc)}"
+        return problem
 
     def _stop(self, graceful: bool) -> None:
         ray = _ray()

@@ -3,12 +3,18 @@
 A slot is one GPU's host (a local process or a Ray actor) that evaluates jobs one after another and
 hands back futures. The driver thread alone receives outcomes, so it alone writes the run directory.
 
-Faults are the GPU's, never the candidate's: the job goes back to the front of the queue for another
-GPU, and the slot is restarted before its next job. A slot is retired when it cannot (re)start or has
-faulted ``retire_after`` times in a row (a GPU that evaluates in between is sound; what faulted was
-more likely the candidates). A job interrupted ``max_attempts`` times is given up as an
-infrastructure failure rather than allowed to take down every GPU in turn (a candidate may be what
-breaks them). When no slot is left, every job still queued is given up with the reasons.
+A GPU is retired only on the harness's own evidence: when it cannot be (re)opened, or fails the health
+check (a known-good kernel in a fresh worker) that follows every fault. Counting a slot's faults instead
+let candidates retire GPUs: three crashing kernels in a row took a sound GPU out of the run, and every
+later candidate was recorded NO_GPU. So after a fault (the host died, hung, or its GPU could not be used)
+the slot restarts its host and runs the health check at once, and the job goes back to the front of the
+queue for another GPU. A job interrupted ``max_attempts`` times while each GPU then passed its health
+check is the candidate's doing (it killed or wedged its host): it is recorded as the candidate's
+RUNTIME_ERROR. If a GPU failed its health check after one of those attempts, the job is given up as
+NO_GPU instead (not judged), so a candidate that breaks GPUs cannot take them all in turn. A failure of
+the harness itself (an exception, an unreadable reply) is recorded for that item as HARNESS_ERROR with
+its message and never counts against the GPU. When no slot is left, every job still queued is given up
+with the reasons.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any, Protocol
 
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome
-from ptxbench.evaluate.status import InfraFailure
+from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,7 @@ class Job:
     work: HostJob
     faults: list[str] = field(default_factory=list)
     avoid: set[str] = field(default_factory=set)
+    gpu_failed_after: bool = False  # a GPU failed its health check after one of the faults
 
 
 class Slot(Protocol):
@@ -66,10 +73,11 @@ class HostFailed(Exception):
 class SerialSlot:
     """A slot whose calls run one at a time on a thread of its own, so the driver never blocks on a GPU.
 
-    Subclasses open the GPU's host (``_open``), evaluate on it (``_run``, raising ``HostFailed``), stop it
-    (``_stop``) and stop a call in flight from another thread (``_interrupt``). After any fault the
-    host is stopped and the next job opens the GPU afresh. ``_prepare`` runs in the driver's thread
-    when a job is handed over.
+    Subclasses open the GPU's host (``_open``), evaluate on it (``_run``, raising ``HostFailed``), run the
+    harness's health check on it (``_health_check``), stop it (``_stop``) and stop a call in flight from
+    another thread (``_interrupt``). After a fault the host is restarted and checked at once, and the
+    outcome says whether the GPU passed (``gpu_healthy``); a host that raised is stopped and the next job
+    opens the GPU afresh. ``_prepare`` runs in the driver's thread when a job is handed over.
     """
 
     depth = 1
@@ -114,12 +122,31 @@ class SerialSlot:
             outcome = self._run(job, prepared)
         except HostFailed as exc:
             self._halt(graceful=exc.alive)
-            return HostOutcome(fault=str(exc))
+            if exc.alive:  # the host raised: the harness's failure, the GPU is not implicated
+                return HostOutcome(harness_error=str(exc))
+            problem = self._recover()
+            return HostOutcome(fault=str(exc) if problem is None else f"{exc}; then {problem}",
+                               gpu_healthy=problem is None)
         finally:
             self._busy = False
-        if outcome.fault is not None:
+        if outcome.fault is not None or outcome.harness_error is not None:
             self._halt(graceful=True)
         return outcome
+
+    def _recover(self) -> str | None:
+        """After the host died or hung: a fresh host and the harness's health check on its GPU. None when
+        the GPU is sound (and the new host ready); else why not."""
+        if self._closed:
+            return f"GPU {self.name} was closed"
+        try:
+            self._start()
+        except Exception as exc:  # noqa: BLE001 - any failure to reopen the GPU is its failure
+            return f"the GPU could not be reopened: {exc}"
+        problem = self._health_check()
+        if problem is not None:
+            self._halt(graceful=False)
+            return f"the GPU failed a health check: {problem}"
+        return None
 
     def _halt(self, graceful: bool) -> None:
         if self._ready:
@@ -133,6 +160,9 @@ class SerialSlot:
         raise NotImplementedError
 
     def _run(self, job: Job, prepared: Any) -> HostOutcome:
+        raise NotImplementedError
+
+    def _health_check(self) -> str | None:
         raise NotImplementedError
 
     def _stop(self, graceful: bool) -> None:
@@ -171,14 +201,21 @@ def start_slots(slots: Sequence[Slot]) -> Started:
 class _SlotState:
     slot: Slot
     load: int = 0
-    faults: list[str] = field(default_factory=list)
     retired: bool = False
+
+
+def candidate_fault(job: Job, message: str) -> HostOutcome:
+    """The candidate's RUNTIME_ERROR for a job whose every attempt ended its host while the GPU stayed sound."""
+    task = job.work.task
+    return HostOutcome(evaluation=Evaluation(
+        candidate=job.work.origin, task=task.id, task_hash=task.content_hash, arch=job.work.arch,
+        status=Status.RUNTIME_ERROR, message=message))
 
 
 def schedule(jobs: Sequence[Job], started: Started, *,
              on_result: Callable[[Job, HostOutcome, str], None],
              on_give_up: Callable[[Job, InfraFailure, str], None],
-             max_attempts: int = 2, retire_after: int = 3) -> dict[str, str]:
+             max_attempts: int = 2) -> dict[str, str]:
     """Run every job to a result or a give-up; returns the retired slots with their reasons."""
     states = {slot.name: _SlotState(slot) for slot in started.slots}
     retired = dict(started.retired)
@@ -191,21 +228,26 @@ def schedule(jobs: Sequence[Job], started: Started, *,
         log.warning("GPU %s retired: %s", state.slot.name, reason)
         state.slot.close()
 
-    def fault(state: _SlotState, job: Job, reason: str) -> None:
+    def fault(state: _SlotState, job: Job, reason: str, gpu_healthy: bool) -> None:
         if state.retired:  # a job caught in a retirement: not its fault, nothing counted
             queue.appendleft(job)
             return
-        state.faults.append(reason)
         job.faults.append(f"GPU {state.slot.name}: {reason}")
         job.avoid.add(state.slot.name)
-        if len(job.faults) >= max_attempts:
-            on_give_up(job, InfraFailure.HARNESS_ERROR, f"evaluation interrupted by {len(job.faults)} GPU faults ({'; '.join(job.faults)}); "
-                            "not the candidate's verdict")
-        else:
+        if not gpu_healthy:
+            job.gpu_failed_after = True
+            retire(state, f"failed the harness's health check: {reason}")
+        if len(job.faults) < max_attempts:
             queue.appendleft(job)
             log.warning("GPU %s faulted while evaluating %s (re-queued): %s", state.slot.name, job.work.origin, reason)
-        if len(state.faults) >= retire_after:
-            retire(state, f"faulted {len(state.faults)} times in a row: {'; '.join(state.faults)}")
+        elif job.gpu_failed_after:
+            on_give_up(job, InfraFailure.NO_GPU, f"evaluation interrupted by {len(job.faults)} faults "
+                       f"({'; '.join(job.faults)}), and a GPU failed the harness's health check after one: "
+                       "not judged")
+        else:
+            on_result(job, candidate_fault(job, (
+                f"the candidate's evaluation killed or hung its GPU host {len(job.faults)} times, and the GPU "
+                f"passed the harness's health check after each ({'; '.join(job.faults)})")), state.slot.name)
 
     while queue or inflight:
         live = [s for s in states.values() if not s.retired]
@@ -232,13 +274,15 @@ def schedule(jobs: Sequence[Job], started: Started, *,
                 if not state.retired:
                     retire(state, f"could not restart: {exc}")
                 continue
-            except Exception as exc:  # noqa: BLE001 - a failure of the slot, never of the candidate
-                outcome = HostOutcome(fault=f"{type(exc).__name__}: {exc}")
-            if outcome.fault is None and outcome.evaluation is not None:
-                state.faults.clear()
+            except Exception as exc:  # noqa: BLE001 - the harness's own failure: this item's, not the GPU's
+                outcome = HostOutcome(harness_error=f"{type(exc).__name__}: {exc}")
+            if outcome.harness_error is not None:
+                on_give_up(job, InfraFailure.HARNESS_ERROR, f"the harness failed on this item (not the candidate's "
+                           f"verdict, and not held against the GPU): {outcome.harness_error}")
+            elif outcome.fault is None and outcome.evaluation is not None:
                 on_result(job, outcome, state.slot.name)
             else:
-                fault(state, job, outcome.fault or "no evaluation came back")
+                fault(state, job, outcome.fault or "no evaluation came back", outcome.gpu_healthy is not False)
     return retired
 
 
