@@ -1,15 +1,27 @@
-"""The vendor baselines, called the way each task's ``baseline.call`` says.
+"""The vendor baselines: every implementation of exactly a task's work that can be had, fastest wins.
 
-Each task has one or more variants (attention: cuDNN and FlashAttention through PyTorch's SDPA); the
-evaluator times them all and keeps the fastest. For attention backward the variant calls the
-library's backward kernel on the task's own inputs (the given O and LSE), so it computes exactly the
-quantity the candidate computes.
+A variant has a SETUP and a CALL. The setup runs once per input set, untimed: it derives auxiliary
+tensors (attention backward's philox seed/offset and sequence bookkeeping from an untimed forward),
+builds views, compiles (``torch.compile`` graphs, Triton kernels) and warms the call up. The call is
+what is timed, and it launches only the task's work on the task's inputs: attention backward times
+the library's backward kernel alone on the given O and LSE, as the candidate does. A variant whose
+library cannot be loaded, or whose setup fails, is skipped with its reason, never silently.
+
+The prompt's promise (``baseline_text``) is generated from the variants defined here, so a prompt can
+never name a baseline that the evaluator does not run.
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
 
 from ptxbench.tasks.model import Task
 
@@ -17,94 +29,305 @@ if TYPE_CHECKING:
     import torch
 
 Tensors = Mapping[str, "torch.Tensor"]
-Baseline = Callable[[Tensors, Mapping[str, int]], dict[str, "torch.Tensor"]]
+Outputs = dict[str, "torch.Tensor"]
+TimedCall = Callable[[], Outputs]
+Setup = Callable[[Tensors, Mapping[str, int]], TimedCall]
+# (work function, its positional arguments): the task's work with every view and constant prepared
+Bound = tuple[Callable[..., Outputs], tuple[Any, ...]]
+
+COMPILE_MODE = "max-autotune-no-cudagraphs"
+# The baseline process's setup of one workload may compile: max-autotune of a GEMM shape benchmarks
+# Triton templates against cuBLAS and can take minutes, so setup has its own, generous timeout.
+SETUP_TIMEOUT_S = 1800.0
+WEAK_BASELINE_PCT = 70.0  # below this share of its roofline a baseline makes speedups say little
+QUALITY_PATH = Path(__file__).resolve().parent.parent / "tasks" / "baseline_quality.json"
 
 
-def _gemm_bf16(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
-    import torch
+@dataclass(frozen=True)
+class BaselineVariant:
+    """One implementation of a task's work: ``setup(inputs, sizes)`` (untimed) returns the timed call."""
 
-    return {"C": torch.matmul(inputs["A"], inputs["B"].T)}
+    name: str
+    description: str  # one line, quoted in the prompt
+    setup: Setup
+    requires: tuple[str, ...] = field(default=())  # modules that must import for the variant to run
+
+    def load(self) -> str | None:
+        """None when the variant can run here, else why not (a missing library is a skip, not a crash)."""
+        for module in self.requires:
+            try:
+                importlib.import_module(module)
+            except Exception as exc:  # noqa: BLE001 - any import failure is a reason to skip, recorded
+                return f"{module} could not be imported: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return None
 
 
-def _gemm_fp8(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
-    import torch
+# -- the task's work, bound to one input set ---------------------------------------------------------
 
-    return {"C": torch._scaled_mm(inputs["A"], inputs["B"].T, inputs["scale_a"], inputs["scale_b"],
-                                  out_dtype=torch.bfloat16)}
-
-
-def _attention_forward(backend: str) -> Baseline:
-    def call(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
+def _bind_gemm_bf16(inputs: Tensors, sizes: Mapping[str, int]) -> Bound:
+    def work(a: Any, b_t: Any) -> Outputs:
         import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        q, k, v = inputs["Q"], inputs["K"], inputs["V"]
-        causal = bool(sizes["causal"])
-        with sdpa_kernel([getattr(SDPBackend, backend)]):
-            if backend == "FLASH_ATTENTION":
-                out, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)[:2]
-            else:
-                out, lse = torch.ops.aten._scaled_dot_product_cudnn_attention(
-                    q, k, v, None, True, 0.0, causal, False)[:2]
-        return {"O": out, "LSE": lse.reshape(q.shape[:3]).float()}
+        return {"C": torch.matmul(a, b_t)}
+    return work, (inputs["A"], inputs["B"].T)
+
+
+def _bind_gemm_fp8(inputs: Tensors, sizes: Mapping[str, int]) -> Bound:
+    def work(a: Any, b_t: Any, scale_a: Any, scale_b: Any) -> Outputs:
+        import torch
+
+        return {"C": torch._scaled_mm(a, b_t, scale_a, scale_b, out_dtype=torch.bfloat16)}
+    return work, (inputs["A"], inputs["B"].T, inputs["scale_a"], inputs["scale_b"])
+
+
+def _bind_rmsnorm(inputs: Tensors, sizes: Mapping[str, int]) -> Bound:
+    hidden = (sizes["Hd"],)
+
+    def work(x: Any, w: Any) -> Outputs:
+        import torch.nn.functional as F
+
+        return {"Y": F.rms_norm(x, hidden, w, eps=1e-6)}
+    return work, (inputs["X"], inputs["W"])
+
+
+def _bind_softmax(inputs: Tensors, sizes: Mapping[str, int]) -> Bound:
+    def work(x: Any) -> Outputs:
+        import torch
+
+        return {"Y": torch.softmax(x, dim=-1)}
+    return work, (inputs["X"],)
+
+
+def _bind_transpose(inputs: Tensors, sizes: Mapping[str, int]) -> Bound:
+    def work(x_t: Any) -> Outputs:
+        return {"Y": x_t.contiguous()}
+    return work, (inputs["X"].T,)
+
+
+# -- setups ---------------------------------------------------------------------------------------------
+
+def _warmed(call: TimedCall) -> TimedCall:
+    """Run the call once in setup: first-call costs (handles, module loads, JIT) are never timed."""
+    call()
     return call
 
 
-def _attention_backward_flash(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
+def _eager(bind: Callable[[Tensors, Mapping[str, int]], Bound]) -> Setup:
+    def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+        work, args = bind(inputs, sizes)
+        return _warmed(lambda: work(*args))
+    return setup
+
+
+_COMPILED: dict[tuple[Any, ...], Callable[..., Outputs]] = {}  # this process's graphs, by task and shape
+
+
+def _compiled(task_id: str, bind: Callable[[Tensors, Mapping[str, int]], Bound]) -> Setup:
+    """``torch.compile`` of the task's work, built once per shape per process and warmed up in setup
+    (compilation and autotuning never timed); ``dynamic=False`` keeps every shape specialised."""
+    def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+        import torch
+
+        work, args = bind(inputs, sizes)
+        key = (task_id, tuple(sorted(sizes.items())),
+               tuple((tuple(a.shape), tuple(a.stride()), str(a.dtype)) for a in args))
+        if key not in _COMPILED:
+            _COMPILED[key] = torch.compile(work, mode=COMPILE_MODE, dynamic=False)
+        compiled = _COMPILED[key]
+        return _warmed(lambda: compiled(*args))
+    return setup
+
+
+def _attention_forward(op_name: str) -> Setup:
+    def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+        import torch
+
+        q, k, v = inputs["Q"], inputs["K"], inputs["V"]
+        causal = bool(sizes["causal"])
+        op = getattr(torch.ops.aten, op_name)
+        args = (q, k, v, None, True, 0.0, causal, False) if "cudnn" in op_name else (q, k, v, 0.0, causal, False)
+
+        def call() -> Outputs:
+            out, lse = op(*args)[:2]
+            return {"O": out, "LSE": lse.reshape(q.shape[:3])}
+        return _warmed(call)
+    return setup
+
+
+def _attention_backward_flash(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     import torch
 
     q, k, v = inputs["Q"], inputs["K"], inputs["V"]
     causal = bool(sizes["causal"])
-    _, _, cum_q, cum_k, max_q, max_k, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
-        q, k, v, 0.0, causal, False)
-    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(
-        inputs["dO"], q, k, v, inputs["O"], inputs["LSE"], cum_q, cum_k, max_q, max_k, 0.0, causal, seed, offset)
-    return {"dQ": dq, "dK": dk, "dV": dv}
+    # untimed: the forward is run only for the bookkeeping the backward op takes (sequence offsets,
+    # maximum lengths, philox seed and offset); O and LSE are the task's own inputs
+    forward = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, causal, False)
+    cum_q, cum_k, max_q, max_k, seed, offset = forward[2:8]
+    del forward
+    args = (inputs["dO"], q, k, v, inputs["O"], inputs["LSE"], cum_q, cum_k, max_q, max_k, 0.0, causal, seed, offset)
+
+    def call() -> Outputs:
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(*args)[:3]
+        return {"dQ": dq, "dK": dk, "dV": dv}
+    return _warmed(call)
 
 
-def _attention_backward_cudnn(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
+def _attention_backward_cudnn(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     import torch
 
     q, k, v = inputs["Q"], inputs["K"], inputs["V"]
     causal = bool(sizes["causal"])
     forward = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False)
-    lse = inputs["LSE"].reshape(forward[1].shape).contiguous()
-    dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-        inputs["dO"], q, k, v, inputs["O"], lse, forward[6], forward[7], None, forward[2], forward[3],
-        forward[4], forward[5], 0.0, causal)
-    return {"dQ": dq, "dK": dk, "dV": dv}
+    lse = inputs["LSE"].reshape(forward[1].shape).contiguous()  # cuDNN's layout of the given LSE, untimed
+    cum_q, cum_k, max_q, max_k, seed, offset = forward[2:8]
+    del forward
+    args = (inputs["dO"], q, k, v, inputs["O"], lse, seed, offset, None, cum_q, cum_k, max_q, max_k, 0.0, causal)
+
+    def call() -> Outputs:
+        dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(*args)[:3]
+        return {"dQ": dq, "dK": dk, "dV": dv}
+    return _warmed(call)
 
 
-def _rmsnorm(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
-    import torch.nn.functional as F
+def _liger_rms_norm(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-    return {"Y": F.rms_norm(inputs["X"], (sizes["Hd"],), inputs["W"], eps=1e-6)}
-
-
-def _softmax(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
-    import torch
-
-    return {"Y": torch.softmax(inputs["X"], dim=-1)}
+    x, w = inputs["X"], inputs["W"]
+    # casting mode "gemma": the whole formula in fp32, as the task states (no offset, not in place)
+    return _warmed(lambda: {"Y": LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "gemma", False)})
 
 
-def _transpose(inputs: Tensors, sizes: Mapping[str, int]) -> dict[str, "torch.Tensor"]:
-    return {"Y": inputs["X"].T.contiguous()}
+def _liger_softmax(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
+
+    x = inputs["X"]
+    return _warmed(lambda: {"Y": LigerSoftmaxFunction.apply(x)})
 
 
-_VARIANTS: dict[str, dict[str, Baseline]] = {
-    "gemm_bf16": {"cublas": _gemm_bf16},
-    "gemm_fp8": {"cublaslt": _gemm_fp8},
-    "attention_fwd": {"cudnn": _attention_forward("CUDNN_ATTENTION"), "flash": _attention_forward("FLASH_ATTENTION")},
-    "attention_bwd": {"cudnn": _attention_backward_cudnn, "flash": _attention_backward_flash},
-    "rmsnorm": {"torch": _rmsnorm},
-    "softmax": {"torch": _softmax},
-    "transpose": {"torch": _transpose},
+def _compile_variant(task_id: str, bind: Callable[[Tensors, Mapping[str, int]], Bound], what: str) -> BaselineVariant:
+    return BaselineVariant("compile", f"`torch.compile` of {what} (mode {COMPILE_MODE}, compiled and autotuned "
+                           "before timing)", _compiled(task_id, bind), requires=("triton",))
+
+
+_VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
+    "gemm_bf16": (
+        BaselineVariant("cublas", "cuBLAS through `torch.matmul(A, B.T)`", _eager(_bind_gemm_bf16)),
+        _compile_variant("gemm_bf16", _bind_gemm_bf16, "`torch.matmul(A, B.T)`"),
+    ),
+    "gemm_fp8": (
+        BaselineVariant("cublaslt", "cuBLASLt through `torch._scaled_mm(A, B.T, scale_a, scale_b, "
+                        "out_dtype=torch.bfloat16)`", _eager(_bind_gemm_fp8)),
+        _compile_variant("gemm_fp8", _bind_gemm_fp8, "`torch._scaled_mm(...)`"),
+    ),
+    "attention_fwd": (
+        BaselineVariant("cudnn", "cuDNN attention (`aten._scaled_dot_product_cudnn_attention`)",
+                        _attention_forward("_scaled_dot_product_cudnn_attention")),
+        BaselineVariant("flash", "FlashAttention-2 as built into PyTorch (`aten._scaled_dot_product_flash_attention`)",
+                        _attention_forward("_scaled_dot_product_flash_attention")),
+    ),
+    "attention_bwd": (
+        BaselineVariant("cudnn", "cuDNN's attention backward alone (`aten._scaled_dot_product_cudnn_attention_backward`"
+                        " on the given O and LSE; no forward in the timed call)", _attention_backward_cudnn),
+        BaselineVariant("flash", "FlashAttention-2's backward alone as built into PyTorch "
+                        "(`aten._scaled_dot_product_flash_attention_backward` on the given O and LSE)",
+                        _attention_backward_flash),
+    ),
+    "rmsnorm": (
+        BaselineVariant("torch", "eager `torch.nn.functional.rms_norm(X, (Hd,), W, eps=1e-6)`", _eager(_bind_rmsnorm)),
+        _compile_variant("rmsnorm", _bind_rmsnorm, "it"),
+        BaselineVariant("liger", "Liger-Kernel's Triton RMSNorm (fp32 casting mode), where installed",
+                        _liger_rms_norm, requires=("liger_kernel.ops.rms_norm",)),
+    ),
+    "softmax": (
+        BaselineVariant("torch", "eager `torch.softmax(X, dim=-1)`", _eager(_bind_softmax)),
+        _compile_variant("softmax", _bind_softmax, "it"),
+        BaselineVariant("liger", "Liger-Kernel's Triton softmax, where installed", _liger_softmax,
+                        requires=("liger_kernel.ops.softmax",)),
+    ),
+    "transpose": (
+        BaselineVariant("torch", "eager `X.T.contiguous()`", _eager(_bind_transpose)),
+        _compile_variant("transpose", _bind_transpose, "it"),
+    ),
 }
 
 
-def baseline_variants(task: Task) -> dict[str, Baseline]:
-    """Every vendor variant for the task, by name."""
+def variants_for(task_id: str) -> dict[str, BaselineVariant]:
+    """Every variant defined for the task, loadable here or not, by name."""
     try:
-        return _VARIANTS[task.id]
+        return {variant.name: variant for variant in _VARIANTS[task_id]}
     except KeyError:
-        raise KeyError(f"no vendor baseline is defined for task {task.id!r}") from None
+        raise KeyError(f"no vendor baseline is defined for task {task_id!r}") from None
+
+
+def baseline_text(task_id: str) -> str:
+    """What the task's baseline is, generated from its variants: the task's ``baseline.call`` and the prompt."""
+    descriptions = [v.description for v in _VARIANTS[task_id]] if task_id in _VARIANTS else []
+    if not descriptions:
+        raise KeyError(f"no vendor baseline is defined for task {task_id!r}")
+    if len(descriptions) == 1:
+        return descriptions[0]
+    return ("the fastest of: " + "; ".join(descriptions)
+            + " (each timed on the task's own inputs, its setup outside the timed region)")
+
+
+def variant_specs(task: Task) -> dict[str, BaselineVariant]:
+    """The task's variants, refused when the task's recorded baseline text is not the one they generate
+    (the prompt would then promise a baseline the evaluator does not run)."""
+    variants = variants_for(task.id)
+    if task.baseline.call != baseline_text(task.id):
+        raise ValueError(f"task {task.id}: baseline.call is not the text its variants generate; set it to "
+                         f"{baseline_text(task.id)!r}")
+    return variants
+
+
+def baseline_variants(task: Task) -> dict[str, Callable[[Tensors, Mapping[str, int]], Outputs]]:
+    """The loadable variants as plain ``call(inputs, sizes) -> outputs`` (setup and call together): for
+    correctness checks and profiling scripts, never for timing (``prepare_timing`` keeps setup apart)."""
+    def plain(variant: BaselineVariant) -> Callable[[Tensors, Mapping[str, int]], Outputs]:
+        return lambda inputs, sizes: variant.setup(inputs, sizes)()
+    return {name: plain(v) for name, v in variant_specs(task).items() if v.load() is None}
+
+
+# -- published quality of the baselines (benchmarks/baselines.py writes it) ----------------------------
+
+class BaselineQuality(BaseModel):
+    """Per task and workload, the best baseline's share of its roofline (percent) measured on ``gpu``."""
+
+    version: Literal[1] = 1
+    gpu: str | None = None
+    date: str | None = None
+    tasks: dict[str, dict[str, float]] = Field(default_factory=dict)
+
+
+def load_baseline_quality(path: Path = QUALITY_PATH) -> BaselineQuality:
+    """The packaged summary; empty (nothing warned) until a GPU run has written it."""
+    if not path.is_file():
+        return BaselineQuality()
+    return BaselineQuality.model_validate_json(path.read_text())
+
+
+def weak_baseline_warning(task: Task, quality: BaselineQuality) -> str | None:
+    """A warning when the best baseline of the task's timed workload (else its weakest measured one) is
+    under WEAK_BASELINE_PCT of its roofline; None when it is not, or was never measured."""
+    measured = quality.tasks.get(task.id) or {}
+    if not measured:
+        return None
+    timed = task.timed().name
+    workload, pct = (timed, measured[timed]) if timed in measured else min(measured.items(), key=lambda i: i[1])
+    if pct >= WEAK_BASELINE_PCT:
+        return None
+    return (f"best baseline reaches {pct:.0f} % of its roofline on {workload} ({quality.gpu}, {quality.date}): "
+            "the speedup there says little; % of roofline says more")
+
+
+def quality_from_results(results: Mapping[str, Any]) -> BaselineQuality:
+    """The package-data summary of a ``benchmarks/baselines.py`` result document."""
+    tasks = {task: {w: row["best_pct_of_roofline"] for w, row in workloads.items()
+                    if row.get("best_pct_of_roofline") is not None}
+             for task, workloads in results["tasks"].items()}
+    return BaselineQuality(gpu=results.get("gpu"), date=results.get("date") or date.today().isoformat(),
+                           tasks={t: w for t, w in tasks.items() if w})
+
+
+def write_quality(quality: BaselineQuality, path: Path = QUALITY_PATH) -> None:
+    path.write_text(json.dumps(quality.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")

@@ -421,14 +421,30 @@ class GpuEvaluator:
         with the fresh worker running the baseline in the candidate's place (the median of
         CLEAN_SESSIONS measurements), and cached: an interleaved baseline slower than that allows is
         not trusted (the candidate's process may have slowed it, or it is an outlier), and the clean
-        time plus the allowance is compared."""
-        from ptxbench.evaluate.baselines import baseline_variants
+        time plus the allowance is compared.
+
+        A variant without a cached clean time is first checked in both processes (loaded, set up and run
+        once on the workload's shape, under SETUP_TIMEOUT_S: compiling and autotuning happen there, never
+        in a timed call); one that fails is skipped with its reason, which each Timing records beside the
+        other variants' clean times."""
+        from ptxbench.evaluate.baselines import SETUP_TIMEOUT_S, variant_specs
 
         device = self.device()
         workloads = [w for w in task.workloads if w.role is not Role.HELDOUT]
-        keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in baseline_variants(task)}
+        variants = variant_specs(task)
+        keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in variants}
                 for w in workloads}
         clean: dict[str, dict[str, tuple[float, float]]] = {w.name: {} for w in workloads}  # (median, IQR) ms
+        skipped: dict[str, dict[str, str]] = {w.name: {} for w in workloads}  # variants that cannot run, why
+
+        def check(worker: Worker, workload: Workload, names: list[str]) -> dict[str, str | None]:
+            try:
+                return worker.call("check_baselines", workload.sizes, names, timeout_s=SETUP_TIMEOUT_S)
+            except RequestFailed as exc:
+                if exc.kind != "AttributeError" or "check_baselines" not in str(exc):
+                    raise
+                # a handler that cannot try setups (the CPU stand-ins): the libraries are checked here
+                return {name: variants[name].load() for name in names}
         budget_ms = self.options.timing_budget_ms
         limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
         measured: dict[str, dict] = {}
@@ -451,6 +467,17 @@ class GpuEvaluator:
                     missing = [(w, v) for w in workloads for v in keys[w.name] if v not in clean[w.name]]
                     if missing:  # the fresh worker, before the candidate is loaded, runs the baseline too
                         self.worker.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
+                    for workload in workloads:
+                        unchecked = [v for w, v in missing if w is workload]
+                        if unchecked:  # both processes: the worker times the same variant in the candidate's place
+                            for worker in (self.baselines, self.worker):
+                                reasons = check(worker, workload, [v for v in unchecked if v not in skipped[workload.name]])
+                                skipped[workload.name] |= {v: r for v, r in reasons.items() if r is not None}
+                    missing = [(w, v) for w, v in missing if v not in skipped[w.name]]
+                    unmeasurable = [w.name for w in workloads if not clean[w.name] and len(skipped[w.name]) == len(variants)]
+                    if unmeasurable:
+                        reasons_text = "; ".join(f"{v}: {r}" for v, r in skipped[unmeasurable[0]].items())
+                        raise BaselineFailed(f"no baseline variant can run on {unmeasurable[0]} ({reasons_text})")
                     sessions: dict[tuple[str, str], list[tuple[float, float]]] = {}
                     for _ in range(CLEAN_SESSIONS):  # each pass over the workloads allocates their buffers anew
                         for workload, variant in missing:
@@ -480,6 +507,9 @@ class GpuEvaluator:
                 self.worker.kill()
         with self.lock.shared("recheck"):
             checked = self._timings_checked(task, evaluation, workloads, clean, measured)
+        timings = [t.model_copy(update={"baseline_variants": {
+            **{v: ms for v, (ms, _) in clean[t.workload].items()}, **skipped[t.workload]}}) for t in checked.timings]
+        checked = checked.model_copy(update={"timings": timings})
         return checked, checked.status is Status.INCORRECT
 
     def _interleaved(self, workload: Workload, variant: str, budget_ms: float, limit_s: float,

@@ -248,18 +248,20 @@ class CandidateRunner:
                        candidate: bool = True) -> None:
         """Set up one workload's measurement for ``time_rounds``: input sets drawn from ``seeds`` (rotated
         over the calls), NaN-filled outputs, a launch stream, and the calls to time: the candidate (unless
-        ``candidate`` is False) and the named vendor baselines."""
-        from ptxbench.evaluate.baselines import baseline_variants
+        ``candidate`` is False) and the named vendor baselines. Each baseline's setup (auxiliary tensors,
+        compilation, warm-up) runs here, once per input set and finished before anything is timed, so
+        its timed call launches only the task's work."""
         from ptxbench.tasks.reference import make_inputs
 
         torch = self.torch
         if candidate and self.library is None:
             raise RuntimeError("no candidate is loaded to time")
         self._timing = None  # the previous workload's buffers go before this one's are drawn
+        chosen = self._loaded_variants(baselines)
         input_sets = [make_inputs(self.task, sizes, seed, device="cuda") for seed in seeds]
         outputs, _ = self._outputs_with_canaries(sizes)
-        variants = baseline_variants(self.task)
-        chosen = {name: variants[name] for name in baselines}
+        prepared = {name: [variant.setup(inputs, sizes) for inputs in input_sets] for name, variant in chosen.items()}
+        _checked_sync(torch)  # no setup work may still run when the first timed call starts
         turn = {"i": 0}
 
         def run_candidate(s: Any) -> None:
@@ -267,16 +269,43 @@ class CandidateRunner:
             if code != 0:
                 raise RuntimeError(f"the entry point returned cudaError {code} during timing")
 
-        def run_baseline(fn: Any) -> Any:
-            def call(s: Any) -> None:
-                with torch.cuda.stream(s):
-                    fn(input_sets[turn["i"] % len(input_sets)], sizes)
-            return call
-
         calls = {**({"candidate": run_candidate} if candidate else {}),
-                 **{name: run_baseline(fn) for name, fn in chosen.items()}}
+                 **{name: _timed_baseline(torch, per_set, turn) for name, per_set in prepared.items()}}
         self._timing = {"calls": calls, "turn": turn, "seeds": seeds, "outputs": outputs,
                         "stream": torch.cuda.Stream()}
+
+    def _loaded_variants(self, names: list[str]) -> dict[str, Any]:
+        """The named baseline variants of the current task; an error naming the reason for one that
+        cannot load (the evaluator times only those ``check_baselines`` passed)."""
+        from ptxbench.evaluate.baselines import variant_specs
+
+        variants = variant_specs(self.task)
+        chosen = {name: variants[name] for name in names}
+        for name, variant in chosen.items():
+            reason = variant.load()
+            if reason is not None:
+                raise RuntimeError(f"baseline variant {name} cannot run here: {reason}")
+        return chosen
+
+    def check_baselines(self, sizes: dict[str, int], names: list[str], seed: int = 0) -> dict[str, str | None]:
+        """Per named variant, None when it loads, sets up and runs on one input set of ``sizes``, else
+        why not. Run before a workload's baselines are timed: it also builds what setup caches in this
+        process (compiled graphs, autotuning), under the caller's generous setup timeout."""
+        from ptxbench.evaluate.baselines import variant_specs
+        from ptxbench.tasks.reference import make_inputs
+
+        variants = variant_specs(self.task)
+        inputs = make_inputs(self.task, sizes, seed, device="cuda")
+        reasons: dict[str, str | None] = {}
+        for name in names:
+            reasons[name] = variants[name].load()
+            if reasons[name] is None:
+                try:
+                    variants[name].setup(inputs, sizes)()
+                    _checked_sync(self.torch)
+                except Exception as exc:  # noqa: BLE001 - the variant is skipped with this reason
+                    reasons[name] = f"setup failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+        return reasons
 
     def time_rounds(self, rounds: int) -> dict[str, list[float]]:
         """``rounds`` rounds of the prepared calls, each call once per round with the next input set; the
@@ -338,3 +367,11 @@ def median_iqr(values: list[float]) -> tuple[float, float]:
         return statistics.median(ordered), 0.0
     quartiles = statistics.quantiles(ordered, n=4)
     return statistics.median(ordered), quartiles[2] - quartiles[0]
+
+def _timed_baseline(torch: Any, per_set: list[Any], turn: dict[str, int]) -> Any:
+    """The timed call of one baseline variant: the call prepared for the current input set, on the launch
+    stream, and nothing else."""
+    def call(s: Any) -> None:
+        with torch.cuda.stream(s):
+            per_set[turn["i"] % len(per_set)]()
+    return call

@@ -100,6 +100,9 @@ class Timing(Record):
     roofline_pct: float | None = Field(default=None, description=(
         "Share of the attainable time bound: max(bytes / measured copy bandwidth, FLOPs / best library matmul "
         "rate on this GPU) over the measured time, in percent"))
+    baseline_variants: dict[str, float | str] = Field(default_factory=dict, description=(
+        "Every vendor variant defined for the task: its clean time in ms, or the reason it was skipped "
+        "(a library that cannot be loaded, a setup that failed)"))
 
     @property
     def speedup(self) -> float | None:

@@ -184,11 +184,16 @@ class Requirement(BaseModel):
 
 
 class Baseline(BaseModel):
-    """The vendor library the candidate is timed against, called the way the evaluator calls it."""
+    """The vendor baselines the candidate is timed against (the fastest of the task's variants).
+
+    ``call`` is the text generated from the variants the evaluator defines for the task
+    (``ptxbench.evaluate.baselines.baseline_text``): kept here so the task's hash changes with it, and
+    refused at timing when it differs, so a prompt never promises a baseline that is not run.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     library: Literal["cublas", "cublaslt", "cudnn_or_flash", "torch"]
-    call: str = Field(description="The exact PyTorch call, for the record and the report.")
+    call: str = Field(description="What is timed as the baseline, generated from the task's baseline variants.")
 
 
 class Family(str, Enum):

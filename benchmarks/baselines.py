@@ -1,0 +1,139 @@
+"""Time every vendor-baseline variant of every task on its timed and visible workloads (GPU only).
+
+Each variant is timed the evaluator's way: checked and set up in the evaluator's baseline process and
+the fresh worker (``check_baselines``, setup untimed), then ``GpuEvaluator._interleaved(...,
+candidate=False)``. Writes benchmarks/results/baselines_h200.{json,md} and the package-data summary
+src/ptxbench/tasks/baseline_quality.json that `ptxbench tasks show` and `ptxbench report` warn from.
+
+    python benchmarks/baselines.py [--tasks a,b] [--budget-ms 30] [--compile-gemm]
+
+torch.compile's max-autotune of a GEMM shape takes minutes, so GEMM compile variants are skipped (the
+reason recorded) unless --compile-gemm is given; without it the whole run fits in ~8 minutes on an H200.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+GEMM_TASKS = ("gemm_bf16", "gemm_fp8")
+NO_GEMM_COMPILE = "not measured: --compile-gemm not given (max-autotune of one GEMM shape takes minutes)"
+
+
+def attainable_s(moved: float, flops: float, peaks: dict[str, float], fp8: bool) -> float:
+    """max(bytes / measured copy bandwidth, FLOPs / best measured library matmul rate)."""
+    bound = moved / peaks["bytes_per_s"]
+    return max(bound, flops / peaks["fp8_flops" if fp8 else "bf16_flops"]) if flops else bound
+
+
+def workload_row(variants: dict[str, dict[str, Any]], attainable: float) -> dict[str, Any]:
+    """One workload's entry: every variant, the fastest and its share of the roofline (percent)."""
+    timed = {name: v["ms"] for name, v in variants.items() if "ms" in v}
+    best = min(timed, key=timed.__getitem__) if timed else None
+    return {"best": best, "best_ms": timed[best] if best else None,
+            "best_pct_of_roofline": 100 * attainable / (timed[best] / 1e3) if best else None,
+            "variants": variants}
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = [f"# Vendor baselines on {doc['gpu']} ({doc['date']})", "", f"`{doc['command']}`", "",
+             "| task | workload | best | best ms | % of roofline | variants |", "|---|---|---|---|---|---|"]
+    for task, workloads in doc["tasks"].items():
+        for workload, row in workloads.items():
+            cells = "; ".join(f"{n} {v['ms']:.4f} ms" if "ms" in v else f"{n}: {v['skipped']}"
+                              for n, v in row["variants"].items())
+            best_ms = "—" if row["best_ms"] is None else f"{row['best_ms']:.4f}"
+            pct = "—" if row["best_pct_of_roofline"] is None else f"{row['best_pct_of_roofline']:.1f}"
+            lines.append(f"| {task} | {workload} | {row['best'] or '—'} | {best_ms} | {pct} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
+def write(doc: dict[str, Any], stem: Path, quality_path: Path | None = None) -> None:
+    """The result JSON and markdown, and the package-data quality summary."""
+    from ptxbench.evaluate.baselines import QUALITY_PATH, quality_from_results, write_quality
+
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    stem.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(doc))
+    write_quality(quality_from_results(doc), quality_path or QUALITY_PATH)
+
+
+def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool) -> dict[str, Any]:
+    from ptxbench.evaluate.baselines import SETUP_TIMEOUT_S, variant_specs
+    from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+    from ptxbench.tasks.loader import bundled_suite
+    from ptxbench.tasks.model import Role
+
+    evaluator = GpuEvaluator(EvalOptions(profile=False, timing_budget_ms=budget_ms))
+    device = evaluator.device()
+    peaks = evaluator.peaks()
+    limit_s = 600.0
+    tasks: dict[str, Any] = {}
+    try:
+        for task in bundled_suite():
+            if task_ids and task.id not in task_ids:
+                continue
+            if evaluator._fresh_worker() or evaluator._baseline_worker_ready():
+                raise RuntimeError("a worker could not start")
+            fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
+            tasks[task.id] = {}
+            with evaluator.lock.exclusive("baselines benchmark"):
+                for worker in (evaluator.baselines, evaluator.worker):
+                    worker.call("set_task", task.model_dump_json(), timeout_s=60)
+                for workload in (w for w in task.workloads if w.role is not Role.HELDOUT):
+                    variants: dict[str, dict[str, Any]] = {}
+                    names = []
+                    for name in variant_specs(task):
+                        if name == "compile" and task.id in GEMM_TASKS and not compile_gemm:
+                            variants[name] = {"skipped": NO_GEMM_COMPILE}
+                        else:
+                            names.append(name)
+                    for worker in (evaluator.baselines, evaluator.worker):
+                        ready = [n for n in names if n not in variants]
+                        for name, reason in worker.call("check_baselines", workload.sizes, ready,
+                                                        timeout_s=SETUP_TIMEOUT_S).items():
+                            if reason is not None:
+                                variants[name] = {"skipped": reason}
+                    for name in names:
+                        if name not in variants:
+                            reply = evaluator._interleaved(workload, name, budget_ms, limit_s, candidate=False)
+                            variants[name] = {"ms": reply["baseline"][1][0]}
+                    attainable = attainable_s(task.bytes_for(workload.sizes), task.flops_for(workload.sizes), peaks, fp8)
+                    tasks[task.id][workload.name] = workload_row(dict(sorted(variants.items())), attainable)
+                    print(task.id, workload.name, tasks[task.id][workload.name]["best"], flush=True)
+    finally:
+        evaluator.close()
+    versions = {"torch": device.get("torch"), "cuda": device.get("cuda"), "cudnn": device.get("cudnn"),
+                "triton": _version("triton"), "liger_kernel": _version("liger_kernel")}
+    return {"gpu": device.get("name"), "date": date.today().isoformat(), "versions": versions,
+            "command": " ".join(["python", "benchmarks/baselines.py", *sys.argv[1:]]), "tasks": tasks}
+
+
+def _version(module: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(module.replace("_", "-"))
+    except PackageNotFoundError:
+        return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", default="", help="comma-separated task ids (default: all)")
+    parser.add_argument("--budget-ms", type=float, default=30.0, help="measured time per variant and side")
+    parser.add_argument("--compile-gemm", action="store_true", help="also time torch.compile of the GEMMs")
+    parser.add_argument("--out", default=str(RESULTS / "baselines_h200"), help="result path without suffix")
+    args = parser.parse_args()
+    doc = measure([t for t in args.tasks.split(",") if t] or None, args.budget_ms, args.compile_gemm)
+    write(doc, Path(args.out))
+
+
+if __name__ == "__main__":
+    main()

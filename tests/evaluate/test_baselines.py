@@ -1,0 +1,177 @@
+"""Vendor-baseline variants: setup stays out of the timed call, the prompt names exactly what is timed,
+skips carry reasons, and the published baseline quality warns only from measured numbers."""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ptxbench.evaluate import baselines
+from ptxbench.evaluate.baselines import BaselineQuality, baseline_text, variant_specs, weak_baseline_warning
+from ptxbench.prompt import render_task_prompt
+from ptxbench.tasks.loader import bundled_suite
+from ptxbench.tasks.model import Role
+from ptxbench.tasks.reference import make_inputs
+
+# views and metadata: no work on the data
+_VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "alias", "as_strided", "detach", "slice",
+          "select", "unsqueeze", "squeeze", "reshape", "_reshape_alias", "lift_fresh",
+          "empty", "empty_like", "empty_strided", "new_empty"}  # allocation is no work either
+
+# Per task and variant, the only working ops its timed call may make.
+EXPECTED_CALL = {
+    ("gemm_bf16", "cublas"): ["mm"], ("gemm_bf16", "compile"): ["mm"],
+    ("gemm_fp8", "cublaslt"): ["_scaled_mm"], ("gemm_fp8", "compile"): ["_scaled_mm"],
+    ("attention_fwd", "cudnn"): ["_scaled_dot_product_cudnn_attention"],
+    ("attention_fwd", "flash"): ["_scaled_dot_product_flash_attention"],
+    ("attention_bwd", "cudnn"): ["_scaled_dot_product_cudnn_attention_backward"],
+    ("attention_bwd", "flash"): ["_scaled_dot_product_flash_attention_backward"],
+    ("rmsnorm", "torch"): None, ("rmsnorm", "compile"): None,  # None: the ops of F.rms_norm itself
+    ("rmsnorm", "liger"): ["liger_rms_norm"],
+    ("softmax", "torch"): ["_softmax"], ("softmax", "compile"): ["_softmax"], ("softmax", "liger"): ["liger_softmax"],
+    ("transpose", "torch"): ["clone"], ("transpose", "compile"): ["clone"],
+}
+
+
+class OpLog(TorchDispatchMode):
+    """Records every working aten op that runs on real tensors, beside the fakes' own entries."""
+
+    def __init__(self, log: list[str]) -> None:
+        super().__init__()
+        self.log = log
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        name = func._schema.name.split("::")[-1]
+        if name not in _VIEWS:
+            self.log.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counting stand-ins for the GPU-only ops and libraries the variants use, and for torch.compile."""
+    import torch.distributed.tensor  # noqa: F401 - registers its strategies on the real ops before they are patched
+
+    log: list[str] = []
+
+    def fake(name: str, result):  # type: ignore[no-untyped-def]
+        def op(*args, **kwargs):  # type: ignore[no-untyped-def]
+            log.append(name)
+            return result(*args)
+        return op
+
+    def attention(q, k, v, *rest):  # type: ignore[no-untyped-def]
+        bookkeeping = [torch.empty(1)] * 7
+        return (torch.empty_like(q), torch.empty(q.shape[:3] + (1,)), *bookkeeping)
+
+    def backward(d_out, q, k, v, *rest):  # type: ignore[no-untyped-def]
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    for name, result in (("_scaled_dot_product_cudnn_attention", attention),
+                         ("_scaled_dot_product_flash_attention", attention),
+                         ("_scaled_dot_product_cudnn_attention_backward", backward),
+                         ("_scaled_dot_product_flash_attention_backward", backward)):
+        monkeypatch.setattr(torch.ops.aten, name, fake(name, result))
+    monkeypatch.setattr(torch, "_scaled_mm", fake("_scaled_mm", lambda a, b, *r: torch.empty(a.shape[0], b.shape[1])))
+
+    def compile_(fn, **options):  # type: ignore[no-untyped-def]
+        log.append("torch.compile")
+        return fn
+    monkeypatch.setattr(torch, "compile", compile_)
+    for module, cls, name in (("liger_kernel.ops.rms_norm", "LigerRMSNormFunction", "liger_rms_norm"),
+                              ("liger_kernel.ops.softmax", "LigerSoftmaxFunction", "liger_softmax")):
+        stand_in = types.ModuleType(module)
+        setattr(stand_in, cls, types.SimpleNamespace(apply=fake(name, lambda x, *r: torch.empty_like(x))))
+        monkeypatch.setitem(sys.modules, module, stand_in)
+    monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops", types.ModuleType("liger_kernel.ops"))
+    monkeypatch.setattr(baselines, "_COMPILED", {})
+    return log
+
+
+def _small(task):  # type: ignore[no-untyped-def]
+    """The task's smallest shown workload: enough to run its ops on the CPU."""
+    return min(task.shown(), key=lambda w: task.bytes_for(w.sizes))
+
+
+@pytest.mark.parametrize("task", bundled_suite(), ids=lambda t: t.id)
+def test_setup_work_never_runs_in_the_timed_call(task, ops) -> None:  # type: ignore[no-untyped-def]
+    sizes = _small(task).sizes
+    inputs = make_inputs(task, sizes, seed=1, device="cpu")
+    variants = variant_specs(task)
+    assert {(task.id, name) for name in variants} <= set(EXPECTED_CALL), "a variant without an expectation"
+    for name, variant in variants.items():
+        ops.clear()
+        with OpLog(ops):
+            call = variant.setup(inputs, sizes)
+        setup_ops = list(ops)
+        ops.clear()
+        with OpLog(ops):
+            outputs = call()
+        expected = EXPECTED_CALL[(task.id, name)]
+        if expected is None:  # the eager op's own decomposition on this machine
+            ops_of_work = []
+            with OpLog(ops_of_work):
+                torch.nn.functional.rms_norm(inputs["X"], (sizes["Hd"],), inputs["W"], eps=1e-6)
+            expected = ops_of_work
+        assert Counter(ops) == Counter(expected), (name, ops)
+        assert set(outputs) == {o.name for o in task.outputs}
+        if name == "compile":
+            assert setup_ops.count("torch.compile") == 1
+        if task.id == "attention_bwd":  # the forward's bookkeeping comes from setup, untimed
+            assert any(op.endswith("_attention") for op in setup_ops)
+
+
+def test_compiled_graph_is_built_once_per_shape(ops) -> None:  # type: ignore[no-untyped-def]
+    task = next(t for t in bundled_suite() if t.id == "softmax")
+    sizes = _small(task).sizes
+    compile_variant = variant_specs(task)["compile"]
+    for seed in (1, 2, 3):
+        compile_variant.setup(make_inputs(task, sizes, seed=seed, device="cpu"), sizes)
+    assert ops.count("torch.compile") == 1
+
+
+@pytest.mark.parametrize("task", bundled_suite(), ids=lambda t: t.id)
+def test_prompt_and_task_name_exactly_the_variants_defined(task) -> None:  # type: ignore[no-untyped-def]
+    text = baseline_text(task.id)
+    assert task.baseline.call == text
+    assert text in render_task_prompt(task, next(iter(task.requirements)))
+    for variant in variant_specs(task).values():
+        assert variant.description in text
+
+
+def test_a_task_whose_text_differs_from_its_variants_is_refused() -> None:
+    task = next(t for t in bundled_suite() if t.id == "rmsnorm")
+    changed = task.model_copy(update={"baseline": task.baseline.model_copy(update={"call": "eager F.rms_norm"})})
+    with pytest.raises(ValueError, match="baseline.call"):
+        variant_specs(changed)
+
+
+def test_missing_library_is_a_reason_not_a_crash() -> None:
+    variant = baselines.BaselineVariant("x", "x", lambda i, s: lambda: {}, requires=("no_such_module_ptxbench",))
+    assert "no_such_module_ptxbench could not be imported" in (variant.load() or "")
+    assert baselines.BaselineVariant("y", "y", lambda i, s: lambda: {}).load() is None
+
+
+def test_plain_calls_leave_out_variants_that_cannot_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops.rms_norm", None)  # import fails
+    task = next(t for t in bundled_suite() if t.id == "rmsnorm")
+    assert "liger" not in baselines.baseline_variants(task) and "torch" in baselines.baseline_variants(task)
+
+
+def test_weak_baseline_warning_only_from_measured_numbers() -> None:
+    task = next(t for t in bundled_suite() if t.id == "transpose")
+    timed = task.timed().name
+    assert weak_baseline_warning(task, BaselineQuality()) is None
+    assert weak_baseline_warning(task, baselines.load_baseline_quality()) is None  # shipped: no GPU run yet
+    weak = BaselineQuality(gpu="NVIDIA H200", date="2026-12-03", tasks={"transpose": {timed: 15.0}})
+    warning = weak_baseline_warning(task, weak)
+    assert warning is not None and "15 %" in warning and "% of roofline says more" in warning
+    strong = BaselineQuality(gpu="NVIDIA H200", date="2026-12-03", tasks={"transpose": {timed: 97.5}})
+    assert weak_baseline_warning(task, strong) is None
+    assert all(w.role is not Role.HELDOUT for w in task.shown())
