@@ -169,13 +169,16 @@ class Requirement(BaseModel):
     """A feature the candidate must *execute* (any one of ``any_of``) on one target.
 
     ``min_flop_share`` (matrix features) is the least share of the task's FLOPs the feature's
-    instructions must perform. ``justification`` is required when the vendor baseline itself does not
-    use the feature: it says why the task asks for it anyway.
+    instructions must perform. ``min_byte_share`` (copy-engine features: TMA, bulk copies) is the least
+    share of the task's bytes (``Task.bytes_for``) their transfers must move, read from ncu's byte
+    counters, so one token copy does not pass for streaming the data. ``justification`` is required when
+    the vendor baseline itself does not use the feature: it says why the task asks for it anyway.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     any_of: list[str] = Field(min_length=1)
     min_flop_share: float | None = Field(default=None, gt=0, le=1)
+    min_byte_share: float | None = Field(default=None, gt=0, le=1)
     justification: str = ""
 
     @property
