@@ -147,6 +147,9 @@ class GpuEvaluator:
         self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
         self._durations: dict[str, float] = {}
         self._lock: GpuLock | None = None
+        # ncu's counter access on this GPU, learnt once by the harness's own probe: (None,) readable,
+        # (why not,) unreadable; None until probed (see _counters_unreadable)
+        self._counter_probe: tuple[str | None] | None = None
 
     def close(self) -> None:
         self.worker.close()
@@ -256,27 +259,45 @@ class GpuEvaluator:
             if final:  # a timed call failed, or its outputs were wrong
                 return evaluation
         if self.options.profile and shutil.which("ncu"):
-            from ptxbench.evaluate.profiling import NoCounterPermission, ProfiledRunFailed
+            from ptxbench.evaluate.profiling import ProfiledRunFailed
 
-            try:
-                features, launched = self._profiled(task, evaluation.arch, shared_object)
-            except NoCounterPermission as exc:  # unverified, never "used": the status says so
+            unreadable = self._counters_unreadable()
+            if unreadable is not None:  # the harness's probe says so; no candidate's output can
                 status = decide(evaluation)
                 return evaluation.model_copy(update={"status": status,
-                                                     "message": f"{_summary(evaluation, status)} ({exc})"})
+                                                     "message": f"{_summary(evaluation, status)} ({unreadable})"})
+            try:
+                features, launched = self._profiled(task, evaluation.arch, shared_object)
             except ProfiledRunFailed as exc:
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR,
                                                      "message": f"executed-instruction proof: {exc}"})
-            guards = [GuardFinding(guard=Guard.FEATURE_NOT_EXECUTED, detail=f.message) for f in features if not f.satisfied]
-            foreign = sorted({name for name in launched if base_name(name) not in own_kernels})
+            guards = [GuardFinding(guard=Guard.FEATURE_NOT_EXECUTED, detail=f.message)
+                      for f in features if f.verified and not f.satisfied]
+            foreign = sorted({launch.name for launch in launched if base_name(launch.name) not in own_kernels})
             if foreign:
                 guards.append(GuardFinding(guard=Guard.FOREIGN_KERNELS, detail=(
                     f"under ncu the call launched kernels that are not in the candidate's module: {', '.join(foreign[:3])}")))
+            unverified = [f.message for f in features if not f.verified]
+            if unverified and not guards:  # neither used nor held against it: the evaluation's features stay unknown
+                status = decide(evaluation)
+                return evaluation.model_copy(update={"status": status, "message": (
+                    f"{_summary(evaluation, status)} ({'; '.join(unverified)})")})
             evaluation = evaluation.model_copy(update={"features": features, "guards": unique(evaluation.guards + guards)})
         status = decide(evaluation)
         return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
 
-    def _profiled(self, task: Task, arch: Arch, shared_object: Path) -> tuple[list[RequirementExecution], list[str]]:
+    def _counters_unreadable(self) -> str | None:
+        """Why ncu cannot read this GPU's counters, or None when it can: the harness's own probe kernel
+        profiled once per evaluator (one GPU), so a candidate's output never decides it."""
+        if self._counter_probe is None:
+            from ptxbench.evaluate.profiling import probe_counters
+
+            with self._stage("profile.probe"):  # the probe's program holds the GPU's lock (shared) itself
+                self._counter_probe = (probe_counters(self.options.profile_timeout_s),)
+        return self._counter_probe[0]
+
+    def _profiled(self, task: Task, arch: Arch, shared_object: Path
+                  ) -> tuple[list[RequirementExecution], list[KernelProfile]]:
         """``profile_requirements``, tried again alone when the GPU's memory ran out beside another
         evaluation (as the trials are)."""
         from ptxbench.evaluate.profiling import ProfiledRunFailed, profile_requirements

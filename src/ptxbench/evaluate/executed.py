@@ -1,12 +1,15 @@
 """Executed-instruction evidence from Nsight Compute: which features a kernel really ran, and how much
 of the task's arithmetic its matrix instructions did.
 
-Input is ncu's raw CSV (``--csv --page raw --print-metric-instances details``) with the metric
+Input is ncu's raw CSV as ``ncu --import REPORT --csv --page raw --print-metric-instances details``
+prints a report the harness had ncu write (never the profiled program's own output), with the metric
 ``sass__inst_executed_per_opcode_with_modifier_all``: per kernel launch, executed warp-level counts
-per full SASS mnemonic. A feature counts as *executed* only when its defining instruction has a
+per full SASS mnemonic, with the launch's grid, block and stream, and the bytes the copy engine (TMA
+and bulk copies) moved between global and shared memory. A feature counts as *executed* only when its defining instruction has a
 non-zero count in the candidate's own kernels; for matrix features the FLOPs follow from the shape
 in the mnemonic (``HGMMA.64x64x16``) and ncu's per-warp counting, so one wgmma followed by FFMA for
-the rest shows up as a tiny share, not as "uses wgmma".
+the rest shows up as a tiny share, not as "uses wgmma"; likewise one token bulk copy in a
+memory-bound task shows up as a tiny share of the task's bytes.
 """
 
 from __future__ import annotations
@@ -22,28 +25,57 @@ from ptxbench.tasks.model import Requirement
 
 OPCODE_METRIC = "sass__inst_executed_per_opcode_with_modifier_all"
 DURATION_METRIC = "gpu__time_duration.sum"
-NCU_METRICS = (OPCODE_METRIC, DURATION_METRIC)
+# Bytes the TMA unit read from global memory into shared memory, and wrote from shared to global. On the
+# H200 a kernel of 256 bulk copies (cp.async.bulk, UBLKCP) of 4 KB each way counted 1,048,576 bytes in
+# each (tests/fixtures/ncu/h200_bulk_copy_scaled_units.csv): non-tensor bulk copies count here as tensor
+# copies do. An unknown metric name does not fail ncu (measured there): its column is simply absent, and
+# the share is then unverified.
+TMA_LOAD_BYTES_METRIC = "l1tex__m_xbar2l1tex_read_bytes_mem_global_op_tma_ld.sum"
+TMA_STORE_BYTES_METRIC = "l1tex__m_l1tex2xbar_write_bytes_mem_global_op_tma_st.sum"
+BYTE_METRICS = (TMA_LOAD_BYTES_METRIC, TMA_STORE_BYTES_METRIC)
+NCU_METRICS = (OPCODE_METRIC, DURATION_METRIC, *BYTE_METRICS)
+# Which byte counters a feature's transfers show up in (the counters do not tell tensor from bulk copies).
+FEATURE_BYTE_METRICS: dict[str, tuple[str, ...]] = {
+    "tma.load": (TMA_LOAD_BYTES_METRIC,),
+    "tma.load_multicast": (TMA_LOAD_BYTES_METRIC,),
+    "tma.store": (TMA_STORE_BYTES_METRIC,),
+    "bulk.copy": (TMA_LOAD_BYTES_METRIC, TMA_STORE_BYTES_METRIC),
+}
+# ncu prints values in scaled units unless told otherwise (``--print-units base``); both are read.
+_UNIT_SCALE = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
+               "ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 
 _INSTANCE = re.compile(r"([A-Z][A-Z0-9_.]*(?:\.[A-Za-z0-9_]+)*):\s*([\d,]+)")
 
 
+Dims = tuple[int, int, int]
+
+
 class KernelProfile(BaseModel):
-    """One profiled kernel launch."""
+    """One profiled kernel launch, as ncu saw it from outside the candidate's process."""
 
     launch_id: int
     name: str
     stream: str | None = None
+    grid: Dims | None = Field(default=None, description="grid size in blocks (x, y, z)")
+    block: Dims | None = Field(default=None, description="block size in threads (x, y, z)")
     duration_ns: float | None = None
     executed: dict[str, int] = Field(default_factory=dict, description="full SASS mnemonic -> warp-level count")
+    bytes: dict[str, float] = Field(default_factory=dict, description=(
+        "byte counters of BYTE_METRICS present in the report, in bytes; a counter ncu did not report is absent"))
 
 
 class RequirementExecution(BaseModel):
-    """One requirement judged on executed counts; ``flop_share`` only for matrix features."""
+    """One requirement judged on executed counts; ``flop_share`` only for matrix features, ``byte_share``
+    only for requirements with a minimum share of the task's bytes. ``verified`` False: the counters
+    needed to judge it were not in the report, so it is neither satisfied nor held against the candidate."""
 
     requirement: Requirement
     executed: dict[str, int] = Field(description="executed mnemonics of the requirement's features")
     flop_share: float | None = None
+    byte_share: float | None = None
     satisfied: bool
+    verified: bool = True
     message: str
 
 
@@ -56,9 +88,25 @@ def ncu_number(text: str) -> float | None:
         return None
 
 
+def ncu_quantity(text: str, unit: str) -> float | None:
+    """A value cell in base units (bytes, nanoseconds) given its unit cell; None when not a number."""
+    value = ncu_number(text.partition("(")[0])
+    if value is None:
+        return None
+    return value * _UNIT_SCALE.get(unit.strip(), 1.0)
+
+
+def ncu_dims(text: str) -> Dims | None:
+    """A dimension cell such as ``(256, 1, 1)``; None when it is not three integers."""
+    parts = [part.strip() for part in text.strip().strip("()").split(",")]
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        return None
+    return int(parts[0]), int(parts[1]), int(parts[2])
+
+
 def ncu_csv_table(text: str) -> tuple[list[str], list[str], list[list[str]]]:
-    """ncu's raw CSV page as (metric names, units, one row per launch); the program's own output
-    before the table is skipped."""
+    """ncu's raw CSV page as (metric names, units, one row per launch); any text before the table
+    (ncu's own notes) is skipped."""
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
     if start is None:
@@ -69,21 +117,28 @@ def ncu_csv_table(text: str) -> tuple[list[str], list[str], list[list[str]]]:
 
 def parse_ncu_csv(text: str) -> list[KernelProfile]:
     """Kernel launches from ncu's raw CSV page (the per-opcode executed-instruction metric)."""
-    header, _, body = ncu_csv_table(text)
+    header, units, body = ncu_csv_table(text)
     column = {name: index for index, name in enumerate(header)}
     if OPCODE_METRIC not in column:
         raise ValueError(f"the ncu output lacks {OPCODE_METRIC}; profile with --metrics {','.join(NCU_METRICS)}")
+    units = units if len(units) == len(header) else [""] * len(header)
     profiles = []
     for row in body:
         if len(row) != len(header):
             continue
         cell = row[column[OPCODE_METRIC]]
         executed = {m.group(1): int(m.group(2).replace(",", "")) for m in _INSTANCE.finditer(cell.partition("(")[2])}
+
+        def quantity(name: str) -> float | None:
+            return ncu_quantity(row[column[name]], units[column[name]]) if name in column else None
+
+        moved = {name: value for name in BYTE_METRICS if (value := quantity(name)) is not None}
         profiles.append(KernelProfile(
             launch_id=int(row[column["ID"]]), name=row[column["Kernel Name"]],
             stream=row[column["Stream"]] if "Stream" in column else None,
-            duration_ns=ncu_number(row[column[DURATION_METRIC]]) if DURATION_METRIC in column else None,
-            executed=executed))
+            grid=ncu_dims(row[column["Grid Size"]]) if "Grid Size" in column else None,
+            block=ncu_dims(row[column["Block Size"]]) if "Block Size" in column else None,
+            duration_ns=quantity(DURATION_METRIC), executed=executed, bytes=moved))
     return profiles
 
 
@@ -117,9 +172,18 @@ def matrix_flops(feature_id: str, executed: dict[str, int]) -> float | None:
     return total if known else None
 
 
+def moved_bytes(feature_ids: list[str], profiles: list[KernelProfile]) -> float | None:
+    """Bytes the features' transfers moved over every launch (each counter once, even when several
+    features share it); None when none of their counters is in the report (or none has counters)."""
+    metrics = {metric for feature_id in feature_ids for metric in FEATURE_BYTE_METRICS.get(feature_id, ())}
+    values = [profile.bytes[metric] for profile in profiles for metric in sorted(metrics) if metric in profile.bytes]
+    return sum(values) if values else None
+
+
 def judge_execution(requirement: Requirement, arch: Arch, profiles: list[KernelProfile],
-                    task_flops: float) -> RequirementExecution:
-    """Whether the candidate's kernels executed the requirement (and enough of the FLOPs, if it says)."""
+                    task_flops: float, task_bytes: float = 0.0) -> RequirementExecution:
+    """Whether the candidate's kernels executed the requirement, and enough of the FLOPs or of the
+    task's bytes (``task_bytes``: ``Task.bytes_for``) where it says so."""
     executed = total_executed(profiles)
     hits: dict[str, int] = {}
     share: float | None = None
@@ -133,15 +197,44 @@ def judge_execution(requirement: Requirement, arch: Arch, profiles: list[KernelP
     if not hits:
         return RequirementExecution(requirement=requirement, executed={}, satisfied=False,
                                     message=f"{label}: never executed (not in any launched kernel's executed instructions)")
-    if requirement.min_flop_share is None:
-        return RequirementExecution(requirement=requirement, executed=hits, satisfied=True,
-                                    message=f"{label}: executed")
+    verdict = RequirementExecution(requirement=requirement, executed=hits, satisfied=True, message=f"{label}: executed")
+    if requirement.min_flop_share is not None:
+        verdict = _judge_flop_share(verdict, share)
+    if requirement.min_byte_share is not None and verdict.satisfied:
+        verdict = _judge_byte_share(verdict, moved_bytes(requirement.any_of, profiles), task_bytes)
+    return verdict
+
+
+def _judge_flop_share(verdict: RequirementExecution, share: float | None) -> RequirementExecution:
+    requirement, label = verdict.requirement, verdict.requirement.label
+    assert requirement.min_flop_share is not None
     if share is None:
-        return RequirementExecution(requirement=requirement, executed=hits, satisfied=False, flop_share=None,
-                                    message=f"{label}: executed, but its share of the FLOPs cannot be read from the SASS "
-                                    "mnemonics on this target: unverified")
+        return verdict.model_copy(update={
+            "satisfied": False, "flop_share": None,
+            "message": f"{label}: executed, but its share of the FLOPs cannot be read from the SASS mnemonics on "
+                       "this target: unverified"})
     ok = share >= requirement.min_flop_share
-    return RequirementExecution(
-        requirement=requirement, executed=hits, flop_share=share, satisfied=ok,
-        message=f"{label}: executed, performing {share:.1%} of the task's FLOPs"
-        + ("" if ok else f" (needs {requirement.min_flop_share:.0%}: the rest runs on other instructions)"))
+    return verdict.model_copy(update={
+        "satisfied": ok, "flop_share": share,
+        "message": f"{label}: executed, performing {share:.1%} of the task's FLOPs"
+                   + ("" if ok else f" (needs {requirement.min_flop_share:.0%}: the rest runs on other instructions)")})
+
+
+def _judge_byte_share(verdict: RequirementExecution, moved: float | None, task_bytes: float) -> RequirementExecution:
+    """A share the report cannot give (its counters absent, or a task without bytes) is unverified, never
+    "used" and never a finding against the candidate."""
+    requirement, label = verdict.requirement, verdict.requirement.label
+    assert requirement.min_byte_share is not None
+    if moved is None or task_bytes <= 0:
+        why = "the task has no byte count" if task_bytes <= 0 else (
+            "ncu's report has none of its byte counters (" + ", ".join(
+                sorted({m for f in requirement.any_of for m in FEATURE_BYTE_METRICS.get(f, ())})) + ")")
+        return verdict.model_copy(update={
+            "satisfied": False, "verified": False,
+            "message": f"{label}: executed, but the share of the task's bytes it moved is unknown ({why}): unverified"})
+    share = moved / task_bytes
+    ok = share >= requirement.min_byte_share
+    return verdict.model_copy(update={
+        "satisfied": ok, "byte_share": share,
+        "message": f"{label}: executed, moving {share:.1%} of the task's bytes"
+                   + ("" if ok else f" (needs {requirement.min_byte_share:.0%}: the rest moves another way)")})

@@ -7,7 +7,11 @@ Neither torch nor ptxbench is imported: starting Python with torch took ~6 s of 
 an H200, and nothing of that is needed to launch one call.
 
 The plan (written by ``profiling.profiled_program``) lists the entry point's arguments in order: inputs
-(a file of raw bytes each), outputs (a byte count), sizes (an integer) and the stream.
+(a file of raw bytes each), outputs (a byte count), sizes (an integer) and the stream, and the folders
+(``protect``: ncu's report folder, the plan's) made read-only for this process before the candidate's
+library is loaded, where the machine allows. A plan with ``probe`` runs no candidate: it profiles the
+harness's own one-warp kernel, so the harness learns whether ncu may read the counters here from code
+that is its own, never from a candidate's output.
 """
 
 from __future__ import annotations
@@ -27,6 +31,33 @@ from typing import Any
 # Printed when the GPU's memory ran out (a device buffer here, or the candidate's cudaMalloc): the harness
 # then profiles again with the GPU to itself, since another evaluation beside this one may hold the memory.
 OUT_OF_MEMORY_MARK = "ptxbench-profile: out of GPU memory"
+PROTECTION_MARK = "ptxbench-profile: protection:"  # the line that says which folders were made read-only
+
+PROBE_KERNEL = "ptxbench_counter_probe"
+# One warp, each thread storing its index plus one: a kernel of known instructions (a global store, an
+# add) for the counter-permission probe. Written in PTX so this program needs no compiler.
+PROBE_PTX = f"""
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry {PROBE_KERNEL}(
+    .param .u64 out
+)
+{{
+    .reg .b32 %r<3>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [out];
+    cvta.to.global.u64 %rd2, %rd1;
+    mov.u32 %r1, %tid.x;
+    add.u32 %r2, %r1, 1;
+    mul.wide.u32 %rd3, %r1, 4;
+    add.u64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r2;
+    ret;
+}}
+"""
 
 
 def _device_buffer(driver: Any, size: int) -> ctypes.c_uint64:
@@ -61,8 +92,25 @@ def _gpu_lock(plan: dict) -> AbstractContextManager:
     return lock.exclusive("ncu alone") if _alone(plan) else lock.shared("ncu")
 
 
+def _protect(plan: dict) -> str:
+    """Make the plan's ``protect`` folders read-only for this process and what it starts (through
+    ``isolation.protect_paths``), before any candidate code is loaded; the mode achieved, in one line.
+    Where the machine refuses it (or the module is missing), the profile still runs, unprotected: the
+    report is read by the harness afterwards and a candidate cannot reach it before ncu writes it."""
+    paths = [str(path) for path in plan.get("protect", [])]
+    if not paths:
+        return "nothing to protect"
+    try:
+        return str(_sibling("isolation").protect_paths(paths))
+    except (AttributeError, ImportError, OSError) as exc:
+        return f"not isolated: {type(exc).__name__}: {exc}"
+
+
 def main(plan_path: str) -> int:
     plan = json.loads(open(plan_path).read())
+    print(PROTECTION_MARK, _protect(plan), file=sys.stderr, flush=True)
+    if plan.get("probe"):
+        return _probe(plan)
     processes = _sibling("processes")
     processes.become_subreaper()  # what the candidate starts and abandons ends with this program
     try:
@@ -78,6 +126,23 @@ def main(plan_path: str) -> int:
             print(f"{OUT_OF_MEMORY_MARK} ({exc})", file=sys.stderr)
             return 3
         raise
+
+
+def _probe(plan: dict) -> int:
+    """Launch the probe kernel once between cuProfilerStart and cuProfilerStop, under the GPU's lock."""
+    driver = _sibling("cuda_driver").Driver()
+    driver.use_primary_context(0)
+    module, function = ctypes.c_void_p(), ctypes.c_void_p()
+    driver.call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(PROBE_PTX.encode()))
+    driver.call("cuModuleGetFunction", ctypes.byref(function), module, PROBE_KERNEL.encode())
+    out = _device_buffer(driver, 32 * 4)
+    parameters = (ctypes.c_void_p * 1)(ctypes.cast(ctypes.byref(out), ctypes.c_void_p))
+    with _gpu_lock(plan):
+        driver.call("cuProfilerStart")
+        driver.call("cuLaunchKernel", function, 1, 1, 1, 32, 1, 1, 0, None, parameters, None)
+        driver.call("cuCtxSynchronize")
+        driver.call("cuProfilerStop")
+    return 0
 
 
 def _open(plan: dict) -> tuple[Any, ctypes.c_void_p, list[tuple[ctypes.c_uint64, bytearray | None]]]:

@@ -1,9 +1,16 @@
 """The executed-instruction stage: one call of the candidate under Nsight Compute, in its own process.
 
 Only that call is profiled (cuProfilerStart/Stop around it, after a warm-up call), with the
-per-opcode executed-instruction metric; ``executed.judge_execution`` turns the counts into verdicts.
-Clocks are left alone (``--clock-control none``). The profiled program is ``profile_one.py``, which
-runs on the standard library and the CUDA driver alone, so the stage does not pay for starting torch.
+per-opcode executed-instruction metric and the copy engine's byte counters; ``executed.judge_execution``
+turns them into verdicts. Clocks are left alone (``--clock-control none``). The profiled program is
+``profile_one.py``, which runs on the standard library and the CUDA driver alone, so the stage does not
+pay for starting torch.
+
+What the candidate prints cannot pass for ncu: ncu writes a report file (``--export``) into a folder the
+harness creates, made read-only for the profiled process where the machine allows, and a second ncu
+process reads that report back (``--import``). The program's output serves only error messages. Whether
+ncu may read the GPU's counters at all is learnt once per GPU by profiling the harness's own probe kernel
+(``probe_counters``), never from a candidate's run.
 """
 
 from __future__ import annotations
@@ -15,22 +22,63 @@ import secrets
 import signal
 import subprocess
 import sys
+import re
+import shutil
 import tempfile
 from contextlib import suppress
 from pathlib import Path
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.executed import NCU_METRICS, RequirementExecution, judge_execution, parse_ncu_csv
+from ptxbench.evaluate.executed import (
+    NCU_METRICS,
+    OPCODE_METRIC,
+    KernelProfile,
+    RequirementExecution,
+    judge_execution,
+    parse_ncu_csv,
+)
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, shared_if_known
 from ptxbench.evaluate.processes import mapped_libraries
-from ptxbench.evaluate.profile_one import OUT_OF_MEMORY_MARK
+from ptxbench.evaluate.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
 from ptxbench.tasks.model import Task
 
+REPORT_NAME = "profile.ncu-rep"
+IMPORT_TIMEOUT_S = 120.0
+PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
+# Names in the harness's environment that candidate code must not see (used where isolation.py is absent).
+_SECRET_NAME = re.compile(r"_API_KEY$|TOKEN|SECRET", re.IGNORECASE)
 
-def ncu_command(program: list[str]) -> list[str]:
-    return ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--csv", "--page", "raw",
-            "--print-metric-instances", "details", "--metrics", ",".join(NCU_METRICS), *program]
+
+def ncu_command(program: list[str], report: Path) -> list[str]:
+    """ncu recording the profiled call into ``report`` (nothing of its results goes to its output)."""
+    return [_ncu(), "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(NCU_METRICS),
+            "--export", str(report), "--force-overwrite", *program]
+
+
+def import_command(report: Path) -> list[str]:
+    """ncu printing the report's launches as the raw CSV page, values in base units (bytes, ns)."""
+    return [_ncu(), "--import", str(report), "--csv", "--page", "raw", "--print-metric-instances", "details",
+            "--print-units", "base", "--metrics", ",".join(NCU_METRICS)]
+
+
+def _ncu() -> str:
+    """ncu's path, found on the harness's PATH (the profiled program's environment may lack it)."""
+    return shutil.which("ncu") or "ncu"
+
+
+def program_environment(home: Path) -> dict[str, str]:
+    """The environment ncu and the profiled program run with: ``isolation.candidate_environment`` (HOME a
+    private folder) where that module exists, else the harness's minus credentials and ptxbench's own
+    settings (the GPU lock's key kept: the program takes the lock)."""
+    try:
+        from ptxbench.evaluate.isolation import candidate_environment
+    except ImportError:
+        environment = {name: value for name, value in os.environ.items()
+                       if name == KEY_VARIABLE or not (_SECRET_NAME.search(name) or name.startswith("PTXBENCH_"))}
+    else:
+        environment = candidate_environment(os.environ, home=str(home))
+    return {**environment, "PYTHONUNBUFFERED": "1"}
 
 
 def _scratch() -> str | None:
@@ -44,9 +92,11 @@ def _cuda_runtime() -> list[str]:
 
 
 def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, folder: Path,
-                     alone: bool = False) -> list[str]:
+                     alone: bool = False, protect: list[Path] | None = None) -> list[str]:
     """The command ncu runs: ``profile_one.py`` on a plan with one fresh input set drawn here (with the
-    trials' distributions, so the profiled call sees data like theirs) written as raw bytes."""
+    trials' distributions, so the profiled call sees data like theirs) written as raw bytes; ``protect``:
+    the folders the program makes read-only before it loads the candidate (``folder`` among them)."""
+    protect = [folder] if protect is None else protect
     import torch
 
     from ptxbench.contract.signature import parameters
@@ -69,55 +119,129 @@ def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, fol
             arguments.append({"kind": "size", "value": int(sizes[parameter.name])})
         else:
             arguments.append({"kind": "stream"})
-    plan = folder / "plan.json"
+    return _program(folder, {"library": str(shared_object), "entry_point": task.entry_point,
+                             "preload": _cuda_runtime(), "arguments": arguments}, alone, protect)
+
+
+def _program(folder: Path, plan: dict, alone: bool, protect: list[Path]) -> list[str]:
+    """``profile_one.py`` on ``plan`` (written into ``folder``), with the GPU's lock named and the folders
+    to make read-only listed."""
     key = os.environ.get(KEY_VARIABLE)  # the program holds the GPU's lock itself while it uses the GPU
     gpu_lock = {"key": key, "folder": str(default_lock_folder()), "alone": alone} if key else None
-    plan.write_text(json.dumps({"library": str(shared_object), "entry_point": task.entry_point,
-                                "preload": _cuda_runtime(), "arguments": arguments, "gpu_lock": gpu_lock}))
-    return [sys.executable, "-I", str(Path(__file__).with_name("profile_one.py")), str(plan)]
-
-
-class NoCounterPermission(PtxbenchError):
-    """ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): features stay unverified."""
+    path = folder / "plan.json"
+    path.write_text(json.dumps({**plan, "gpu_lock": gpu_lock, "protect": [str(p) for p in protect]}))
+    return [sys.executable, "-I", str(Path(__file__).with_name("profile_one.py")), str(path)]
 
 
 class ProfiledRunFailed(PtxbenchError):
-    """The candidate's call failed or hung under ncu although it ran outside it. ``out_of_memory``: the
-    GPU's memory ran out, possibly taken by another evaluation beside it."""
+    """The candidate's call failed or hung under ncu although it ran outside it, or ncu left no readable
+    report of it. ``out_of_memory``: the GPU's memory ran out, possibly taken by another evaluation."""
 
     def __init__(self, message: str, out_of_memory: bool = False) -> None:
         super().__init__(message)
         self.out_of_memory = out_of_memory
 
 
-def profile_requirements(task: Task, arch: Arch, shared_object: Path, timeout_s: float,
-                         alone: bool = False) -> tuple[list[RequirementExecution], list[str]]:
-    """The requirements judged on executed counts, and the names of every kernel the profiled call
-    launched (seen from outside the candidate's process, so a library kernel cannot hide). ``alone``:
-    the profiled program holds the GPU's lock exclusively, allocations included."""
-    sizes = task.timed().sizes
-    with tempfile.TemporaryDirectory(dir=_scratch()) as folder:
-        program = profiled_program(task, sizes, shared_object, Path(folder), alone)
-        # its own session, so a timeout ends the candidate's process too, not only ncu
-        with subprocess.Popen(ncu_command(program), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True) as proc:
-            try:
-                stdout, stderr = proc.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
+class Folders:
+    """A fresh folder of the harness's (mode 0700) for one profiled run: ``plan`` (the plan and inputs),
+    ``report`` (ncu's report) and ``home`` (the program's HOME), removed afterwards."""
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="ptxbench-ncu-", dir=_scratch()))
+        self.plan, self.report, self.home = self.root / "plan", self.root / "report", self.root / "home"
+        for folder in (self.plan, self.report, self.home):
+            folder.mkdir()
+
+    def __enter__(self) -> "Folders":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _output_tail(text: str, lines: int = 3, width: int = 200) -> str:
+    """The last lines of the profiled program's output (and ncu's beside it), short: for messages only."""
+    tail = [line[:width] for line in text.strip().splitlines()[-lines:]]
+    return " | ".join(tail) if tail else "(none)"
+
+
+def run_under_ncu(program: list[str], report: Path, home: Path, timeout_s: float) -> tuple[int, str]:
+    """ncu recording ``program`` into ``report``: its exit code and the output of both (never parsed for
+    results). In its own session, so a timeout ends the profiled process and what it started too."""
+    with subprocess.Popen(ncu_command(program, report), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", env=program_environment(home), cwd=home, start_new_session=True) as proc:
+        try:
+            output, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise ProfiledRunFailed(f"no end within {timeout_s:g} s under ncu; the process was killed") from None
+        finally:
+            with suppress(ProcessLookupError):  # whatever the candidate's code left running there ends too
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.communicate()
-                raise ProfiledRunFailed(f"no end within {timeout_s:g} s under ncu; the process was killed") from None
-            finally:
-                with suppress(ProcessLookupError):  # whatever the candidate's code left running there ends too
-                    os.killpg(proc.pid, signal.SIGKILL)
-    if "ERR_NVGPUCTRPERM" in stdout + stderr:
-        raise NoCounterPermission("ncu may not read the performance counters here (ERR_NVGPUCTRPERM)")
+    return proc.returncode, output
+
+
+def read_report(report: Path, program_exit: int, program_output: str) -> list[KernelProfile]:
+    """The launches in ncu's report, read by a second ncu process; ProfiledRunFailed when the report is
+    missing, empty or unreadable (the program's output then only explains why)."""
+    said = f"exit {program_exit}; the program's output under ncu ends: {_output_tail(program_output)}"
+    out_of_memory = OUT_OF_MEMORY_MARK in program_output
+    if not report.is_file() or report.stat().st_size == 0:
+        raise ProfiledRunFailed(f"ncu wrote no report of the call ({said})", out_of_memory=out_of_memory)
     try:
-        profiles = parse_ncu_csv(stdout)
-    except ValueError:
-        tail = (stderr or stdout).strip().splitlines()[-3:]
-        raise ProfiledRunFailed(f"the call under ncu ended without a profile (exit {proc.returncode}): "
-                                + " | ".join(tail), out_of_memory=OUT_OF_MEMORY_MARK in stdout + stderr) from None
-    flops = task.flops_for(sizes)
-    features = [judge_execution(requirement, arch, profiles, flops) for requirement in task.requirements_for(arch)]
-    return features, [profile.name for profile in profiles]
+        done = subprocess.run(import_command(report), capture_output=True, text=True, errors="replace",
+                              timeout=IMPORT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ProfiledRunFailed(f"ncu did not read its report within {IMPORT_TIMEOUT_S:g} s") from None
+    try:
+        if done.returncode != 0:
+            raise ValueError(f"ncu --import exited {done.returncode}: {_output_tail(done.stderr or done.stdout)}")
+        profiles = parse_ncu_csv(done.stdout)
+    except ValueError as exc:
+        raise ProfiledRunFailed(f"ncu's report of the call could not be read ({exc}; {said})",
+                                out_of_memory=out_of_memory) from None
+    if not profiles:
+        raise ProfiledRunFailed(f"ncu's report holds no kernel launch ({said})", out_of_memory=out_of_memory)
+    return profiles
+
+
+def probe_counters(timeout_s: float) -> str | None:
+    """None when ncu may read this GPU's performance counters; otherwise why not. Learnt by profiling the
+    harness's own probe kernel (``profile_one.PROBE_KERNEL``) with the candidates' metrics, so only the
+    harness's code decides it: a candidate that prints ERR_NVGPUCTRPERM gains nothing."""
+    with Folders() as folders:
+        program = _program(folders.plan, {"probe": True}, alone=False, protect=[folders.plan, folders.report])
+        report = folders.report / REPORT_NAME
+        try:
+            code, output = run_under_ncu(program, report, folders.home, timeout_s)
+        except ProfiledRunFailed as exc:
+            return f"the harness's ncu probe failed: {exc}"
+        if PERMISSION_ERROR in output:  # the output of ncu and of the harness's own program
+            return f"ncu may not read the GPU's performance counters here ({PERMISSION_ERROR} when profiling the harness's probe kernel)"
+        try:
+            profiles = read_report(report, code, output)
+        except ProfiledRunFailed as exc:
+            return f"the harness's ncu probe failed: {exc}"
+    probe = [p for p in profiles if PROBE_KERNEL in p.name]
+    if not any(count > 0 for p in probe for count in p.executed.values()):
+        return f"ncu's report of the harness's probe kernel has no executed instruction counts ({OPCODE_METRIC})"
+    return None
+
+
+def profile_requirements(task: Task, arch: Arch, shared_object: Path, timeout_s: float,
+                         alone: bool = False) -> tuple[list[RequirementExecution], list[KernelProfile]]:
+    """The requirements judged on executed counts, and every kernel launch the profiled call made (name,
+    grid, block, stream; seen from outside the candidate's process, so a library kernel cannot hide).
+    ``alone``: the profiled program holds the GPU's lock exclusively, allocations included. Call it only
+    where ``probe_counters`` found the counters readable: a failure here is the candidate's."""
+    sizes = task.timed().sizes
+    with Folders() as folders:
+        program = profiled_program(task, sizes, shared_object, folders.plan, alone,
+                                   protect=[folders.plan, folders.report])
+        report = folders.report / REPORT_NAME
+        code, output = run_under_ncu(program, report, folders.home, timeout_s)
+        profiles = read_report(report, code, output)
+    flops, moved = task.flops_for(sizes), task.bytes_for(sizes)
+    features = [judge_execution(requirement, arch, profiles, flops, moved) for requirement in task.requirements_for(arch)]
+    return features, profiles
