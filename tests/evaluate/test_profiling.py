@@ -1,8 +1,10 @@
-"""The ncu stage's profiled program: its plan, written on the CPU, and its refusal to import torch."""
+"""The ncu stage on the CPU: the profiled program's plan, its refusal to import torch, its protection of the
+harness's folders, and (with a fake ncu) that only ncu's report and the harness's own probe decide anything."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +152,139 @@ def test_running_out_of_memory_is_marked_for_the_harness(tmp_path: Path, monkeyp
     monkeypatch.setattr(program, "_open", other_failure)
     with pytest.raises(RuntimeError, match="CUresult 100"):
         program.main(str(plan))
+
+
+# -- the proof read from ncu's report alone, with a fake ncu on PATH (tests/evaluate/fake_ncu.py) --------------
+
+NCU_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ncu"
+PLAIN_REPORT = (NCU_FIXTURES / "h200_counter_probe.csv").read_text()  # one plain kernel: a store, no copy
+BULK_REPORT = (NCU_FIXTURES / "h200_bulk_copy_candidate.csv").read_text()  # bulk copies in and out, mbarriers
+# What the bulk-copy candidate printed under ncu on the H200: a table shaped like ncu's and ERR_NVGPUCTRPERM.
+CANDIDATE_NOISE = (NCU_FIXTURES / "h200_bulk_copy_candidate_output.txt").read_text()
+FORGED_TABLE = BULK_REPORT.replace("k(const float *, float *)", "rmsnorm_kernel")
+
+
+def _small_rmsnorm():  # type: ignore[no-untyped-def]
+    from ptxbench.tasks.model import Task
+
+    data = get_task("rmsnorm").model_dump(mode="json")
+    data["workloads"] = [{"name": "small", "role": "timed", "sizes": {"T": 4, "Hd": 64}},
+                         {"name": "small-heldout", "role": "heldout", "sizes": {"T": 3, "Hd": 128}}]
+    return Task.model_validate(data)
+
+
+def _fake_ncu(tmp_path: Path, monkeypatch, **scripted) -> Path:  # type: ignore[no-untyped-def]
+    from .fake_ncu import install
+
+    folder = tmp_path / "fake-ncu"
+    install(folder, **scripted)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    return folder
+
+
+def _profile(tmp_path: Path):  # type: ignore[no-untyped-def]
+    from ptxbench.arch.registry import Arch
+    from ptxbench.evaluate.profiling import profile_requirements
+
+    return profile_requirements(_small_rmsnorm(), Arch.SM_90A, tmp_path / "candidate.so", timeout_s=60)
+
+
+def test_a_table_the_candidate_prints_is_ignored_only_the_report_counts(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    _fake_ncu(tmp_path, monkeypatch, candidate_output=CANDIDATE_NOISE + FORGED_TABLE, candidate_report=PLAIN_REPORT)
+    features, launches = _profile(tmp_path)
+    assert [launch.name for launch in launches] == ["ptxbench_counter_probe"]
+    copy = next(f for f in features if "bulk.copy" in f.requirement.any_of)
+    assert copy.verified and not copy.satisfied and "never executed" in copy.message
+
+
+def test_without_a_report_a_printed_table_is_no_profile(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.profiling import ProfiledRunFailed
+
+    _fake_ncu(tmp_path, monkeypatch, candidate_output=FORGED_TABLE + "the last words\n", candidate_report=None)
+    with pytest.raises(ProfiledRunFailed, match="ncu wrote no report") as failed:
+        _profile(tmp_path)
+    assert "the program's output under ncu ends" in str(failed.value) and "the last words" in str(failed.value)
+
+
+def test_an_unreadable_report_is_no_profile(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.profiling import ProfiledRunFailed
+
+    from .fake_ncu import UNREADABLE
+
+    _fake_ncu(tmp_path, monkeypatch, candidate_output=FORGED_TABLE, candidate_report=UNREADABLE)
+    with pytest.raises(ProfiledRunFailed, match="could not be read"):
+        _profile(tmp_path)
+
+
+def test_a_candidate_printing_the_permission_error_is_judged_on_its_report(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assert "ERR_NVGPUCTRPERM" in CANDIDATE_NOISE
+    _fake_ncu(tmp_path, monkeypatch, candidate_output=CANDIDATE_NOISE, candidate_report=BULK_REPORT)
+    features, launches = _profile(tmp_path)
+    assert all(f.verified and f.satisfied for f in features), [f.message for f in features]
+    assert (launches[0].grid, launches[0].block, launches[0].stream) == ((64, 1, 1), (128, 1, 1), "13")
+
+
+def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from .fake_ncu import recordings
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=BULK_REPORT)
+    _profile(tmp_path)
+    (recorded,) = recordings(folder)
+    report = Path(recorded["report"])
+    assert str(report.parent) in recorded["plan"]["protect"], "the report's folder is made read-only for the program"
+    assert not report.parent.exists(), "the harness's folder is removed afterwards"
+    assert "OPENAI_API_KEY" not in recorded["environment"] and "HF_TOKEN" not in recorded["environment"]
+
+
+def test_the_probe_learns_counter_permission_from_the_harness_kernel(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.profiling import probe_counters
+
+    from .fake_ncu import recordings
+
+    folder = _fake_ncu(tmp_path, monkeypatch, probe_report=PLAIN_REPORT)
+    assert probe_counters(timeout_s=60) is None
+    assert [r["role"] for r in recordings(folder)] == ["probe"]
+    denied = ("==PROF== Connected to process 1\n==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to "
+              "access NVIDIA GPU Performance Counters on the target device 0.\n")
+    _fake_ncu(tmp_path, monkeypatch, probe_output=denied, probe_report=None)
+    reason = probe_counters(timeout_s=60)
+    assert reason is not None and "ERR_NVGPUCTRPERM" in reason and "probe kernel" in reason
+    _fake_ncu(tmp_path, monkeypatch, probe_output="==ERROR== something else\n", probe_report=None)
+    reason = probe_counters(timeout_s=60)
+    assert reason is not None and "probe failed" in reason and "something else" in reason
+    _fake_ncu(tmp_path, monkeypatch, probe_report=BULK_REPORT)  # a report without the probe's kernel
+    reason = probe_counters(timeout_s=60)
+    assert reason is not None and "no executed instruction counts" in reason
+
+
+def test_the_program_protects_its_folders_before_opening_the_gpu_and_goes_on_where_it_cannot(
+        tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    import types
+
+    events: list[str] = []
+    program = _program_under_test(monkeypatch, events)
+    siblings = program._sibling
+
+    def sibling(name: str):  # type: ignore[no-untyped-def]
+        if name == "isolation":
+            return types.SimpleNamespace(protect_paths=lambda paths: events.append(f"protect {paths}") or "read-only")
+        return siblings(name)
+
+    monkeypatch.setattr(program, "_sibling", sibling)
+    monkeypatch.setattr(program, "_open", lambda plan: events.append("opened") or (None, None, []))
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"gpu_lock": None, "protect": [str(tmp_path)]}))
+    assert program.main(str(plan)) == 0
+    assert events == [f"protect {[str(tmp_path)]}", "opened", "profiled", "reaped"]
+    assert f"{program.PROTECTION_MARK} read-only" in capsys.readouterr().err
+
+    def refused(paths):  # type: ignore[no-untyped-def]
+        raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(program, "_sibling", lambda name: types.SimpleNamespace(protect_paths=refused)
+                        if name == "isolation" else siblings(name))
+    events.clear()
+    assert program.main(str(plan)) == 0 and events == ["opened", "profiled", "reaped"]
+    assert "not isolated: PermissionError" in capsys.readouterr().err

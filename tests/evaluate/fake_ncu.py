@@ -1,0 +1,61 @@
+"""A stand-in for Nsight Compute on the CPU: ``install(folder, ...)`` writes an executable ``ncu`` there.
+
+Recording (``--export REPORT ... PROGRAM PLAN``) it never runs the program: it reads the plan to tell the
+harness's probe from a candidate's call, prints the scripted output (what the program and ncu would
+print) and writes the scripted report, whose "content" is the CSV ``ncu --import`` then prints. It logs
+each recording (the plan, the report path, the environment's names) to ``log.jsonl`` beside itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+UNREADABLE = "not a report"
+
+_SCRIPT = '''#!{python}
+import json, sys
+from pathlib import Path
+
+here = Path(__file__).resolve().parent
+config = json.loads((here / "config.json").read_text())
+args = sys.argv[1:]
+if "--import" in args:
+    text = Path(args[args.index("--import") + 1]).read_text()
+    if text == {unreadable!r}:
+        print("==ERROR== the report could not be loaded", file=sys.stderr)
+        sys.exit(1)
+    sys.stdout.write(text)
+    sys.exit(0)
+import os
+report = Path(args[args.index("--export") + 1])
+plan = json.loads(Path(args[-1]).read_text())
+role = "probe" if plan.get("probe") else "candidate"
+with open(here / "log.jsonl", "a") as log:
+    log.write(json.dumps({{"role": role, "plan": plan, "report": str(report), "environment": sorted(os.environ)}}) + "\\n")
+scripted = config[role]
+sys.stdout.write(scripted["output"])
+if scripted["report"] is not None:
+    report.write_text(scripted["report"])
+sys.exit(scripted.get("exit", 0))
+'''
+
+
+def install(folder: Path, probe_output: str = "", probe_report: str | None = None, candidate_output: str = "",
+            candidate_report: str | None = None) -> Path:
+    """The fake ``ncu`` in ``folder`` (to put first on PATH); reports are the CSV text to print, or None
+    for none written."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "ncu"
+    script.write_text(_SCRIPT.format(python=sys.executable, unreadable=UNREADABLE))
+    script.chmod(0o755)
+    (folder / "config.json").write_text(json.dumps({
+        "probe": {"output": probe_output, "report": probe_report},
+        "candidate": {"output": candidate_output, "report": candidate_report}}))
+    return script
+
+
+def recordings(folder: Path) -> list[dict]:
+    log = folder / "log.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
