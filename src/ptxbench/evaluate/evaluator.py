@@ -452,8 +452,8 @@ class GpuEvaluator:
 
         device = self.device()
         workloads = [w for w in task.workloads if w.role is not Role.HELDOUT]
-        variants = variant_specs(task)
-        keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in variants}
+        specs = variant_specs(task)
+        keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in specs}
                 for w in workloads}
         clean: dict[str, dict[str, tuple[float, float]]] = {w.name: {} for w in workloads}  # (median, IQR) ms
         skipped: dict[str, dict[str, str]] = {w.name: {} for w in workloads}  # variants that cannot run, why
@@ -465,7 +465,7 @@ class GpuEvaluator:
                 if exc.kind != "AttributeError" or "check_baselines" not in str(exc):
                     raise
                 # a handler that cannot try setups (the CPU stand-ins): the libraries are checked here
-                return {name: variants[name].load() for name in names}
+                return {name: specs[name].load() for name in names}
         budget_ms = self.options.timing_budget_ms
         limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
         measured: dict[str, dict] = {}
@@ -495,7 +495,7 @@ class GpuEvaluator:
                                 reasons = check(worker, workload, [v for v in unchecked if v not in skipped[workload.name]])
                                 skipped[workload.name] |= {v: r for v, r in reasons.items() if r is not None}
                     missing = [(w, v) for w, v in missing if v not in skipped[w.name]]
-                    unmeasurable = [w.name for w in workloads if not clean[w.name] and len(skipped[w.name]) == len(variants)]
+                    unmeasurable = [w.name for w in workloads if not clean[w.name] and len(skipped[w.name]) == len(specs)]
                     if unmeasurable:
                         reasons_text = "; ".join(f"{v}: {r}" for v, r in skipped[unmeasurable[0]].items())
                         raise BaselineFailed(f"no baseline variant can run on {unmeasurable[0]} ({reasons_text})")
