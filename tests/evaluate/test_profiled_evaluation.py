@@ -1,0 +1,88 @@
+"""The evaluator's executed-instruction stage on the CPU, with a fake ncu (tests/evaluate/fake_ncu.py) and the
+fake worker: counter permission comes from the harness's probe once per evaluator, never from a candidate's
+output, and copy-engine byte shares are judged, or left unverified when the report lacks their counters."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from ptxbench.arch.registry import Arch
+from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.evaluate.executed import BYTE_METRICS
+from ptxbench.evaluate.status import Evaluation, Guard, Status
+
+from ..conftest import EXAMPLES
+from .fake_ncu import install, recordings
+from .fake_runner import BEHAVIOUR
+from .test_evaluator_orchestration import HANDLER, _small_softmax
+
+NCU_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ncu"
+KERNEL = "softmax_kernel(const __nv_bfloat16 *, __nv_bfloat16 *, long)"  # the example's own kernel
+PROBE_REPORT = (NCU_FIXTURES / "h200_counter_probe.csv").read_text()
+PLAIN_REPORT = PROBE_REPORT.replace("ptxbench_counter_probe", KERNEL)  # a plain store: no copy engine
+BULK_REPORT = (NCU_FIXTURES / "h200_bulk_copy_candidate.csv").read_text().replace("k(const float *, float *)", KERNEL)
+CANDIDATE_NOISE = (NCU_FIXTURES / "h200_bulk_copy_candidate_output.txt").read_text()  # a table and ERR_NVGPUCTRPERM
+DENIED = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters\n"
+
+
+def _without_byte_counters(report: str) -> str:
+    rows = list(csv.reader(io.StringIO(report)))
+    keep = [i for i, name in enumerate(rows[0]) if name not in BYTE_METRICS]
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([[row[i] for i in keep] for row in rows])
+    return out.getvalue()
+
+
+def _evaluations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int = 1, **scripted) -> list[Evaluation]:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "fake-ncu"
+    install(folder, **scripted)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setenv(BEHAVIOUR, "correct")
+    evaluator = GpuEvaluator(EvalOptions(profile=True, time=False, call_timeout_s=20, profile_timeout_s=60),
+                             handler=HANDLER, reference_device="cpu")
+    source = (EXAMPLES / "softmax.cu").read_text()
+    try:
+        return [evaluator.evaluate(_small_softmax(), Arch.SM_90A, source, "softmax.cu") for _ in range(count)]
+    finally:
+        evaluator.close()
+
+
+def test_counters_the_probe_may_not_read_leave_every_candidate_unverified(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    evaluations = _evaluations(tmp_path, monkeypatch, count=2, probe_output=DENIED, probe_report=None,
+                               candidate_report=PLAIN_REPORT)
+    for evaluation in evaluations:
+        assert evaluation.status is Status.PASSED and evaluation.features is None, evaluation.message
+        assert "ERR_NVGPUCTRPERM" in evaluation.message and "probe kernel" in evaluation.message
+    assert [r["role"] for r in recordings(tmp_path / "fake-ncu")] == ["probe"], "probed once, no candidate profiled"
+    assert "profile.probe" in evaluations[0].durations_s and "profile.probe" not in evaluations[1].durations_s
+
+
+def test_a_candidate_printing_the_permission_error_is_still_judged(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (evaluation,) = _evaluations(tmp_path, monkeypatch, probe_report=PROBE_REPORT, candidate_output=CANDIDATE_NOISE,
+                                 candidate_report=PLAIN_REPORT)
+    assert evaluation.status is Status.REJECTED and evaluation.features is not None, evaluation.message
+    assert any(g.guard is Guard.FEATURE_NOT_EXECUTED for g in evaluation.guards)
+    assert [r["role"] for r in recordings(tmp_path / "fake-ncu")] == ["probe", "candidate"]
+
+
+def test_copies_moving_the_bytes_pass_and_a_token_share_is_rejected(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (evaluation,) = _evaluations(tmp_path, monkeypatch, probe_report=PROBE_REPORT, candidate_report=BULK_REPORT)
+    assert evaluation.status is Status.PASSED and evaluation.features is not None, evaluation.message
+    copy = next(f for f in evaluation.features if f.requirement.min_byte_share)
+    assert copy.satisfied and copy.byte_share is not None and copy.byte_share >= 1.0
+    token = BULK_REPORT.replace('"262,144","262,144"', '"8","8"')  # 16 of the small task's 1,024 bytes
+    (evaluation,) = _evaluations(tmp_path, monkeypatch, probe_report=PROBE_REPORT, candidate_report=token)
+    assert evaluation.status is Status.REJECTED, evaluation.message
+    assert "moving 1.6% of the task's bytes (needs 40%" in evaluation.message
+
+
+def test_a_report_without_the_byte_counters_is_unverified_not_rejected(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (evaluation,) = _evaluations(tmp_path, monkeypatch, probe_report=PROBE_REPORT,
+                                 candidate_report=_without_byte_counters(BULK_REPORT))
+    assert evaluation.status is Status.PASSED and evaluation.features is None, evaluation.message
+    assert "unverified" in evaluation.message and not evaluation.guards
