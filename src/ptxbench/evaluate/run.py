@@ -10,11 +10,18 @@ the GPUs are recorded in the header's environment, not in its configuration.
 On a machine without a GPU the run still builds and reads the binaries, and records an
 infrastructure failure (NO_GPU) with the static report, never a candidate failure. A resumed run
 that has GPUs re-evaluates items stored as infrastructure failures; it skips every other result.
+
+Candidate code may write the run directory (same user, no read-only mount). The driver writes and reads
+it through a ``RunLedger`` that keeps every such file's text in memory; once the GPU hosts are closed it
+rewrites the files that changed, moves files it did not write out of ``items/`` into ``quarantine/``,
+and logs a warning naming them, before the results are returned. Results of an earlier run that is
+resumed are read as they are: this in-run guarantee is what holds without OS protection.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -22,7 +29,6 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
 from ptxbench.errors import PtxbenchError
@@ -31,7 +37,7 @@ from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
 from ptxbench.evaluate.status import Evaluation, InfraFailure
 from ptxbench.evaluate.verdict import decide
-from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RUN_LOCAL_OPTIONS, RunDir, RunHeader, write_model
+from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RUN_LOCAL_OPTIONS, RunAudit, RunDir, RunHeader, RunLedger
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
@@ -183,9 +189,15 @@ def _prebuild(candidates: list[Candidate], arch: Arch) -> None:
     threading.Thread(target=build_many, args=(requests,), daemon=True).start()
 
 
-def _stored(rundir: RunDir, candidate: Candidate) -> Evaluation | None:
+log = logging.getLogger(__name__)
+
+
+def _stored(rundir: RunDir, candidate: Candidate, ledger: RunLedger | None = None) -> Evaluation | None:
+    """The item's stored result; read through ``ledger``, the text read is the one kept for this run."""
     record = rundir.item(candidate.task.id, candidate.item) / RESULT_FILE
-    return Evaluation.model_validate_json(record.read_text()) if record.is_file() else None
+    if not record.is_file():
+        return None
+    return Evaluation.model_validate_json(ledger.read_text(record) if ledger else record.read_text())
 
 
 def _to_evaluate(stored: Evaluation | None) -> bool:
@@ -193,33 +205,43 @@ def _to_evaluate(stored: Evaluation | None) -> bool:
     return stored is None or stored.infra_failure is not None
 
 
-def _record(rundir: RunDir, candidate: Candidate, evaluation: Evaluation, placement: dict | None = None) -> None:
+def _record(ledger: RunLedger, candidate: Candidate, evaluation: Evaluation, placement: dict | None = None) -> None:
     """The item's files, ``result.json`` last: its presence marks the item done."""
-    folder = rundir.item(candidate.task.id, candidate.item)
-    write_atomic(folder / "candidate.cu", candidate.source)
+    folder = ledger.rundir.item(candidate.task.id, candidate.item)
+    ledger.write_text(folder / "candidate.cu", candidate.source)
     if evaluation.build is not None:
-        write_atomic(folder / "build.log", evaluation.build.log)
+        ledger.write_text(folder / "build.log", evaluation.build.log)
     if placement is not None:
-        write_atomic(folder / PLACEMENT_FILE, json.dumps(placement, indent=1) + "\n")
-    write_model(folder / RESULT_FILE, evaluation)
+        ledger.write_text(folder / PLACEMENT_FILE, json.dumps(placement, indent=1) + "\n")
+    ledger.write_model(folder / RESULT_FILE, evaluation)
+
+
+def _audit(ledger: RunLedger) -> RunAudit:
+    """Undo and report what was changed in the run directory behind the driver's back."""
+    audit = ledger.audit()
+    if not audit.clean:
+        log.warning("%s (in %s)", audit.summary(), ledger.rundir.path)
+    return audit
 
 
 def _sequential(candidates: list[Candidate], arch: Arch, rundir: RunDir, *, regrade: bool,
                 on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
     """No GPU (build and read only) or ``--regrade`` (recompute verdicts from stored evidence)."""
     results: list[Evaluation] = []
+    ledger = RunLedger(rundir)
     for candidate in candidates:
-        evaluation = _stored(rundir, candidate)
+        evaluation = _stored(rundir, candidate, ledger)
         if evaluation is not None:
             if regrade and evaluation.status is not None:
                 evaluation = Evaluation.model_validate({**evaluation.model_dump(), "status": decide(evaluation)})
-                write_model(rundir.item(candidate.task.id, candidate.item) / RESULT_FILE, evaluation)
+                ledger.write_model(rundir.item(candidate.task.id, candidate.item) / RESULT_FILE, evaluation)
         else:
             evaluation = _static_only(candidate, arch)
-            _record(rundir, candidate, evaluation)
+            _record(ledger, candidate, evaluation)
         results.append(evaluation)
         if on_done:
             on_done(evaluation)
+    _audit(ledger)
     return results
 
 
@@ -235,6 +257,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
         environment = {**(devices[0] if devices else {"gpu": None}), "driver": _driver_version(), "backend": backend,
                        "gpus": devices, "retired_at_start": started.retired}
         rundir = RunDir.open(out, _header(arch, options, environment))
+        ledger = RunLedger(rundir)
         results: dict[int, Evaluation] = {}
         jobs: list[Job] = []
         first_of: dict[Path, int] = {}  # two candidates stored under one item: the first is evaluated
@@ -243,7 +266,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
             if folder in first_of:
                 continue
             first_of[folder] = index
-            stored = _stored(rundir, candidate)
+            stored = _stored(rundir, candidate, ledger)
             if stored is not None and not _to_evaluate(stored):
                 results[index] = stored
                 if on_done:
@@ -254,7 +277,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
         no_gpu_left: list[int] = []
 
         def finish(job: Job, evaluation: Evaluation, placement: dict) -> None:
-            _record(rundir, candidates[job.index], evaluation, placement)
+            _record(ledger, candidates[job.index], evaluation, placement)
             results[job.index] = evaluation
             if on_done:
                 on_done(evaluation)
@@ -277,6 +300,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
     finally:
         for slot in slots:
             slot.close()
+    _audit(ledger)  # every host is closed: no candidate code runs any more
     ordered = [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
     if no_gpu_left:
         reasons = "; ".join(f"GPU {name}: {why}" for name, why in retired.items())

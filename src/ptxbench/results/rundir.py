@@ -3,11 +3,14 @@
 Every artifact is written atomically (temp file + rename), so an interrupted run leaves either a
 whole file or none, and a rerun with the same configuration resumes: items with a result are skipped.
 A rerun with a different configuration is refused rather than mixed into the same directory.
+``RunLedger`` keeps what a run's driver wrote in memory and checks the folder against it at the end.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -108,3 +111,116 @@ class RunDir:
 
     def results(self) -> list[Path]:
         return sorted(self.path.glob(f"items/*/*/{RESULT_FILE}"))
+
+
+QUARANTINE_DIR = "quarantine"
+
+
+class RunAudit(BaseModel):
+    """What the end-of-run check found: run-directory paths, relative to the run's folder."""
+
+    restored: list[str] = Field(default_factory=list, description="written by this run, changed, rewritten")
+    quarantined: list[str] = Field(default_factory=list, description="not written by the harness, moved aside")
+    changed_earlier: list[str] = Field(default_factory=list,
+                                       description="from an earlier run, changed during this one, moved aside")
+    removed_earlier: list[str] = Field(default_factory=list, description="from an earlier run, gone")
+
+    @property
+    def clean(self) -> bool:
+        return not (self.restored or self.quarantined or self.changed_earlier or self.removed_earlier)
+
+    def summary(self) -> str:
+        parts = [f"{label}: {', '.join(paths)}" for label, paths in (
+            ("rewritten from memory after being changed", self.restored),
+            ("not written by the harness, moved to quarantine/", self.quarantined),
+            ("from an earlier run, changed during this one, moved to quarantine/", self.changed_earlier),
+            ("from an earlier run, removed during this one", self.removed_earlier)) if paths]
+        return "run directory tampered with during the run: " + "; ".join(parts)
+
+
+class RunLedger:
+    """The driver's memory of the run directory, so that files changed by candidate code (same user, no
+    read-only mount) are noticed and undone before the run's results are reported.
+
+    Every file the driver writes or reads through the ledger is kept in memory with its text. ``audit``,
+    called once no candidate code runs any more, rewrites any of them that changed, moves files under
+    ``items/`` that the harness did not write into ``quarantine/`` (where metrics and reports never look)
+    and returns what it found. Files of an earlier run that is resumed are taken as they were when the
+    ledger was made: that is the in-run guarantee, the one that holds without OS protection; only a
+    read-only mount protects the directory between runs.
+    """
+
+    def __init__(self, rundir: RunDir) -> None:
+        self.rundir = rundir
+        self._kept: dict[Path, str] = {}
+        self._earlier = {path: _digest(path) for path in self._item_files()}
+        self.read_text(rundir.path / HEADER_FILE)
+
+    def write_text(self, path: Path, text: str) -> None:
+        self._kept[path] = text
+        write_atomic(path, text)
+
+    def write_model(self, path: Path, model: BaseModel) -> None:
+        self.write_text(path, model.model_dump_json(indent=1) + "\n")
+
+    def read_text(self, path: Path) -> str:
+        """The file's text, kept as it is now: what the run relies on is what is restored."""
+        text = path.read_text()
+        self._kept[path] = text
+        return text
+
+    def audit(self) -> RunAudit:
+        audit = RunAudit(removed_earlier=sorted(self._name(p) for p in self._earlier
+                                                if p not in self._kept and not os.path.lexists(p)))
+        for path, text in self._kept.items():
+            if _current_text(path) != text:
+                if path.is_dir() and not path.is_symlink():  # a folder planted in the file's place
+                    self._quarantine(path)
+                write_atomic(path, text)
+                audit.restored.append(self._name(path))
+        for path in self._item_files():
+            if path in self._kept:
+                continue
+            if path not in self._earlier:
+                audit.quarantined.append(self._quarantine(path))
+            elif _digest(path) != self._earlier[path]:
+                audit.changed_earlier.append(self._quarantine(path))
+        return audit
+
+    def _item_files(self) -> list[Path]:
+        """Everything under items/ that is not a folder (links included, never followed)."""
+        found = []
+        for folder, subfolders, names in os.walk(self.rundir.path / "items"):
+            base = Path(folder)
+            found += [base / name for name in names]
+            found += [base / name for name in subfolders if (base / name).is_symlink()]
+        return sorted(found)
+
+    def _quarantine(self, path: Path) -> str:
+        name = self._name(path)
+        target = self.rundir.path / QUARANTINE_DIR / name
+        while os.path.lexists(target):
+            target = target.with_name(target.name + ".again")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, target)
+        return name
+
+    def _name(self, path: Path) -> str:
+        return path.relative_to(self.rundir.path).as_posix()
+
+
+def _digest(path: Path) -> str | None:
+    """The SHA-256 of a regular file's bytes; None for a missing file or a link (never trusted as content)."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _current_text(path: Path) -> str | None:
+    """The file's text read as the ledger reads it; None for a missing file, a link or undecodable bytes."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
