@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,8 @@ def _drop_seal(folder: Path) -> None:
     (BROKEN, _plant_cubin, False),  # an artifact the static report would read
     (SOURCE, _drop_seal, False),
 ])
-def test_a_tampered_entry_is_discarded_and_built_again(tmp_path: Path, caplog: pytest.LogCaptureFixture,
-                                                      source: str, tamper, same_process: bool) -> None:  # type: ignore[no-untyped-def]
+def test_a_tampered_entry_is_discarded_and_built_again(tmp_path: Path, caplog: pytest.LogCaptureFixture, source: str,
+                                                      tamper: Callable[[Path], None], same_process: bool) -> None:
     request = BuildRequest(source=source, arch=Arch.SM_90A)
     first = build(request, cache_dir=tmp_path / "builds")
     assert not first.cached
