@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -13,6 +13,9 @@ from rich.table import Table
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
+
+if TYPE_CHECKING:
+    from ptxbench.tasks.model import Task
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="PTXBench: do LLM-written GPU kernels use architecture-specific PTX, correctly and fast?")
@@ -56,11 +59,32 @@ def tasks_list(as_json: bool = typer.Option(False, "--json")) -> None:
         print(json.dumps([{"id": t.id, "family": t.family.value, "title": t.title, "hash": t.content_hash}
                           for t in suite], indent=2))
         return
+    warned = {t.id for t in suite if _weak_baseline(t) is not None}
     table = Table("id", "family", "title", "workloads (timed/visible/held-out)")
     for task in suite:
         visible = len(task.shown()) - 1
-        table.add_row(task.id, task.family.value, task.title, f"1 / {visible} / {len(task.held_out())}")
+        marked = f"{task.id} {_WEAK_MARK}" if task.id in warned else task.id
+        table.add_row(marked, task.family.value, task.title, f"1 / {visible} / {len(task.held_out())}")
     console.print(table)
+    if warned:
+        console.print(f"{_WEAK_MARK} weak baseline: the best vendor baseline is under {_weak_pct():.0f} % of its "
+                      "roofline, so the speedup says little (`ptxbench tasks show TASK` says where)", highlight=False)
+
+
+_WEAK_MARK = "*"  # beside a task id in `tasks list`; the legend says what it means
+
+
+def _weak_pct() -> float:
+    from ptxbench.evaluate.baselines import WEAK_BASELINE_PCT
+
+    return WEAK_BASELINE_PCT
+
+
+def _weak_baseline(task: Task) -> str | None:
+    """The published weak-baseline warning for the task, if its best baseline was measured weak."""
+    from ptxbench.evaluate.baselines import load_baseline_quality, weak_baseline_warning
+
+    return weak_baseline_warning(task, load_baseline_quality())
 
 
 @tasks_app.command("show")
@@ -70,10 +94,13 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
     from ptxbench.tasks.loader import get_task
 
     loaded = get_task(task)
+    warning = _weak_baseline(loaded)
     if as_json:
-        print(loaded.model_dump_json(indent=2))
+        print(json.dumps({**loaded.model_dump(mode="json"), "baseline_warning": warning}, indent=2))
         return
     console.print(f"[bold]{loaded.id}[/bold] — {loaded.title}  [dim]{loaded.content_hash[:16]}[/dim]")
+    if warning is not None:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
     console.print(loaded.statement, highlight=False)
     table = Table("workload", "role", "sizes", "GFLOP", "MB moved")
     for w in loaded.workloads:

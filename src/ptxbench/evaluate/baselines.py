@@ -299,8 +299,10 @@ class BaselineQuality(BaseModel):
     tasks: dict[str, dict[str, float]] = Field(default_factory=dict)
 
 
-def load_baseline_quality(path: Path = QUALITY_PATH) -> BaselineQuality:
-    """The packaged summary; empty (nothing warned) until a GPU run has written it."""
+def load_baseline_quality(path: Path | None = None) -> BaselineQuality:
+    """The packaged summary (``QUALITY_PATH``, read when called so tests can point it elsewhere); empty
+    (nothing warned) until a GPU run has written it."""
+    path = QUALITY_PATH if path is None else path
     if not path.is_file():
         return BaselineQuality()
     return BaselineQuality.model_validate_json(path.read_text())

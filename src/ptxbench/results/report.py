@@ -246,19 +246,35 @@ def _top_error(rows: list[Attempt]) -> str:
     return f"{name} ({count})"
 
 
-def _task_row(label: str, family: str, rows: list[Attempt]) -> list[str]:
+def _task_row(label: str, family: str, rows: list[Attempt], baseline_warning: str | None = None) -> list[str]:
     times = speedups(rows)
+    speed = _times(statistics.median(times) if times else None)
+    if baseline_warning is not None:
+        speed = f"{speed} (⚠ {baseline_warning})"
     return [label, family, str(len(rows)), str(sum(a.compiled for a in rows)),
             str(sum(a.features_in_sass for a in rows)), _correct_cell(rows), _executed_cell(rows),
-            _fast_cell(rows), _times(statistics.median(times) if times else None), _top_error(rows)]
+            _fast_cell(rows), speed, _top_error(rows)]
+
+
+def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
+    """The published weak-baseline warning of each bundled task among ``task_ids`` that has one: a
+    speedup over a baseline far from its roofline flatters the candidate, so the reader is told."""
+    from ptxbench.evaluate.baselines import load_baseline_quality, weak_baseline_warning
+    from ptxbench.tasks.loader import bundled_suite
+
+    wanted = set(task_ids)
+    quality = load_baseline_quality()
+    warnings = {task.id: weak_baseline_warning(task, quality) for task in bundled_suite() if task.id in wanted}
+    return {task_id: text for task_id, text in warnings.items() if text is not None}
 
 
 def task_table(attempts: list[Attempt]) -> Table:
-    """One row per task, then the total."""
+    """One row per task, then the total; a task whose best baseline is weak says so beside its speedup."""
     by_task: dict[str, list[Attempt]] = {}
     for attempt in attempts:
         by_task.setdefault(attempt.task, []).append(attempt)
-    rows = [_task_row(task, rows[0].family or "—", rows) for task, rows in sorted(by_task.items())]
+    warnings = weak_baseline_warnings(by_task)
+    rows = [_task_row(task, rows[0].family or "—", rows, warnings.get(task)) for task, rows in sorted(by_task.items())]
     if len(by_task) > 1:
         rows.append(_task_row("all tasks", "", attempts))
     return Table(["task", "family", "attempts", "compiled", "in SASS", "correct", "executed", "fast_1.0",

@@ -1,0 +1,132 @@
+"""The baseline-quality summary end to end: benchmarks/baselines.py writes it (never over the packaged file
+in tests), and `ptxbench tasks show/list` and the report warn where the best baseline is weak."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from ptxbench.cli import app
+from ptxbench.evaluate import baselines
+from ptxbench.results.attempts import Attempt
+from ptxbench.results.report import render_report
+from ptxbench.tasks.loader import get_task
+
+REPO = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("baselines_benchmark", REPO / "benchmarks" / "baselines.py")
+assert _spec and _spec.loader
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+runner = CliRunner()
+PEAKS = {"bytes_per_s": 4.0e12, "bf16_flops": 8.0e14, "fp8_flops": 1.6e15}
+
+
+def _fake_document() -> dict:
+    """A result document as measure() builds it, from made-up timings of two tasks."""
+    transpose, softmax = get_task("transpose"), get_task("softmax")
+    tasks: dict = {"transpose": {}, "softmax": {}}
+    for workload in transpose.shown():
+        attainable = bench.attainable_s(transpose.bytes_for(workload.sizes), 0.0, PEAKS, fp8=False)
+        # eager at 5x the roofline time (20 %), compile at 4x (25 %): weak either way
+        tasks["transpose"][workload.name] = bench.workload_row(
+            {"compile": {"ms": attainable * 4e3}, "torch": {"ms": attainable * 5e3}}, attainable)
+    workload = softmax.timed()
+    attainable = bench.attainable_s(softmax.bytes_for(workload.sizes), 0.0, PEAKS, fp8=False)
+    tasks["softmax"][workload.name] = bench.workload_row(
+        {"liger": {"skipped": "liger_kernel could not be imported"}, "torch": {"ms": attainable / 0.9 * 1e3}},
+        attainable)
+    return {"gpu": "NVIDIA H200", "date": "2026-12-03",
+            "versions": {"torch": "2.13", "cuda": "13.0", "cudnn": "9", "triton": "3.5", "liger_kernel": None},
+            "command": "python benchmarks/baselines.py --tasks transpose,softmax", "tasks": tasks}
+
+
+def test_the_benchmark_writes_exactly_the_documented_shape(tmp_path: Path) -> None:
+    packaged = baselines.QUALITY_PATH.read_bytes()
+    quality_path = tmp_path / "baseline_quality.json"
+    bench.write(_fake_document(), tmp_path / "out" / "baselines_h200", quality_path=quality_path)
+    assert baselines.QUALITY_PATH.read_bytes() == packaged
+
+    doc = json.loads((tmp_path / "out" / "baselines_h200.json").read_text())
+    assert set(doc) == {"gpu", "date", "versions", "command", "tasks"}
+    assert set(doc["tasks"]) == {"transpose", "softmax"}
+    for workloads in doc["tasks"].values():
+        for row in workloads.values():
+            assert set(row) == {"best", "best_ms", "best_pct_of_roofline", "variants"}
+            for variant in row["variants"].values():
+                assert set(variant) in ({"ms"}, {"skipped"})
+    timed = get_task("transpose").timed().name
+    transpose = doc["tasks"]["transpose"][timed]
+    assert transpose["best"] == "compile" and transpose["best_ms"] == transpose["variants"]["compile"]["ms"]
+    assert transpose["best_pct_of_roofline"] == pytest.approx(25.0)
+    softmax = doc["tasks"]["softmax"][get_task("softmax").timed().name]
+    assert softmax["best"] == "torch" and softmax["best_pct_of_roofline"] == pytest.approx(90.0)
+    assert softmax["variants"]["liger"] == {"skipped": "liger_kernel could not be imported"}
+
+    markdown = (tmp_path / "out" / "baselines_h200.md").read_text()
+    assert f"| transpose | {timed} | compile |" in markdown and "liger: liger_kernel could not be imported" in markdown
+
+    quality = baselines.load_baseline_quality(quality_path)
+    assert (quality.gpu, quality.date) == ("NVIDIA H200", "2026-12-03")
+    assert quality.tasks["transpose"][timed] == pytest.approx(25.0)
+    assert baselines.weak_baseline_warning(get_task("transpose"), quality) is not None
+    assert baselines.weak_baseline_warning(get_task("softmax"), quality) is None
+
+
+@pytest.fixture
+def weak_transpose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A quality file in which only transpose's best baseline is weak; the packaged one is left alone."""
+    path = tmp_path / "baseline_quality.json"
+    timed = get_task("transpose").timed().name
+    quality = baselines.BaselineQuality(gpu="NVIDIA H200", date="2026-12-03",
+                                        tasks={"transpose": {timed: 22.0}, "softmax": {"x": 95.0}})
+    baselines.write_quality(quality, path)
+    monkeypatch.setattr(baselines, "QUALITY_PATH", path)
+    warning = baselines.weak_baseline_warning(get_task("transpose"), quality)
+    assert warning is not None
+    return warning
+
+
+def test_tasks_show_warns_under_the_title_and_in_json(weak_transpose: str) -> None:
+    human = runner.invoke(app, ["tasks", "show", "transpose"])
+    assert human.exit_code == 0, human.output
+    flat = " ".join(human.output.split())
+    assert "warning: best baseline reaches 22 % of its roofline" in flat
+    lines = human.output.splitlines()
+    assert lines[0].startswith("transpose") and lines[1].startswith("warning:")
+    data = json.loads(runner.invoke(app, ["tasks", "show", "transpose", "--json"]).output)
+    assert data["baseline_warning"] == weak_transpose and data["id"] == "transpose"
+    strong = json.loads(runner.invoke(app, ["tasks", "show", "softmax", "--json"]).output)
+    assert strong["baseline_warning"] is None
+    assert "warning" not in runner.invoke(app, ["tasks", "show", "softmax"]).output
+
+
+def test_tasks_list_marks_weak_baselines_with_a_legend(weak_transpose: str) -> None:
+    result = runner.invoke(app, ["tasks", "list"])
+    assert result.exit_code == 0, result.output
+    marked = [line.split()[1] for line in result.output.splitlines() if line.startswith("│") and " * " in line]
+    assert marked == ["transpose"]
+    assert "* weak baseline: the best vendor baseline is under 70 % of its roofline" in " ".join(result.output.split())
+
+
+def test_tasks_list_without_weak_baselines_has_no_legend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(baselines, "QUALITY_PATH", tmp_path / "absent.json")
+    assert "weak baseline" not in runner.invoke(app, ["tasks", "list"]).output
+
+
+def _timed(task: str, speedup: float) -> Attempt:
+    return Attempt(run="r", model="m", condition="none", arch="sm_90a", task=task, sample="s0", error_class="ok",
+                   compiled=True, features_in_ptx=True, features_in_sass=True, correct=True, features_executed=True,
+                   speedup=speedup, verified_on_gpu=True)
+
+
+def test_the_report_warns_beside_the_speedup_of_a_weak_baseline_only(weak_transpose: str) -> None:
+    report = render_report([_timed("transpose", 3.0), _timed("softmax", 1.2)], "weak")
+    rows = {line.split("|")[1].strip(): line for line in report.markdown.splitlines() if line.startswith("| ")}
+    assert f"3.00× (⚠ {weak_transpose})" in rows["transpose"]
+    assert "⚠" not in rows["softmax"] and "1.20×" in rows["softmax"]
+    assert weak_transpose in report.html
