@@ -96,3 +96,23 @@ def test_a_forgery_signed_with_the_key_is_refused_by_the_process_that_sealed_the
     (folder / SEAL_FILE).write_text(seal.model_copy(update={"signature": integrity.sign(seal.signed_payload())})
                                     .model_dump_json())
     assert not build(request, cache_dir=tmp_path).cached
+
+
+def test_an_identical_build_that_finished_first_is_kept_without_alarm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """Two processes build one source at once: the second finds the first's entry in place and keeps it; its
+    own digests (another build.json: another duration) are not held against the first's entry."""
+    request = BuildRequest(source=SOURCE, arch=Arch.SM_90A)
+    real = compile_module._run_nvcc
+
+    def racing(*args):  # type: ignore[no-untyped-def]
+        result = real(*args)
+        monkeypatch.setattr(compile_module, "_run_nvcc", real)
+        build(request, cache_dir=tmp_path)  # the other process's build lands first
+        _new_process()
+        return result
+
+    monkeypatch.setattr(compile_module, "_run_nvcc", racing)
+    with caplog.at_level(logging.WARNING, logger="ptxbench.toolchain.compile"):
+        result = build(request, cache_dir=tmp_path)
+    assert result.cached and result.ok and not caplog.text

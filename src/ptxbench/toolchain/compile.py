@@ -102,7 +102,7 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
             return result.model_copy(update={"directory": ""})  # never cached, no artifacts kept
         result = result.model_copy(update={"directory": str(directory)})
         write_atomic(staging / BUILD_RECORD, result.model_dump_json(indent=1))
-        _seal(staging, directory)
+        sealed = _seal(staging)
         if directory.exists() and use_cache and (cached := _reuse(directory, key)) is not None:
             return cached
         if directory.exists():
@@ -113,6 +113,7 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
             if (cached := _reuse(directory, key)) is not None:
                 return cached
             raise
+        _remember(directory, sealed)  # only now: an entry that another build put in place first is not ours
         return result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -151,54 +152,63 @@ def _entry_digests(folder: Path) -> dict[str, str]:
     return {name: file_sha256(folder / name) for name in names if (folder / name).is_file()}
 
 
-def _seal(staging: Path, directory: Path) -> None:
-    """Seal the entry being staged, and remember it under the folder it is renamed to."""
+def _seal(staging: Path) -> dict[str, str]:
+    """Seal the entry being staged; returns the digests sealed."""
     seal = BuildSeal(files=_entry_digests(staging))
     seal = seal.model_copy(update={"signature": sign(seal.signed_payload())})
     write_atomic(staging / SEAL_FILE, seal.model_dump_json(indent=1))
+    return seal.files
+
+
+def _remember(directory: Path, digests: dict[str, str]) -> None:
     with _verified_lock:
-        _verified[str(directory)] = seal.files
+        _verified[str(directory)] = digests
 
 
 def _reuse(directory: Path, key: str) -> BuildResult | None:
     """The cached result in ``directory`` if its seal holds; a broken entry is logged and removed."""
     if not (directory / BUILD_RECORD).is_file():
         return None
-    problem = _seal_problem(directory, key)
-    if problem is not None:
+    result, problem = _checked_record(directory, key)
+    if result is None:
         _log.warning("build cache entry %s %s: discarded, it is built again", directory, problem)
         shutil.rmtree(directory, ignore_errors=True)
         return None
-    result = BuildResult.model_validate_json((directory / BUILD_RECORD).read_text())
     return result.model_copy(update={"cached": True})
 
 
-def _seal_problem(directory: Path, key: str) -> str | None:
-    """Why the entry cannot be trusted, or None when its files are the ones sealed for ``key`` here."""
-    digests = _entry_digests(directory)
+def _checked_record(directory: Path, key: str) -> tuple[BuildResult | None, str]:
+    """The entry's record when its files are the ones sealed for ``key`` here, else why they are not.
+    The record is parsed from the very bytes that were hashed, so it cannot be swapped in between."""
+    if any((directory / name).is_symlink() for name in (BUILD_RECORD, SEAL_FILE, *REUSED_ARTIFACTS)):
+        return None, "holds a link where a file belongs"
+    try:
+        record = (directory / BUILD_RECORD).read_bytes()
+    except OSError:
+        return None, "has an unreadable record"
+    digests = {**_entry_digests(directory), BUILD_RECORD: hashlib.sha256(record).hexdigest()}
     with _verified_lock:
         remembered = _verified.get(str(directory))
     if remembered is not None:
         if digests != remembered:
-            return "changed since this process sealed or checked it"
+            return None, "changed since this process sealed or checked it"
     else:
         try:
             seal = BuildSeal.model_validate_json((directory / SEAL_FILE).read_text())
         except (OSError, ValueError):
-            return "has no readable seal (written before entries were sealed, or changed)"
+            return None, "has no readable seal (written before entries were sealed, or changed)"
         if seal.version != SEAL_VERSION or not verify(seal.signed_payload(), seal.signature):
-            return "has a seal not signed by this machine's harness"
+            return None, "has a seal not signed by this machine's harness"
         if seal.files != digests:
-            return "holds files other than the ones sealed"
+            return None, "holds files other than the ones sealed"
     try:
-        result = BuildResult.model_validate_json((directory / BUILD_RECORD).read_text())
-    except (OSError, ValueError):
-        return "has an unreadable record"
+        result = BuildResult.model_validate_json(record)
+    except ValueError:
+        return None, "has an unreadable record"
     if result.key != key or Path(result.directory) != directory:
-        return "has a record of another build"
-    with _verified_lock:
-        _verified[str(directory)] = digests
-    return None
+        return None, "has a record of another build"
+    _remember(directory, digests)
+    return result, ""
 
 
 def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s: float) -> BuildResult:
