@@ -11,17 +11,23 @@
 # --llm adds the OpenAI SDK and the parts of its stack that machine lacks, for the GPU tests that put a
 # scripted teacher behind a local OpenAI-compatible server (tests/gpu/test_fixit_gpu.py).
 #
+# --baselines adds Liger-Kernel (pure Python, under 1 MiB; its Triton kernels need the torch and triton
+# that machine has, so no dependency is fetched) for the "liger" vendor-baseline variants of rmsnorm and
+# softmax (benchmarks/baselines.py); without it those variants are skipped with a reason.
+#
 # Versions are pinned, so a rerun fetches the same files; .whl/ is replaced only once every download
 # has succeeded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ray=0
 llm=0
+baselines=0
 for arg in "$@"; do
     case "$arg" in
         --ray) ray=1 ;;
         --llm) llm=1 ;;
-        *) echo "usage: $0 [--ray] [--llm]" >&2; exit 2 ;;
+        --baselines) baselines=1 ;;
+        *) echo "usage: $0 [--ray] [--llm] [--baselines]" >&2; exit 2 ;;
     esac
 done
 staging=$(mktemp -d .whl.new.XXXXXX)
@@ -36,6 +42,9 @@ download pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.8.0 typing-in
 if [ "$llm" = 1 ]; then
     download openai==3.57.0 jiter==0.19.0 sniffio==1.3.1 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 \
         anyio==4.16.0 h11==0.16.0
+fi
+if [ "$baselines" = 1 ]; then
+    download liger-kernel==0.8.5
 fi
 if [ "$ray" = 1 ]; then
     download ray==2.60.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1

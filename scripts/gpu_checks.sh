@@ -18,8 +18,9 @@
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
 #   multigpu   benchmarks/multi_gpu_throughput.py (1 GPU vs all visible), 300 s
 #
-# Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm]) are
-# installed from .whl/ first when that folder exists.
+# Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm] [--baselines])
+# are installed from .whl/ first when that folder exists: every wheel there, without dependencies, so
+# Liger-Kernel (--baselines) uses the machine's own torch and triton.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 sections=("$@")

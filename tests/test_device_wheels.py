@@ -1,0 +1,58 @@
+"""scripts/fetch_device_wheels.sh fetches Liger-Kernel only with --baselines, and the package declares the
+`baselines` extra and ships the baseline-quality summary. The script runs in a copy of the scripts folder
+with a fake python3 on PATH that records the downloads: no network, and the tree's .whl/ is untouched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$*" >> "$PIP_LOG"
+"""
+
+
+def _downloads(tmp_path: Path, *options: str) -> str:
+    (tmp_path / "scripts").mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / "fetch_device_wheels.sh", tmp_path / "scripts")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python3"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    log = tmp_path / "pip.log"
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", PIP_LOG=str(log))
+    proc = subprocess.run(["bash", str(tmp_path / "scripts" / "fetch_device_wheels.sh"), *options],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / ".whl").is_dir()
+    return log.read_text()
+
+
+def test_liger_kernel_is_fetched_only_with_the_baselines_option(tmp_path: Path) -> None:
+    plain = _downloads(tmp_path / "plain")
+    assert "pydantic==" in plain and "liger" not in plain
+    fetched = _downloads(tmp_path / "baselines", "--baselines")
+    line = next(line for line in fetched.splitlines() if "liger" in line)
+    assert line.startswith("-m pip download") and "--no-deps" in line and line.endswith("liger-kernel==0.8.5")
+
+
+def test_an_unknown_option_names_the_baselines_one(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO / "scripts" / "fetch_device_wheels.sh", tmp_path / "scripts")
+    proc = subprocess.run(["bash", str(tmp_path / "scripts" / "fetch_device_wheels.sh"), "--nope"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "[--baselines]" in proc.stderr
+
+
+def test_the_package_declares_the_extra_and_ships_the_quality_summary() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert project["project"]["optional-dependencies"]["baselines"] == ["liger-kernel>=0.8"]
+    shipped = project["tool"]["setuptools"]["package-data"]["ptxbench"]
+    assert "tasks/baseline_quality.json" in shipped
+    assert (REPO / "src" / "ptxbench" / "tasks" / "baseline_quality.json").is_file()
