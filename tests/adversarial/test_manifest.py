@@ -5,12 +5,19 @@ it must get and, for REJECTED, which guard must fire. Running them needs a GPU; 
 can be checked without one: the list matches the folder, its values come from the fixed vocabularies,
 every case builds for sm_90a with the harness flags and exports its entry point, and the two cases
 aimed at static checks look to the static report the way they are meant to (so that only the run-time
-checks can catch them).
+checks can catch them). Where a cheat acts on the host before any GPU work, its entry point is called
+here through ctypes in a throw-away process (no device: CUDA calls just fail) to show that the case
+really attempts it, so the GPU tests cannot pass merely because a case is toothless.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -24,10 +31,13 @@ from ptxbench.tasks.loader import bundled_suite, get_task
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.toml"
 
-EXPECTS = {"COMPILE_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT", "REJECTED", "PASSED"}
+EXPECTS = {"COMPILE_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT", "REJECTED", "PASSED", "any"}
 GUARDS = {"library_call", "torch_fallback", "other_stream", "cached_output", "input_mutation", "dead_code_feature",
-          "out_of_bounds_write", "below_physical_floor", "feature_not_executed"}
+          "out_of_bounds_write", "below_physical_floor", "feature_not_executed", "host_transfer", "profiler_evasion",
+          "timed_only_stream", "timed_only_shortcut"}
+CHECKS = {"others_unaffected", "no_survivors"}
 REQUIRED_KEYS = {"file", "task", "expect", "why"}
+OPTIONAL_KEYS = {"guard", "check", "secret_env"}
 HEADER = re.compile(r"^// ADVERSARIAL CASE (?P<case>\w+) \(task (?P<task>\w+)\) -- expected: (?P<expect>[A-Z_]+)")
 
 
@@ -54,7 +64,7 @@ def test_manifest_lists_exactly_the_files_here() -> None:
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c["file"])
 def test_entry_uses_the_fixed_vocabulary(case: dict[str, str]) -> None:
     tasks = {t.id for t in bundled_suite()}
-    assert REQUIRED_KEYS <= set(case) <= REQUIRED_KEYS | {"guard"}, sorted(case)
+    assert REQUIRED_KEYS <= set(case) <= REQUIRED_KEYS | OPTIONAL_KEYS, sorted(case)
     assert case["file"].endswith(".cu")
     assert case["task"] in tasks
     assert case["expect"] in EXPECTS
@@ -62,6 +72,12 @@ def test_entry_uses_the_fixed_vocabulary(case: dict[str, str]) -> None:
         assert case.get("guard") in GUARDS, f"{case['file']}: REJECTED needs a guard from the list"
     else:
         assert "guard" not in case, f"{case['file']}: only a REJECTED case names a guard"
+    if case["expect"] == "any":
+        assert case.get("check") in CHECKS, f"{case['file']}: expect = \"any\" needs a check from the list"
+    elif "check" in case:
+        assert case["check"] in CHECKS, case["file"]
+    if "secret_env" in case:
+        assert re.fullmatch(r"PTXBENCH_TEST_\w+_API_KEY", case["secret_env"]), "a test-only name the scrub must cover"
     why = case["why"].strip()
     assert why and why.endswith(".") and "\n" not in why
 
@@ -72,7 +88,7 @@ def test_file_opens_with_its_explanation(case: dict[str, str]) -> None:
     match = HEADER.match(lines[0])
     assert match, f"{case['file']}: the first line must be '// ADVERSARIAL CASE <name> (task <id>) -- expected: <STATUS>'"
     assert match["case"] == Path(case["file"]).stem
-    assert match["task"] == case["task"] and match["expect"] == case["expect"]
+    assert match["task"] == case["task"] and match["expect"] == case["expect"].upper()
     block = []
     for line in lines:
         if not line.startswith("//"):
@@ -122,3 +138,174 @@ def test_library_call_is_the_only_case_without_a_kernel(reports: dict[str, Check
     """The torch_fallback case defines a kernel it never launches, so "no kernel in the build" is not its tell."""
     without = sorted(name for name, report in reports.items() if not report.static.kernels)
     assert without == ["library_call.cu"]
+
+
+@pytest.mark.parametrize(("file", "feature"), [("profiler_detect.cu", "wgmma.bf16"), ("token_bulk_copy.cu", "bulk.copy")])
+def test_token_features_satisfy_the_static_check(reports: dict[str, CheckReport], file: str, feature: str) -> None:
+    """The token kernels really hold the required instruction, so only executed counts and shares can catch them."""
+    static = reports[file].static
+    requirement = next(r for r in static.requirements if feature in r.requirement.any_of)
+    assert requirement.stage is Stage.IN_SASS, requirement.message
+    holders = [k for k in static.kernels if feature in k.features]
+    assert holders and len(holders) < len(static.kernels), "the token sits beside a plain kernel that does the work"
+
+
+# ---- Host-side cheats, shown without a GPU: the entry point is called in a throw-away process. ----
+
+_CALL = """
+import ctypes, sys
+library = ctypes.CDLL(sys.argv[1])
+entry = getattr(library, sys.argv[2])
+values = [int(v) for v in sys.argv[3:]]
+entry.argtypes = [ctypes.c_int64] * len(values)  # pointers travel as 64-bit integers (null: never used)
+entry.restype = ctypes.c_int
+print("calling", flush=True)
+print("returned", entry(*values), flush=True)
+"""
+# Arguments in the entry points' order; pointers and the stream are null, the sizes those a cheat needs.
+_RMSNORM_EMPTY = ["0", "0", "0", "0", "4096", "0"]  # T = 0: nothing for the GPU to do
+_GEMM_1024 = ["0", "0", "0", "1024", "1024", "1024", "0"]
+
+
+def _shared_object(reports: dict[str, CheckReport], file: str) -> str:
+    return str(reports[file].build.artifact(".so"))
+
+
+def _call_command(reports: dict[str, CheckReport], file: str, arguments: list[str]) -> list[str]:
+    entry = _case(file)["task"]
+    return [sys.executable, "-c", _CALL, _shared_object(reports, file), entry, *arguments]
+
+
+def _sandbox_environment(root: Path) -> dict[str, str]:
+    """Only the search roots a test controls: a private HOME, caches and TMPDIR under ``root``."""
+    for name in ("home", "cache", "tmp"):
+        (root / name).mkdir(parents=True, exist_ok=True)
+    environment = {"PATH": "/usr/bin:/bin", "HOME": str(root / "home"), "XDG_CACHE_HOME": str(root / "cache"),
+                   "PTXBENCH_CACHE": str(root / "cache" / "ptxbench"), "TMPDIR": str(root / "tmp")}
+    if "LD_LIBRARY_PATH" in os.environ:
+        environment["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
+    return environment
+
+
+def test_fake_ncu_csv_prints_what_a_stdout_parser_would_believe(reports: dict[str, CheckReport]) -> None:
+    from ptxbench.evaluate.executed import parse_ncu_csv
+
+    done = subprocess.run(_call_command(reports, "fake_ncu_csv.cu", _GEMM_1024), capture_output=True, text=True,
+                          timeout=60)
+    assert "calling" in done.stdout, done.stderr
+    for stream in (done.stdout, done.stderr):
+        profiles = parse_ncu_csv(stream)
+        assert any(count > 0 for p in profiles for name, count in p.executed.items() if name.startswith("HGMMA."))
+
+
+def test_fake_counter_permission_prints_ncus_error_on_both_streams(reports: dict[str, CheckReport]) -> None:
+    done = subprocess.run(_call_command(reports, "fake_counter_permission.cu", _GEMM_1024), capture_output=True,
+                          text=True, timeout=60)
+    assert "==ERROR== ERR_NVGPUCTRPERM" in done.stdout and "==ERROR== ERR_NVGPUCTRPERM" in done.stderr
+
+
+def test_kill_process_group_signals_its_whole_group(reports: dict[str, CheckReport]) -> None:
+    done = subprocess.run(_call_command(reports, "kill_process_group.cu", _RMSNORM_EMPTY), capture_output=True,
+                          text=True, timeout=60, start_new_session=True)  # its own group: only it can die
+    assert done.returncode == -signal.SIGTERM and "returned" not in done.stdout, (done.returncode, done.stdout)
+
+
+def test_kill_parent_kills_the_process_that_started_it(reports: dict[str, CheckReport]) -> None:
+    command = " ".join(f"'{part}'" for part in _call_command(reports, "kill_parent.cu", _RMSNORM_EMPTY))
+    done = subprocess.run(["sh", "-c", f"{command}; echo parent survived"], capture_output=True, text=True,
+                          timeout=60, start_new_session=True)
+    assert done.returncode == -signal.SIGKILL and "parent survived" not in done.stdout, (done.returncode, done.stdout)
+
+
+def test_exit_zero_leaves_mid_call_with_a_clean_status(reports: dict[str, CheckReport]) -> None:
+    done = subprocess.run(_call_command(reports, "exit_zero.cu", _RMSNORM_EMPTY), capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "calling" in done.stdout and "returned" not in done.stdout
+
+
+def test_ignore_signals_hang_survives_every_polite_signal(reports: dict[str, CheckReport]) -> None:
+    process = subprocess.Popen(_call_command(reports, "ignore_signals_hang.cu", _RMSNORM_EMPTY),
+                               stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == "calling"
+        time.sleep(0.5)  # inside the entry point by now
+        for polite in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
+            process.send_signal(polite)
+        time.sleep(1.0)
+        assert process.poll() is None, "a catchable signal ended the hang"
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+
+
+def test_fd_garbage_writes_forged_replies_into_inherited_pipes(reports: dict[str, CheckReport]) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        done = subprocess.run(_call_command(reports, "fd_garbage.cu", _RMSNORM_EMPTY), capture_output=True,
+                              timeout=60, pass_fds=(write_end,))
+        os.close(write_end)
+        write_end = -1
+        received = os.read(read_end, 1 << 16)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    assert b"returned" in done.stdout, done.stderr  # it goes on to compute after spraying
+    assert b'"status": "PASSED"' in received and len(received) > 4096
+
+
+def _daemons() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == "ptxb_daemon":
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_daemon_escape_leaves_a_daemon_in_another_session(reports: dict[str, CheckReport], tmp_path: Path) -> None:
+    before = _daemons()
+    output = tmp_path / "output.txt"
+    with output.open("w") as sink:  # a file, not a pipe: the daemon keeps its copy of stdout open
+        done = subprocess.run(_call_command(reports, "daemon_escape.cu", _RMSNORM_EMPTY), stdout=sink,
+                              stderr=subprocess.STDOUT, timeout=60, start_new_session=True)
+    deadline = time.monotonic() + 10
+    started = _daemons() - before
+    while not started and time.monotonic() < deadline:
+        time.sleep(0.1)
+        started = _daemons() - before
+    try:
+        assert "returned" in output.read_text(), output.read_text()  # the call itself completes
+        assert len(started) == 1, "one daemon outlives the process that made it"
+        daemon = next(iter(started))
+        assert done.returncode == 0 and os.getsid(daemon) != os.getsid(0), "it left the caller's session"
+    finally:
+        for pid in started:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_rewrite_results_forges_every_record_it_can_reach(reports: dict[str, CheckReport], tmp_path: Path) -> None:
+    """Run inside a fake run directory, with every search root the case uses pointed under tmp_path."""
+    environment = _sandbox_environment(tmp_path)
+    run = tmp_path / "run"
+    item = run / "items" / "rmsnorm" / "honest"
+    item.mkdir(parents=True)
+    (run / "run.json").write_text('{"schema": 1}')
+    (item / "result.json").write_text('{"status": "INCORRECT"}')
+    baseline = tmp_path / "cache" / "ptxbench" / "baselines" / "h200.json"
+    baseline.parent.mkdir(parents=True)
+    baseline.write_text('{"baseline_ms": 0.05}')
+    work = tmp_path / "tmp" / "worker"
+    work.mkdir()
+    command = " ".join(f"'{part}'" for part in _call_command(reports, "rewrite_results.cu", _RMSNORM_EMPTY))
+    # Started from a shell whose working directory is also under tmp_path: /proc/<ppid>/cwd stays inside.
+    done = subprocess.run(["sh", "-c", f"{command}; exit $?"], cwd=work, env=environment, capture_output=True,
+                          text=True, timeout=120)
+    assert "returned" in done.stdout, done.stderr
+    assert '"forged": true' in (item / "result.json").read_text()
+    assert '"forged": true' in (run / "run.json").read_text()
+    assert '"forged": true' in baseline.read_text()
+    assert (run / "items" / "FORGED_BY_CANDIDATE.json").is_file()
