@@ -7,8 +7,92 @@ import time
 
 
 class Misbehaving:
+    task = None  # what ``load`` set, as the candidate runner keeps its loaded task
+
     def echo(self, value):  # type: ignore[no-untyped-def]
         return value
+
+    def load(self, inputs: object) -> None:
+        from types import SimpleNamespace
+
+        self.task = SimpleNamespace(inputs=inputs)
+
+    def inputs(self) -> object:
+        return self.task.inputs  # fails in a process that loaded nothing, as the candidate runner would
+
+    def kill_parent(self) -> None:
+        """Kill the forkserver, as ``kill(getppid(), SIGKILL)`` in a candidate's constructor does."""
+        import signal
+
+        os.kill(os.getppid(), signal.SIGKILL)
+
+    def kill_own_group(self) -> None:
+        """``kill(0, SIGTERM)``: every process of this one's process group."""
+        import signal
+
+        os.kill(0, signal.SIGTERM)
+        time.sleep(5)
+
+    def open_descriptors(self) -> list[int]:
+        return sorted(int(name) for name in os.listdir("/proc/self/fd"))
+
+    def connection_descriptor(self) -> int:
+        import gc
+        from multiprocessing.connection import Connection
+
+        return next(o.fileno() for o in gc.get_objects() if isinstance(o, Connection) and not o.closed)
+
+    def scribble(self, spared: list[int]) -> None:
+        """Write garbage to every descriptor 0-255 but ``spared`` (an inherited pipe, a harness file)."""
+        for descriptor in range(256):
+            if descriptor not in spared:
+                try:
+                    os.write(descriptor, b"\x00\xffgarbage\n" * 64)
+                except OSError:
+                    pass
+
+    def write_file(self, path: str) -> str:
+        try:
+            with open(path, "w") as out:
+                out.write("overwritten by the candidate")
+            return "written"
+        except OSError as exc:
+            return f"refused: {exc.strerror}"
+
+    def working_directory(self) -> str:
+        return os.getcwd()
+
+    def leave_daemon(self, pid_file: str) -> None:
+        """Clear this process's subreaper flag, then fork twice, the grandchild in a session of its own: a
+        daemon neither the worker's descendants nor its session contain."""
+        import ctypes
+
+        ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                _publish_pid(pid_file)
+                time.sleep(600)
+            os._exit(0)
+        os.wait()
+        while not os.path.exists(pid_file):
+            time.sleep(0.01)
+
+    def start_counter(self, path: str) -> None:
+        """A child in a process group of its own that appends to ``path`` every 10 ms."""
+        if os.fork() == 0:
+            os.setpgid(0, 0)
+            while True:
+                with open(path, "a") as out:
+                    out.write(".")
+                time.sleep(0.01)
+        while not os.path.exists(path):
+            time.sleep(0.01)
+
+    def cpu_tensor(self):  # type: ignore[no-untyped-def]
+        import torch
+
+        return torch.arange(6, dtype=torch.float32)
 
     def pid(self) -> int:
         return os.getpid()
@@ -48,6 +132,12 @@ class Misbehaving:
 
     def fail(self) -> None:
         raise ValueError("the candidate returned garbage")
+
+
+def _publish_pid(pid_file: str) -> None:
+    with open(pid_file + ".part", "w") as out:
+        out.write(str(os.getpid()))
+    os.rename(pid_file + ".part", pid_file)
 
 
 class SlowToStart(Misbehaving):

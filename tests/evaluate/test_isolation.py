@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,50 @@ def test_protect_paths_uses_a_user_namespace_as_a_normal_user(tmp_path: Path) ->
 
 def test_protect_paths_says_why_not_instead_of_raising(tmp_path: Path) -> None:
     assert isolation.protect_paths([str(tmp_path / "missing")]) == "not isolated: no protected path exists"
+
+
+def _cgroup_or_skip() -> isolation.Cgroup:
+    made = isolation.Cgroup.create(prefix="ptxbench-test")
+    if isinstance(made, str):
+        pytest.skip(f"no cgroup here: {made}")
+    return made
+
+
+def test_a_cgroup_freezes_and_kills_everything_in_it_whatever_its_session() -> None:
+    group = _cgroup_or_skip()
+    # a process that joins the group and then starts a daemon in a session of its own
+    daemon = subprocess.Popen([sys.executable, "-c", "import os, sys, time\n"
+                               f"open({group.path!r} + '/cgroup.procs', 'w').write('0')\n"
+                               "time.sleep(60)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while daemon.pid not in group.pids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert group.pids() == [daemon.pid]
+        assert group.freeze()
+        assert open(f"/proc/{daemon.pid}/stat").read().rpartition(")")[2].split()[0] in ("S", "D", "T")
+        group.thaw()
+        assert group.kill() and group.pids() == []
+        assert daemon.wait(timeout=10) == -9
+    finally:
+        daemon.kill()
+        daemon.wait()
+        group.remove()
+    assert not os.path.exists(group.path)
+
+
+def test_groups_left_by_a_dead_harness_are_swept() -> None:
+    group = _cgroup_or_skip()
+    parent = os.path.dirname(group.path)
+    dead = subprocess.Popen(["true"])  # a pid whose process is gone
+    dead.wait()
+    stale = os.path.join(parent, f"ptxbench-test-{dead.pid}-00000000")
+    os.mkdir(stale)
+    try:
+        isolation.sweep_stale_cgroups(parent, "ptxbench-test")
+        assert not os.path.exists(stale), "the dead harness's group is removed"
+        assert os.path.exists(group.path), "a living harness's group is kept"
+    finally:
+        group.remove()
+        if os.path.exists(stale):
+            os.rmdir(stale)

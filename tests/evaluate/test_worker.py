@@ -54,7 +54,7 @@ def test_renew_continues_in_a_new_process_and_the_spares_are_reaped() -> None:
         second = worker.call("pid", timeout_s=60)
         assert second != first
         spares = list(worker._spares)
-        assert len(spares) == 2 and all(process.is_alive() for process, _ in spares)  # started ahead
+        assert len(spares) == 2 and all(process.is_alive() for process, *_ in spares)  # started ahead
         worker.renew()
         assert worker.call("pid", timeout_s=60) == spares[0][0].pid, "the oldest spare goes first"
         worker.renew()
@@ -63,7 +63,7 @@ def test_renew_continues_in_a_new_process_and_the_spares_are_reaped() -> None:
         spares = list(worker._spares)
     finally:
         worker.close()
-    assert not worker._spares and not any(process.is_alive() for process, _ in spares)
+    assert not worker._spares and not any(process.is_alive() for process, *_ in spares)
 
 
 def test_prestart_starts_the_spares_before_the_first_renewal() -> None:
@@ -139,3 +139,168 @@ def test_tensors_still_cross_the_allow_list() -> None:
         reply = worker.call("tensor", timeout_s=60)
     assert torch.equal(reply["outputs"]["C"], torch.ones(3, dtype=torch.bfloat16))
     assert reply["size"] == torch.Size([3])
+
+
+# -- isolated workers: what candidate code is kept from -------------------------------------------------------
+
+from ptxbench.evaluate.processes import process_state as _state  # noqa: E402
+from ptxbench.evaluate.worker import _check_message  # noqa: E402
+
+
+def _gone(pid: int, seconds: float = 5.0) -> bool:
+    deadline = time.time() + seconds
+    while _state(pid) not in (None, "Z") and time.time() < deadline:
+        time.sleep(0.02)
+    return _state(pid) in (None, "Z")
+
+
+def test_an_isolated_worker_sees_no_secret_and_works_in_a_private_directory(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("PTXBENCH_CACHE", "/somewhere")
+    with Worker(HANDLER) as plain:
+        assert plain.call("environment", "OPENAI_API_KEY", timeout_s=60) == "sk-secret", "the host keeps it"
+        assert plain.isolation is None
+    worker = Worker(HANDLER, isolate=True)
+    try:
+        assert worker.call("environment", "OPENAI_API_KEY", timeout_s=60) is None
+        assert worker.call("environment", "PTXBENCH_CACHE", timeout_s=60) is None
+        directory = worker.call("working_directory", timeout_s=60)
+        assert worker.call("environment", "HOME", timeout_s=60) == directory != os.getcwd()
+        assert worker.isolation is not None and "allow-listed environment" in worker.isolation
+    finally:
+        worker.close()
+    assert not os.path.exists(directory), "the private directory is removed with the worker"
+
+
+def test_a_forged_ready_message_is_refused() -> None:
+    _check_message(("ready", (12, "read-only mounts: /x")), ready=True)
+    _check_message(("ready", (12, None)), ready=True)
+    for payload in (12, (12,), ("12", None), (12, 3), (True, None), (12, "x" * 5000)):
+        with pytest.raises(ForgedReply):
+            _check_message(("ready", payload), ready=True)
+
+
+# Run in a session of its own: should isolation fail, the signal must not reach pytest's process group.
+_KILLS_ITS_GROUP = """
+from ptxbench.evaluate.worker import Worker, WorkerDied
+worker = Worker("tests.evaluate.fake_handler:Misbehaving", isolate=True)
+try:
+    worker.call("kill_own_group", timeout_s=60)
+except WorkerDied as exc:
+    print("worker died:", exc.exitcode)
+print("harness alive:", worker.call("echo", 7, timeout_s=60))
+worker.close()
+"""
+
+
+def test_kill_of_its_own_process_group_ends_only_the_isolated_worker() -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _KILLS_ITS_GROUP], capture_output=True, text=True, timeout=120,
+                          start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    assert "worker died: -15" in done.stdout and "harness alive: 7" in done.stdout
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_a_worker_that_kills_its_forkserver_is_not_silently_replaced(isolate: bool) -> None:
+    """The forkserver's death makes multiprocessing think the worker dead: the next request went to a
+    fresh process that had loaded nothing ("'NoneType' object has no attribute 'inputs'", reported as
+    the candidate's error). The worker lives on (read from /proc) and keeps serving; once it is really
+    gone, that is WorkerDied; and the next evaluation's worker comes from a fresh forkserver."""
+    worker = Worker(HANDLER, isolate=isolate)
+    try:
+        worker.call("load", [1, 2], timeout_s=60)
+        pid = worker.call("pid", timeout_s=60)
+        worker.call("kill_parent", timeout_s=60)
+        assert worker.call("inputs", timeout_s=60) == [1, 2]
+        os.kill(pid, signal.SIGKILL)  # between requests
+        assert _gone(pid)
+        with pytest.raises(WorkerDied):
+            worker.call("inputs", timeout_s=60)
+        worker.renew()
+        worker.call("load", [3], timeout_s=60)
+        assert worker.call("inputs", timeout_s=60) == [3], "a fresh forkserver serves the next worker"
+        assert worker.call("pid", timeout_s=60) != pid
+    finally:
+        worker.close()
+    assert _state(pid) is None, "the killed worker was collected, not left a zombie"
+
+
+def test_an_isolated_worker_inherits_no_descriptor_and_its_garbage_breaks_nothing() -> None:
+    from multiprocessing import resource_tracker
+
+    with Worker(HANDLER) as plain:
+        assert len(plain.call("open_descriptors", timeout_s=60)) > 4, "a plain worker inherits descriptors"
+    worker = Worker(HANDLER, isolate=True, spares=1)
+    try:
+        connection = worker.call("connection_descriptor", timeout_s=60)
+        # 0-2, the pipe, and the descriptor that lists them
+        assert set(worker.call("open_descriptors", timeout_s=60)) - {0, 1, 2, connection} <= {3, 4, 5}
+        assert len(worker.call("open_descriptors", timeout_s=60)) == 5
+        worker.call("scribble", [0, 1, 2, connection], timeout_s=60)
+        assert worker.call("echo", 7, timeout_s=60) == 7
+        worker.renew()
+        assert worker.call("echo", 8, timeout_s=60) == 8, "the forkserver and the spares still work"
+        resource_tracker.ensure_running()  # the harness's tracker still answers
+        with pytest.raises((ForgedReply, WorkerDied, WorkerTimeout)):
+            worker.call("scribble", [0, 1, 2], timeout_s=3)  # its own pipe too
+        assert worker.call("echo", 9, timeout_s=60) == 9
+    finally:
+        worker.close()
+
+
+def test_an_isolated_worker_cannot_write_the_protected_paths(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "result.json").write_text("{}")
+    monkeypatch.setenv("PTXBENCH_PROTECTED_PATHS", str(run))
+    with Worker(HANDLER, isolate=True) as worker:
+        answer = worker.call("write_file", str(run / "result.json"), timeout_s=60)
+        if worker.isolation is not None and "not isolated" in worker.isolation:
+            pytest.skip(f"no mount namespace on this machine: {worker.isolation}")
+        assert answer == "refused: Read-only file system"
+        assert str(worker.isolation).startswith("read-only mounts: ") and str(run) in str(worker.isolation)
+        assert worker.call("write_file", str(tmp_path / "beside"), timeout_s=60) == "written"
+    assert (run / "result.json").read_text() == "{}"
+    (run / "result.json").write_text("the harness still writes")
+
+
+def test_a_daemon_that_left_the_session_and_the_subreaper_is_killed_with_the_cgroup(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    worker = Worker(HANDLER, isolate=True)
+    try:
+        worker.call("leave_daemon", str(tmp_path / "daemon.pid"), timeout_s=60)
+        daemon = int((tmp_path / "daemon.pid").read_text())
+        if "cgroup /" not in str(worker.isolation):
+            os.kill(daemon, signal.SIGKILL)
+            pytest.skip(f"no cgroup on this machine: {worker.isolation}")
+        worker.kill()
+        survived = not _gone(daemon)
+        if survived:
+            os.kill(daemon, signal.SIGKILL)
+        assert not survived, "the daemon outlived its worker"
+    finally:
+        worker.close()
+
+
+@pytest.mark.parametrize("isolate", [False, True])
+def test_paused_stops_everything_the_candidate_started(tmp_path, isolate: bool) -> None:  # type: ignore[no-untyped-def]
+    counter = tmp_path / "counter"
+    with Worker(HANDLER, isolate=isolate) as worker:
+        worker.call("start_counter", str(counter), timeout_s=60)
+        with worker.paused():
+            time.sleep(0.05)  # a write under way when it stopped
+            before = counter.read_text()
+            time.sleep(0.3)
+            assert counter.read_text() == before, "a child in its own process group kept running"
+        time.sleep(0.3)
+        assert len(counter.read_text()) > len(before), "resumed"
+
+
+def test_an_isolated_worker_replies_with_cpu_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    with Worker(HANDLER, isolate=True) as worker:
+        reply = worker.call("cpu_tensor", timeout_s=60)
+        assert torch.equal(reply, torch.arange(6, dtype=torch.float32))
+        assert worker.call("cpu_tensor", timeout_s=60).sum().item() == 15

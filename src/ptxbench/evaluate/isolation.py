@@ -167,3 +167,165 @@ def protect_paths(paths: Sequence[str]) -> str:
     except OSError as exc:
         return f"not isolated: {exc.strerror or exc}"
     return f"read-only mounts: {', '.join(existing)} (private mount namespace, {how})"
+
+
+# -- inherited descriptors ---------------------------------------------------------------------------------
+
+
+def close_inherited_descriptors(keep: Sequence[int]) -> None:
+    """Close every descriptor but stdin, stdout, stderr and ``keep``: what the process inherited (the
+    forkserver's and resource tracker's pipes, the harness's files) is then out of the candidate's reach."""
+    kept = {0, 1, 2, *keep}
+    try:
+        opened = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        opened = list(range(3, 1024))
+    for descriptor in opened:
+        if descriptor not in kept:
+            try:
+                os.close(descriptor)
+            except OSError:
+                pass  # the listing's own descriptor, already closed
+
+
+# -- cgroup v2 ---------------------------------------------------------------------------------------------
+
+
+def _cgroup2_mounts() -> list[str]:
+    try:
+        with open("/proc/self/mounts") as mounts:
+            return [fields[1] for fields in (line.split() for line in mounts) if len(fields) > 2 and fields[2] == "cgroup2"]
+    except OSError:
+        return []
+
+
+def _own_cgroup() -> str:
+    """This process's cgroup v2 path, relative to the hierarchy's root ("" for the root)."""
+    try:
+        with open("/proc/self/cgroup") as groups:
+            for line in groups:
+                if line.startswith("0::"):
+                    return line[3:].strip().lstrip("/")
+    except OSError:
+        pass
+    return ""
+
+
+def cgroup_parent() -> str | None:
+    """A writable cgroup v2 folder to create workers' groups in: below this process's own group where
+    that is writable, else the hierarchy's root; None where no cgroup2 mount is writable."""
+    for mount in _cgroup2_mounts():
+        for folder in (os.path.join(mount, _own_cgroup()), mount):
+            if os.path.isfile(os.path.join(folder, "cgroup.procs")) and os.access(folder, os.W_OK):
+                return folder
+    return None
+
+
+class Cgroup:
+    """One worker's cgroup v2 group: created by the harness, joined by the worker before any candidate code
+    runs, so everything the candidate starts is in it (a group cannot be left without the rights to write
+    another group's ``cgroup.procs``), whatever its session or parent."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, parent: str | None = None, prefix: str = "ptxbench-worker") -> "Cgroup | str":
+        """A new empty group, or why none could be made (a line for the mode string)."""
+        parent = parent or cgroup_parent()
+        if parent is None:
+            return "no writable cgroup2 mount"
+        sweep_stale_cgroups(parent, prefix)
+        path = os.path.join(parent, f"{prefix}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        try:
+            os.mkdir(path)
+        except OSError as exc:
+            return f"cannot create a cgroup in {parent}: {exc.strerror}"
+        return cls(path)
+
+    def _write(self, name: str, text: str) -> None:
+        with open(os.path.join(self.path, name), "w") as control:
+            control.write(text)
+
+    def _read(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.path, name)) as control:
+                return control.read()
+        except OSError:
+            return ""
+
+    def join(self, pid: int = 0) -> None:
+        """Move process ``pid`` (0: this one) into the group; raises OSError when not permitted."""
+        self._write("cgroup.procs", str(pid))
+
+    def pids(self) -> list[int]:
+        return [int(line) for line in self._read("cgroup.procs").split()]
+
+    def _event(self, name: str) -> str | None:
+        for line in self._read("cgroup.events").splitlines():
+            key, _, value = line.partition(" ")
+            if key == name:
+                return value
+        return None
+
+    def freeze(self, timeout_s: float = 2.0) -> bool:
+        """Stop every process of the group (forks included); True once the kernel reports it frozen."""
+        try:
+            self._write("cgroup.freeze", "1")
+        except OSError:
+            return False
+        deadline = time.monotonic() + timeout_s
+        while self._event("frozen") != "1" and time.monotonic() < deadline:
+            time.sleep(0.0005)
+        return self._event("frozen") == "1"
+
+    def thaw(self) -> None:
+        try:
+            self._write("cgroup.freeze", "0")
+        except OSError:
+            pass
+
+    def kill(self, timeout_s: float = 5.0) -> bool:
+        """SIGKILL every process of the group (``cgroup.kill``, else each pid while the group is frozen, so
+        none forks meanwhile); True once the group is empty."""
+        try:
+            self._write("cgroup.kill", "1")
+        except OSError:
+            self.freeze(timeout_s=0.5)
+            for pid in self.pids():
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            self.thaw()  # a frozen process dies only once thawed
+        deadline = time.monotonic() + timeout_s
+        while self.pids() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return not self.pids()
+
+    def remove(self) -> None:
+        """Kill what is left in the group and remove it (a group can only be removed empty)."""
+        if not os.path.isdir(self.path):
+            return
+        self.kill()
+        for _ in range(100):
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)  # the killed processes are still being torn down
+
+
+def sweep_stale_cgroups(parent: str, prefix: str = "ptxbench-worker") -> None:
+    """Kill and remove the groups that a harness process which has died since (SIGKILL: no clean-up ran)
+    left in ``parent``: they are named after its pid."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        creator = name[len(prefix) + 1:].partition("-")[0] if name.startswith(prefix + "-") else ""
+        if creator.isdigit() and not os.path.exists(f"/proc/{creator}"):
+            Cgroup(os.path.join(parent, name)).remove()

@@ -64,16 +64,54 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def kill_descendants(pid: int, rounds: int = 20) -> None:
-    """SIGKILL every descendant of ``pid`` until none is left (a forking one may add more meanwhile)."""
+def session_members(session: int) -> list[int]:
+    """Living (not zombie) processes of session ``session`` (a worker that called setsid: its pid), whatever
+    their parent: a daemon that double-forked stays in its session unless it starts one of its own."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(entry)  # state, parent, process group, session, ...
+            if len(fields) > 3 and fields[0] != "Z" and fields[3] == str(session):
+                members.append(int(entry))
+    return members
+
+
+def signal_all(pids: list[int], signal_number: int) -> None:
+    for pid in pids:
+        with suppress(ProcessLookupError):
+            os.kill(pid, signal_number)
+
+
+def kill_descendants(pid: int, rounds: int = 20) -> list[int]:
+    """SIGKILL every descendant of ``pid`` until none is left (a forking one may add more meanwhile);
+    returns those it killed, for ``reap``."""
+    killed: list[int] = []
     for _ in range(rounds):
         left = descendants(pid)
         if not left:
-            return
-        for child in left:
-            with suppress(ProcessLookupError):
-                os.kill(child, signal.SIGKILL)
+            break
+        signal_all(left, signal.SIGKILL)
+        killed += left
         time.sleep(0.01)
+    return killed
+
+
+def reap(pids: list[int], timeout_s: float = 1.0) -> None:
+    """Collect the exit status of those of ``pids`` that are this process's children: killed processes
+    whose parent died are re-parented to the nearest subreaper (a host process) and would stay zombies
+    there. Processes that are not this one's children are left to theirs."""
+    waiting = set(pids)
+    deadline = time.monotonic() + timeout_s
+    while waiting:
+        for pid in list(waiting):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    waiting.discard(pid)
+            except ChildProcessError:
+                waiting.discard(pid)
+        if not waiting or time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
 
 
 def mapped_libraries(pid: int | str) -> set[str]:
