@@ -35,10 +35,12 @@ def test_the_ledger_restores_what_it_wrote_and_quarantines_what_it_did_not(tmp_p
     forged.mkdir(parents=True)
     (forged / "result.json").write_text('{"status": "PASSED"}\n')
     (rundir.path / "run.json").write_text("{}")
+    (rundir.path / "FORGED_BY_CANDIDATE.json").write_text("{}")
     audit = ledger.audit()
     assert (item / "result.json").read_text() == '{"status": "INCORRECT"}\n' and (item / "build.log").is_file()
     assert sorted(audit.restored) == ["items/softmax/a/build.log", "items/softmax/a/result.json", "run.json"]
-    assert sorted(audit.quarantined) == ["items/softmax/a/placement.json", "items/softmax/forged/result.json"]
+    assert sorted(audit.quarantined) == ["FORGED_BY_CANDIDATE.json", "items/softmax/a/placement.json",
+                                         "items/softmax/forged/result.json"]
     assert (rundir.path / QUARANTINE_DIR / "items/softmax/forged/result.json").is_file()
     assert rundir.results() == [item / "result.json"], "metrics and reports never see the planted result"
     assert "items/softmax/forged/result.json" in audit.summary()
@@ -61,6 +63,20 @@ def test_a_link_or_a_folder_in_place_of_a_written_file_is_replaced(tmp_path: Pat
     assert not (item / "result.json").is_symlink() and (item / "result.json").read_text() == "mine\n"
     assert (item / "build.log").read_text() == "log\n"
     assert sorted(audit.restored) == ["items/softmax/a/build.log", "items/softmax/a/result.json"]
+
+
+def test_a_link_planted_as_the_quarantine_folder_is_removed_first(tmp_path: Path) -> None:
+    rundir = _open(tmp_path / "run")
+    ledger = RunLedger(rundir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, rundir.path / QUARANTINE_DIR)
+    (rundir.path / "items").mkdir()
+    (rundir.path / "items" / "planted.json").write_text("{}")
+    audit = ledger.audit()
+    assert audit.quarantined == [f"{QUARANTINE_DIR} (not a folder: removed)", "items/planted.json"]
+    assert (rundir.path / QUARANTINE_DIR).is_dir() and not (rundir.path / QUARANTINE_DIR).is_symlink()
+    assert (rundir.path / QUARANTINE_DIR / "items" / "planted.json").is_file() and not list(elsewhere.iterdir())
 
 
 def test_an_earlier_runs_files_are_trusted_as_they_were_when_the_run_began(tmp_path: Path) -> None:

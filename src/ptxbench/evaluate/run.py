@@ -13,9 +13,10 @@ that has GPUs re-evaluates items stored as infrastructure failures; it skips eve
 
 Candidate code may write the run directory (same user, no read-only mount). The driver writes and reads
 it through a ``RunLedger`` that keeps every such file's text in memory; once the GPU hosts are closed it
-rewrites the files that changed, moves files it did not write out of ``items/`` into ``quarantine/``,
-and logs a warning naming them, before the results are returned. Results of an earlier run that is
-resumed are read as they are: this in-run guarantee is what holds without OS protection.
+rewrites the files that changed, moves files it did not write (under ``items/`` or beside ``run.json``)
+into ``quarantine/``, and logs a warning naming them, before the results are returned. Results of an
+earlier run that is resumed are read as they are: this in-run guarantee is what holds without OS
+protection.
 """
 
 from __future__ import annotations

@@ -143,9 +143,9 @@ class RunLedger:
     read-only mount) are noticed and undone before the run's results are reported.
 
     Every file the driver writes or reads through the ledger is kept in memory with its text. ``audit``,
-    called once no candidate code runs any more, rewrites any of them that changed, moves files under
-    ``items/`` that the harness did not write into ``quarantine/`` (where metrics and reports never look)
-    and returns what it found. Files of an earlier run that is resumed are taken as they were when the
+    called once no candidate code runs any more, rewrites any of them that changed, moves files in the
+    run's folder that the harness did not write (``items/`` above all) into ``quarantine/``, where
+    metrics and reports never look, and returns what it found. Files of an earlier run that is resumed are taken as they were when the
     ledger was made: that is the in-run guarantee, the one that holds without OS protection; only a
     read-only mount protects the directory between runs.
     """
@@ -153,7 +153,7 @@ class RunLedger:
     def __init__(self, rundir: RunDir) -> None:
         self.rundir = rundir
         self._kept: dict[Path, str] = {}
-        self._earlier = {path: _digest(path) for path in self._item_files()}
+        self._earlier = {path: _digest(path) for path in self._run_files()}
         self.read_text(rundir.path / HEADER_FILE)
 
     def write_text(self, path: Path, text: str) -> None:
@@ -170,7 +170,8 @@ class RunLedger:
         return text
 
     def audit(self) -> RunAudit:
-        audit = RunAudit(removed_earlier=sorted(self._name(p) for p in self._earlier
+        planted_root = self._clear_quarantine_root()
+        audit = RunAudit(quarantined=planted_root, removed_earlier=sorted(self._name(p) for p in self._earlier
                                                 if p not in self._kept and not os.path.lexists(p)))
         for path, text in self._kept.items():
             if _current_text(path) != text:
@@ -178,7 +179,7 @@ class RunLedger:
                     self._quarantine(path)
                 write_atomic(path, text)
                 audit.restored.append(self._name(path))
-        for path in self._item_files():
+        for path in self._run_files():
             if path in self._kept:
                 continue
             if path not in self._earlier:
@@ -187,14 +188,26 @@ class RunLedger:
                 audit.changed_earlier.append(self._quarantine(path))
         return audit
 
-    def _item_files(self) -> list[Path]:
-        """Everything under items/ that is not a folder (links included, never followed)."""
+    def _run_files(self) -> list[Path]:
+        """Everything in the run's folder that is not a folder (links included, never followed), outside
+        quarantine/."""
         found = []
-        for folder, subfolders, names in os.walk(self.rundir.path / "items"):
+        for folder, subfolders, names in os.walk(self.rundir.path):
             base = Path(folder)
+            quarantine = base / QUARANTINE_DIR
+            if base == self.rundir.path and QUARANTINE_DIR in subfolders and not quarantine.is_symlink():
+                subfolders.remove(QUARANTINE_DIR)
             found += [base / name for name in names]
             found += [base / name for name in subfolders if (base / name).is_symlink()]
         return sorted(found)
+
+    def _clear_quarantine_root(self) -> list[str]:
+        """A link or a file planted where quarantine/ belongs would take what is moved there: removed."""
+        root = self.rundir.path / QUARANTINE_DIR
+        if root.is_symlink() or (root.exists() and not root.is_dir()):
+            root.unlink()
+            return [f"{QUARANTINE_DIR} (not a folder: removed)"]
+        return []
 
     def _quarantine(self, path: Path) -> str:
         name = self._name(path)
