@@ -309,3 +309,11 @@ def test_rewrite_results_forges_every_record_it_can_reach(reports: dict[str, Che
     assert '"forged": true' in (run / "run.json").read_text()
     assert '"forged": true' in baseline.read_text()
     assert (run / "items" / "FORGED_BY_CANDIDATE.json").is_file()
+
+
+def test_every_guard_the_manifest_names_maps_to_evaluator_guards() -> None:
+    """The GPU test checks a REJECTED case against GUARDS_FOR; a guard name missing there would fail only on the GPU."""
+    from tests.gpu.test_evaluator_gpu import GUARDS_FOR
+
+    named = {c["guard"] for c in CASES if "guard" in c}
+    assert named <= set(GUARDS_FOR) and set(GUARDS_FOR) <= GUARDS, sorted(named - set(GUARDS_FOR))

@@ -1,16 +1,28 @@
 """The GPU evaluator on the H200: the examples pass (and are rejected once ncu shows they never run the
-required features), and every adversarial candidate gets its expected status. Run with `-m gpu`."""
+required features), and every adversarial candidate gets its expected status. Run with `-m gpu`.
+
+Cases that attack the harness itself (a manifest `check`: killing their parent or process group, writing
+into inherited descriptors, leaving daemons) are evaluated in a child process of their own, so that a
+broken guarantee fails their test instead of ending this pytest process and every test after it."""
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from ptxbench._compat import tomllib
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.status import Guard, Status
+from ptxbench.evaluate.status import Evaluation, Guard, Status
 from ptxbench.tasks.loader import bundled_suite, get_task
 
 from ..conftest import EXAMPLES, REPO
@@ -55,22 +67,125 @@ def _manifest() -> list[dict]:
     return tomllib.loads(path.read_text())["case"] if path.is_file() else []
 
 
-@pytest.mark.parametrize("case", _manifest(), ids=lambda c: c["file"])
-def test_adversarial_candidate_gets_its_status(evaluator, case) -> None:  # type: ignore[no-untyped-def]
+PROFILED_GUARDS = ("dead_code_feature", "feature_not_executed", "profiler_evasion")
+CANDIDATE_STATUSES = {Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT, Status.INCORRECT, Status.REJECTED,
+                      Status.PASSED}
+DAEMON_NAME = "ptxb_daemon"  # what daemon_escape.cu names the process it leaves behind
+_EVALUATE_IN_CHILD = """
+import sys
+from pathlib import Path
+from ptxbench.arch.registry import Arch
+from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.tasks.loader import get_task
+
+candidate, task, options, out = sys.argv[1:]
+gpu = GpuEvaluator(EvalOptions.model_validate_json(options))
+try:
+    evaluation = gpu.evaluate(get_task(task), Arch.SM_90A, Path(candidate).read_text(), Path(candidate).name)
+finally:
+    gpu.close()
+Path(out).write_text(evaluation.model_dump_json())
+"""
+
+
+def _options_for(case: dict) -> EvalOptions:
+    if case.get("guard") in PROFILED_GUARDS:
+        return EvalOptions(trials=1, time=False, profile=True, call_timeout_s=30)
+    return EvalOptions(trials=2, timing_budget_ms=40, profile=False, call_timeout_s=30)
+
+
+def _evaluate_in_child(case: dict, folder: Path, extra_env: dict[str, str] | None = None) -> Evaluation:
+    """One evaluation in a fresh Python process of its own session; the test survives whatever it does."""
+    out = folder / f"{Path(case['file']).stem}.evaluation.json"
+    environment = {**os.environ, **(extra_env or {})}
+    done = subprocess.run([sys.executable, "-c", _EVALUATE_IN_CHILD, str(ADVERSARIAL / case["file"]), case["task"],
+                           _options_for(case).model_dump_json(), str(out)],
+                          env=environment, capture_output=True, text=True, timeout=600, start_new_session=True)
+    assert done.returncode == 0 and out.is_file(), (
+        f"the evaluating process itself failed ({done.returncode}): {done.stderr[-3000:]}")
+    return Evaluation.model_validate_json(out.read_text())
+
+
+def daemons() -> set[int]:
+    """Processes named like daemon_escape.cu's daemon."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "comm").read_text().strip() == DAEMON_NAME:
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def assert_no_daemon_survives(before: set[int], grace_s: float = 10.0) -> None:
+    """Waits out the evaluator's cleanup, then kills (by pid) and reports any daemon still there."""
+    deadline = time.monotonic() + grace_s
+    left = daemons() - before
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = daemons() - before
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"{len(left)} process(es) of the candidate outlived its evaluation: {sorted(left)}"
+
+
+def assert_expected(case: dict, evaluation: Evaluation) -> None:
+    print(f"ADVERSARIAL {case['file']}: expected {case['expect']}, got {evaluation.status} — {evaluation.message[:200]}")
+    assert evaluation.infra_failure is None, f"charged to the harness, not the candidate: {evaluation.infra_failure}"
+    if case["expect"] == "any":
+        assert evaluation.status in CANDIDATE_STATUSES, evaluation.message
+    else:
+        assert evaluation.status is Status(case["expect"]), evaluation.message
+    if "guard" in case:
+        assert {g.guard for g in evaluation.guards} & GUARDS_FOR[case["guard"]], evaluation.guards
+
+
+@pytest.mark.parametrize("case", [c for c in _manifest() if "secret_env" not in c], ids=lambda c: c["file"])
+def test_adversarial_candidate_gets_its_status(evaluator, case, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    if case.get("guard") in PROFILED_GUARDS and shutil.which("ncu") is None:
+        pytest.skip("needs Nsight Compute")
     task = get_task(case["task"])
     source = (ADVERSARIAL / case["file"]).read_text()
-    if case.get("guard") in ("dead_code_feature", "feature_not_executed"):
-        gpu = GpuEvaluator(EvalOptions(trials=1, time=False, profile=True, call_timeout_s=30))
+    before = daemons()
+    if "check" in case:
+        evaluation = _evaluate_in_child(case, tmp_path)
+    elif case.get("guard") in PROFILED_GUARDS:
+        gpu = GpuEvaluator(_options_for(case))
         try:
             evaluation = gpu.evaluate(task, Arch.SM_90A, source, case["file"])
         finally:
             gpu.close()
     else:
         evaluation = evaluator.evaluate(task, Arch.SM_90A, source, case["file"])
-    print(f"ADVERSARIAL {case['file']}: expected {case['expect']}, got {evaluation.status} — {evaluation.message[:200]}")
-    assert evaluation.status is Status(case["expect"]), evaluation.message
-    if "guard" in case:
-        assert {g.guard for g in evaluation.guards} & GUARDS_FOR[case["guard"]], evaluation.guards
+    assert_expected(case, evaluation)
+    if case.get("check") == "no_survivors":
+        assert_no_daemon_survives(before)
+
+
+@pytest.fixture
+def secret_environment(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Every case's secret variable, set (to a fresh random value) before any evaluator's workers start."""
+    values = {c["secret_env"]: secrets.token_hex(16) for c in _manifest() if "secret_env" in c}
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    return values
+
+
+@pytest.mark.parametrize("case", [c for c in _manifest() if "secret_env" in c], ids=lambda c: c["file"])
+def test_candidates_cannot_read_the_harness_secrets(secret_environment, case) -> None:  # type: ignore[no-untyped-def]
+    assert os.environ[case["secret_env"]] == secret_environment[case["secret_env"]]
+    gpu = GpuEvaluator(_options_for(case))  # built after the variable is set: its workers inherit what we have
+    try:
+        evaluation = gpu.evaluate(get_task(case["task"]), Arch.SM_90A, (ADVERSARIAL / case["file"]).read_text(),
+                                  case["file"])
+    finally:
+        gpu.close()
+    assert_expected(case, evaluation)
+    assert secret_environment[case["secret_env"]] not in json.dumps(json.loads(evaluation.model_dump_json()))
 
 
 # The manifest names each cheat; these are the evaluator's guards that may catch it.
@@ -83,4 +198,8 @@ GUARDS_FOR = {
     "feature_not_executed": {Guard.FEATURE_NOT_EXECUTED},
     "out_of_bounds_write": {Guard.OUT_OF_BOUNDS_WRITE},
     "below_physical_floor": {Guard.BELOW_PHYSICAL_FLOOR},
+    "host_transfer": {Guard.HOST_TRANSFER},
+    "profiler_evasion": {Guard.LAUNCHES_DIFFER, Guard.FEATURE_NOT_EXECUTED},
+    "timed_only_stream": {Guard.OTHER_STREAM, Guard.LAUNCHES_DIFFER},
+    "timed_only_shortcut": {Guard.BELOW_PHYSICAL_FLOOR, Guard.LAUNCHES_DIFFER},
 }
