@@ -59,6 +59,10 @@ class Misbehaving:
         except OSError as exc:
             return f"refused: {exc.strerror}"
 
+    def read_file(self, path: str) -> str:
+        with open(path) as source:
+            return source.read()
+
     def working_directory(self) -> str:
         return os.getcwd()
 

@@ -33,6 +33,8 @@ def test_the_candidate_sees_device_and_library_settings_and_the_gpu_lock() -> No
                  "NVIDIA_VISIBLE_DEVICES", "TMPDIR", gpu_lock.KEY_VARIABLE, "PTXBENCH_LOCK_DIR"):
         assert seen[name] == HARNESS_ENVIRONMENT[name], name
     assert seen["HOME"] == "/tmp/private"
+    assert candidate_environment({"PTXBENCH_FAKE_STATE": "/tmp/x"}) == {"PTXBENCH_FAKE_STATE": "/tmp/x"}, \
+        "the CPU tests' stand-in GPU side still gets its instructions"
 
 
 def test_the_candidate_sees_no_secret_nor_the_harnesss_own_settings() -> None:
@@ -180,3 +182,26 @@ def test_groups_left_by_a_dead_harness_are_swept() -> None:
         group.remove()
         if os.path.exists(stale):
             os.rmdir(stale)
+
+
+_READS_HIDDEN = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("isolation", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(module.protect_paths([sys.argv[2]], hidden=[sys.argv[3]]))
+print(repr(open(sys.argv[3]).read()))
+"""
+
+
+def test_a_hidden_file_reads_empty_for_the_candidate_only(tmp_path: Path) -> None:
+    protected, _ = _folders(tmp_path)
+    key = protected / "integrity.key"
+    key.write_text("the machine's signing key")
+    done = subprocess.run([sys.executable, "-c", _READS_HIDDEN, str(ISOLATION_FILE), str(protected), str(key)],
+                          capture_output=True, text=True, timeout=60)
+    mode, content = done.stdout.splitlines()
+    if mode.startswith("not isolated:"):
+        pytest.skip(mode)
+    assert f"hidden: {key}" in mode and content == "''"
+    assert key.read_text() == "the machine's signing key"

@@ -256,6 +256,9 @@ def test_an_isolated_worker_cannot_write_the_protected_paths(tmp_path, monkeypat
     run.mkdir()
     (run / "result.json").write_text("{}")
     monkeypatch.setenv("PTXBENCH_PROTECTED_PATHS", str(run))
+    key = tmp_path / "integrity.key"
+    key.write_text("the signing key")
+    monkeypatch.setenv("PTXBENCH_INTEGRITY_KEY", str(key))
     with Worker(HANDLER, isolate=True) as worker:
         answer = worker.call("write_file", str(run / "result.json"), timeout_s=60)
         if worker.isolation is not None and "not isolated" in worker.isolation:
@@ -263,6 +266,7 @@ def test_an_isolated_worker_cannot_write_the_protected_paths(tmp_path, monkeypat
         assert answer == "refused: Read-only file system"
         assert str(worker.isolation).startswith("read-only mounts: ") and str(run) in str(worker.isolation)
         assert worker.call("write_file", str(tmp_path / "beside"), timeout_s=60) == "written"
+        assert worker.call("read_file", str(key), timeout_s=60) == "", "the signing key is hidden"
     assert (run / "result.json").read_text() == "{}"
     (run / "result.json").write_text("the harness still writes")
 

@@ -49,8 +49,10 @@ _ALLOWED_NAMES = frozenset({
     "PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ", "TMPDIR", "TERM", "USER", "LOGNAME", "SHELL",
     "PYTHONHASHSEED", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "OMP_NUM_THREADS", *LOCK_VARIABLES,
 })
-# Prefixes of device and library settings a worker's CUDA, torch and locale read after it starts.
-_ALLOWED_PREFIXES = ("CUDA_", "NVIDIA_", "LC_", "PYTORCH_CUDA_", "TORCH_CUDA_")
+# Prefixes of device and library settings a worker's CUDA, torch and locale read after it starts, and the
+# instructions of the CPU tests' stand-in for the GPU side (tests/evaluate/fake_runner.py), which runs
+# where candidate code would: the harness itself never sets those, and they hold no secret.
+_ALLOWED_PREFIXES = ("CUDA_", "NVIDIA_", "LC_", "PYTORCH_CUDA_", "TORCH_CUDA_", "PTXBENCH_FAKE_")
 # A name that looks like a credential is refused even when an allowed prefix matches (CUDA_API_KEY).
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 
@@ -151,22 +153,34 @@ def _drop_cap_sys_admin() -> None:
     _checked(libc.capset(header, data), "capset")
 
 
-def protect_paths(paths: Sequence[str]) -> str:
-    """Make ``paths`` read-only for this process and its future children, leaving the rest of the machine
-    as it is; returns the mode achieved in one line ("read-only mounts: ..." or "not isolated: <reason>").
-    Never raises for lack of permission: the caller reports the mode instead."""
+def _hide(path: str) -> None:
+    """Cover the file ``path`` with an empty read-only one (/dev/null): reading it yields nothing."""
+    _mount("/dev/null", path, _MS_BIND, f"hide {path}")
+    kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(path).f_flag & stat_flag)
+    _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {path} read-only")
+
+
+def protect_paths(paths: Sequence[str], hidden: Sequence[str] = ()) -> str:
+    """Make ``paths`` read-only for this process and its future children, and the files ``hidden`` (a
+    signing key) unreadable, leaving the rest of the machine as it is; returns the mode achieved in one
+    line ("read-only mounts: ..." or "not isolated: <reason>"). Never raises for lack of permission:
+    the caller reports the mode instead."""
     existing = sorted({os.path.realpath(path) for path in paths if os.path.exists(path)})
-    if not existing:
+    secret_files = sorted({os.path.realpath(path) for path in hidden if os.path.isfile(path)})
+    if not existing and not secret_files:
         return "not isolated: no protected path exists"
     try:
         how = _enter_mount_namespace()
         _mount(None, "/", _MS_REC | _MS_PRIVATE, "make mounts private")  # nothing propagates back out
         for path in existing:
             _bind_read_only(path)
+        for path in secret_files:  # after the read-only mounts, which would cover a file hidden earlier
+            _hide(path)
         _drop_cap_sys_admin()  # in a user namespace too: there the bind mounts are ours to remount
     except OSError as exc:
         return f"not isolated: {exc.strerror or exc}"
-    return f"read-only mounts: {', '.join(existing)} (private mount namespace, {how})"
+    hidden_note = f"; hidden: {', '.join(secret_files)}" if secret_files else ""
+    return f"read-only mounts: {', '.join(existing)}{hidden_note} (private mount namespace, {how})"
 
 
 # -- inherited descriptors ---------------------------------------------------------------------------------

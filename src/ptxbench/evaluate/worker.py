@@ -201,9 +201,11 @@ def _forget_inherited_channels() -> None:
 def _isolate(connection: Connection, directory: str, cgroup_path: str | None, cgroup_note: str) -> str:
     """Isolate this worker before any candidate code runs (see the module docstring); returns the mode
     achieved. The harness's environment is still in ``os.environ``: the paths to protect are read from it."""
+    from ptxbench.integrity import key_path
     from ptxbench.toolchain.compile import default_cache_dir
 
     protected = protected_paths_from(os.environ) + [str(default_cache_dir().parent)]
+    secrets = [str(key_path())]  # the key that signs the caches: a candidate that read it could forge them
     os.setsid()  # kill(0, ...) and the terminal's signals reach this session only
     if cgroup_path is not None:
         try:
@@ -217,7 +219,7 @@ def _isolate(connection: Connection, directory: str, cgroup_path: str | None, cg
     scrubbed = candidate_environment(os.environ, home=directory)
     os.environ.clear()
     os.environ.update(scrubbed)
-    mounts = protect_paths(protected)  # while single-threaded: a user namespace needs it
+    mounts = protect_paths(protected, hidden=secrets)  # while single-threaded: a user namespace needs it
     return f"{mounts}; {cgroup_note}; own session; allow-listed environment; private directory {directory}"
 
 
