@@ -137,3 +137,26 @@ def test_the_driver_undoes_tampering_during_a_gpu_run(tmp_path: Path, monkeypatc
                                       on_done=_tamper_once(out))
     assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
     _check_undone(out, results, caplog)
+
+
+def test_a_run_stopped_midway_is_checked_on_the_way_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Stopped (here: the progress callback raises) after the tampering, the run still leaves its folder
+    as the driver wrote it, so a resume reads the genuine result."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PTXBENCH_FAKE_STATE", str(tmp_path))
+    out = tmp_path / "run"
+    tamper = _tamper_once(out)
+    kept: list[Evaluation] = []
+
+    def tamper_then_stop(evaluation: Evaluation) -> None:
+        kept.append(evaluation)
+        tamper(evaluation)
+        raise KeyboardInterrupt
+
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.run"), pytest.raises(KeyboardInterrupt):
+        evaluate_candidates(candidates(2), Arch.SM_90A, out, OPTIONS, gpus=[0], handler=f"{FAKE}:FakeRunner",
+                            reference_device="cpu", on_done=tamper_then_stop)
+    (stored,) = RunDir.load(out).results()
+    assert Evaluation.model_validate_json(stored.read_text()) == kept[0]
+    assert "items/softmax/planted/result.json" in caplog.text

@@ -155,6 +155,10 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
     if regrade:
         return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
     connected = False
+    from ptxbench.evaluate.isolation import name_protected_paths
+    from ptxbench.toolchain.compile import default_cache_dir
+
+    restore_protected = name_protected_paths([Path(out), default_cache_dir().parent])  # read-only to candidates
     try:
         if backend == "ray":
             from ptxbench.evaluate.ray_backend import connect, ray_slots
@@ -172,6 +176,7 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
                                regrade=False, on_done=on_done)
         return _on_gpus(candidates, arch, out, options, slots, backend, on_done)
     finally:
+        restore_protected()
         if connected:
             from ptxbench.evaluate.ray_backend import disconnect
 
@@ -252,6 +257,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
         find_toolchain().path("nvcc")  # a missing compiler is said once, not found as a fault on every GPU
         previous = RunDir.load(out) if (Path(out) / HEADER_FILE).is_file() else None
         _prebuild([c for c in candidates if previous is None or _to_evaluate(_stored(previous, c))], arch)
+    ledger: RunLedger | None = None
     try:
         started = start_slots(slots)
         devices = list(started.devices.values())
@@ -301,7 +307,8 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
     finally:
         for slot in slots:
             slot.close()
-    _audit(ledger)  # every host is closed: no candidate code runs any more
+        if ledger is not None:  # every host is closed: no candidate code runs any more (also when stopped)
+            _audit(ledger)
     ordered = [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
     if no_gpu_left:
         reasons = "; ".join(f"GPU {name}: {why}" for name, why in retired.items())
