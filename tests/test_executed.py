@@ -151,3 +151,8 @@ def test_a_byte_share_is_a_fraction() -> None:
     for bad in (0.0, 1.5):
         with pytest.raises(ValidationError):
             _copy_requirement("tma.load", share=bad)
+
+
+def test_a_tiny_share_is_written_with_its_digits() -> None:
+    verdict = judge_execution(_copy_requirement("tma.load", "bulk.copy"), Arch.SM_90A, BULK, 0.0, task_bytes=1e12)
+    assert "moving 5.2e-05% of the task's bytes" in verdict.message

@@ -236,5 +236,10 @@ def _judge_byte_share(verdict: RequirementExecution, moved: float | None, task_b
     ok = share >= requirement.min_byte_share
     return verdict.model_copy(update={
         "satisfied": ok, "byte_share": share,
-        "message": f"{label}: executed, moving {share:.1%} of the task's bytes"
+        "message": f"{label}: executed, moving {_percent(share)} of the task's bytes"
                    + ("" if ok else f" (needs {requirement.min_byte_share:.0%}: the rest moves another way)")})
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage, with two significant digits below 0.1 % (a token copy is not "0.0%")."""
+    return f"{share:.1%}" if share >= 1e-3 or share == 0 else f"{share * 100:.2g}%"
