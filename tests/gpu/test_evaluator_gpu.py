@@ -7,7 +7,6 @@ broken guarantee fails their test instead of ending this pytest process and ever
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -185,7 +184,7 @@ def test_candidates_cannot_read_the_harness_secrets(secret_environment, case) ->
     finally:
         gpu.close()
     assert_expected(case, evaluation)
-    assert secret_environment[case["secret_env"]] not in json.dumps(json.loads(evaluation.model_dump_json()))
+    assert secret_environment[case["secret_env"]] not in evaluation.model_dump_json()
 
 
 # The manifest names each cheat; these are the evaluator's guards that may catch it.
