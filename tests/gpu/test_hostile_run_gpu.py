@@ -98,13 +98,17 @@ def _mentions(pid: int, needles: tuple[str, ...]) -> bool:
 
 
 def _orphaned(pid: int) -> bool:
-    """Owned by us and adopted by init: what a process that escaped its parent looks like."""
+    """A Python or Nsight process of ours adopted by init: what a forked worker (or a profiler it started) that
+    escaped its parent looks like. Other programs are left out: the machine's own tools start orphans too."""
+    folder = Path("/proc") / str(pid)
     try:
-        status = (Path("/proc") / str(pid) / "status").read_text()
+        status = (folder / "status").read_text()
+        program = Path(os.readlink(folder / "exe")).name
     except OSError:
         return False
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return fields.get("PPid", "").strip() == "1" and int(fields.get("Uid", "-1").split()[0]) == os.getuid()
+    ours = fields.get("PPid", "").strip() == "1" and int(fields.get("Uid", "-1").split()[0]) == os.getuid()
+    return ours and (program.startswith("python") or program.startswith("ncu") or "nsight" in program.lower())
 
 
 def _strays(before: set[int], needles: tuple[str, ...]) -> list[str]:
