@@ -17,9 +17,11 @@ with detection, discard and recompute, in three layers:
 
 Which guarantee holds in which mode:
 
-- With the mount namespace (root on the GPU machine): candidate code can read the key but cannot write
-  a cache or the run directory, so nothing it could forge can be stored. Signatures then only catch
-  damage from outside the candidate's process (another user's tools, a disk fault).
+- With the mount namespace (``evaluate.isolation``; root on the GPU machine): the caches and the run
+  directory are read-only to candidate code and the key file is covered by an empty one, so candidate
+  code can neither store a forgery nor sign one; the signatures then hold across processes and runs.
+  Residual: the isolation module's own (a candidate that reaches the harness's files through
+  ``/proc/<harness pid>/root`` sees the real key and writable caches), against which layer 2 holds.
 - Without it (a normal user, e.g. on a laptop): candidate code CAN read the key file and so CAN forge
   a valid signature. The signatures stop careless or blind tampering (rewriting a number, copying an
   entry, swapping a shared object), not a candidate that reads the key. What holds against that one is
