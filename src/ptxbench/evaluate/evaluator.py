@@ -46,9 +46,12 @@ from ptxbench.evaluate.verdict import (
     base_name,
     canary_guards,
     decide,
+    launches_of,
     library_guards,
     mutation_guards,
+    per_call,
     provenance_guards,
+    timed_launch_guards,
     unique,
 )
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
@@ -138,7 +141,7 @@ class GpuEvaluator:
         """``handler`` and ``reference_device`` exist so the orchestration can be tested without a GPU."""
         self.options = options or EvalOptions()
         self.reference_device = reference_device
-        self.worker = Worker(handler, device, spares=WORKER_SPARES)
+        self.worker = Worker(handler, device, spares=WORKER_SPARES, isolate=True)
         # Vendor baselines and peaks are timed in a process that lives as long as the evaluator and never
         # loads candidate code, so no candidate can reach the measurement it is compared against.
         self.baselines = Worker(handler, device)
@@ -416,7 +419,8 @@ class GpuEvaluator:
         outputs = {name: tensor.to(self.reference_device) for name, tensor in reply["outputs"].items()}
         comparisons = compare_outputs(task, outputs, expected)
         return TrialResult(workload=workload.name, role=workload.role.value, seed=seed, comparisons=comparisons,
-                           passed=all(c.passed for c in comparisons)), guards
+                           passed=all(c.passed for c in comparisons),
+                           launches=launches_of(reply["activities"], reply["stream"])), guards
 
     def peaks(self) -> dict[str, float]:
         """Roofline ceilings measured on this GPU once per evaluator (copy bandwidth, library matmul rates);
@@ -459,13 +463,7 @@ class GpuEvaluator:
         skipped: dict[str, dict[str, str]] = {w.name: {} for w in workloads}  # variants that cannot run, why
 
         def check(worker: Worker, workload: Workload, names: list[str]) -> dict[str, str | None]:
-            try:
-                return worker.call("check_baselines", workload.sizes, names, timeout_s=SETUP_TIMEOUT_S)
-            except RequestFailed as exc:
-                if exc.kind != "AttributeError" or "check_baselines" not in str(exc):
-                    raise
-                # a handler that cannot try setups (the CPU stand-ins): the libraries are checked here
-                return {name: specs[name].load() for name in names}
+            return worker.call("check_baselines", workload.sizes, names, timeout_s=SETUP_TIMEOUT_S)
         budget_ms = self.options.timing_budget_ms
         limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
         measured: dict[str, dict] = {}
@@ -566,7 +564,11 @@ class GpuEvaluator:
             per_call = max([statistics.median(v) for v in times.values()] + [1e-3])
             rounds = max(1, min(MAX_CHUNK_ROUNDS, math.floor(CHUNK_MS / per_call)))
         result = {"baseline": (variant, median_iqr(samples["baseline"])), "samples": len(samples["baseline"])}
+        with self._baseline_call():  # ends the baseline process's trace of its timed calls
+            self.baselines.call("timed_launches", timeout_s=limit_s)
+        launches = self.worker.call("timed_launches", timeout_s=limit_s)
         if candidate:
+            result["launches"] = launches
             with self._baseline_call():
                 gated = self.baselines.call("launch_gate", timeout_s=limit_s)["gated"]
             result["launch_gated"] = gated and self.worker.call("launch_gate", timeout_s=limit_s)["gated"]
@@ -602,6 +604,7 @@ class GpuEvaluator:
         ``clean_of``: per workload, each vendor variant's clean (median, IQR) in ms."""
         datasheet = _peaks(self.device()["name"])
         peaks = self.peaks()  # cached: measured before any candidate was loaded
+        own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels} if evaluation.static else set()
         fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
         timings: list[Timing] = []
         guards = list(evaluation.guards)
@@ -616,6 +619,9 @@ class GpuEvaluator:
                 return evaluation.model_copy(update={
                     "trials": trials, "timings": [], "status": Status.INCORRECT,
                     "message": f"outputs of timed calls on {workload.name} were wrong"})
+            trial = next((t for t in evaluation.trials if t.workload == workload.name and t.passed), None)
+            guards += timed_launch_guards(workload.name, trial.launches if trial is not None else None,
+                                          reply["launches"], own_kernels)
             candidate_ms, candidate_iqr = reply["candidate"]
             variant, (baseline_ms, baseline_iqr) = reply["baseline"]
             clean_ms = clean_of[workload.name][variant][0]
@@ -634,6 +640,10 @@ class GpuEvaluator:
                                   baseline=variant, baseline_ms=baseline_ms, baseline_iqr_ms=baseline_iqr,
                                   baseline_clean_ms=clean_ms, baseline_source="interleaved" if trusted else "clean",
                                   samples=reply["samples"], launch_gated=reply["launch_gated"],
+                                  launches_per_call=per_call(launches_of(
+                                      [a for a in reply["launches"]["activities"]
+                                       if a["name"] not in set(reply["launches"]["harness_kernels"])],
+                                      reply["launches"]["stream"]), int(reply["launches"]["rounds"])),
                                   tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
                                   roofline_pct=100 * attainable / seconds if attainable else None))
             if datasheet is not None:

@@ -27,6 +27,37 @@ def _checked_sync(torch: Any) -> None:
     torch.cuda.synchronize()
 
 
+def traced_activities(trace: Any) -> list[dict[str, Any]]:
+    """Every GPU activity a finished ``torch.profiler.profile`` recorded, in start order: name, stream, and
+    for kernels the launch's grid and block (the kineto events carry no launch shape; the trace's export
+    does). Raw data: the parent judges it."""
+    import json
+    import os
+    import tempfile
+
+    kinds = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+    handle, path = tempfile.mkstemp(suffix=".json")
+    os.close(handle)
+    try:
+        trace.export_chrome_trace(path)
+        with open(path) as exported:
+            events = json.load(exported).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    found = []
+    for event in events:
+        kind = kinds.get(event.get("cat"))
+        if kind is None or event.get("ph") != "X":
+            continue
+        args = event.get("args") or {}
+        found.append({"name": str(event.get("name", "")), "stream": args.get("stream"), "kind": kind,
+                      "grid": args.get("grid"), "block": args.get("block"), "ts": float(event.get("ts", 0.0))})
+    found.sort(key=lambda activity: activity["ts"])
+    for activity in found:
+        del activity["ts"]
+    return found
+
+
 class CandidateRunner:
     """Handler for ``Worker``: one loaded candidate at a time."""
 
@@ -38,10 +69,18 @@ class CandidateRunner:
 
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible to the worker")
+        import warnings
+
+        # the kernel tracer's notes (events cleared per cycle, ...) say nothing about the candidate
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.profiler")
         self.torch = torch
         self.library = None
         self.task = None
         self._timing: dict[str, Any] | None = None  # one workload's measurement (prepare_timing)
+        # Every timed call is traced (see time_rounds): the trace, the measurement it belongs to, its stream
+        # and the calls it covers.
+        self._timing_trace: dict[str, Any] | None = None
+        self.harness_kernels: list[str] = []
         # Opening the GPU (context, memory) and starting the kernel tracer run no kernel, so they need no
         # lock and a spare gets through most of its start-up while another lane times; the warm-up's
         # kernels must not overlap a timing.
@@ -95,7 +134,18 @@ class CandidateRunner:
                 mask = torch.rand(4096, generator=generator, device="cuda") < 0.01
                 torch.where(mask, values * 8, values).to(dtype)
             torch.cuda.synchronize()
-        self._time(lambda s: None, torch.cuda.current_stream(), 1)
+        # The kernels the timing itself launches (L2 flush, launch gate, spin cover), named here, before any
+        # candidate code is loaded, so the timed calls' trace can be told apart from the harness's own work.
+        stream = torch.cuda.Stream()
+        with profile(activities=[ProfilerActivity.CUDA]) as trace:
+            self._time(lambda s: None, stream, 1)
+            gate, self._gate = self._gate, None
+            try:
+                self._time(lambda s: None, stream, 1)
+            finally:
+                self._gate = gate
+            torch.cuda.synchronize()
+        self.harness_kernels = sorted({a["name"] for a in traced_activities(trace)})
 
     def device_info(self) -> dict[str, Any]:
         torch = self.torch
@@ -193,9 +243,8 @@ class CandidateRunner:
             _checked_sync(torch)
             phases["call"] = clock()
         phases["trace_stop"] = clock()
-        activities = sorted((e for e in trace.profiler.kineto_results.events() if e.device_type().name == "CUDA"),
-                            key=lambda e: e.start_ns())
-        launch_stream = activities[0].device_resource_id() if activities else None
+        activities = traced_activities(trace)
+        launch_stream = activities[0]["stream"] if activities else None
         phases["trace_read"] = clock()
         marks = list(phases.items())
         # Tensors stay on the GPU: the parent maps them through CUDA IPC instead of copying them through
@@ -203,7 +252,7 @@ class CandidateRunner:
         return {
             "code": code,
             "stream": launch_stream,
-            "activities": [{"name": e.name(), "stream": e.device_resource_id()} for e in activities[1:]],
+            "activities": activities[1:],
             "outputs": dict(outputs),
             "canaries": {k: torch.cat([b[:CANARY_BYTES], b[-CANARY_BYTES:]]).cpu() for k, b in buffers.items()},
             "inputs_after": dict(inputs),
@@ -217,9 +266,10 @@ class CandidateRunner:
         torch = self.torch
         times = []
         for _ in range(repeats):
-            self._flush.amax()  # reads all of it: see L2_FLUSH_BYTES
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):  # on the timed stream: all the harness's timing work is on one stream
+                self._flush.amax()  # reads all of it: see L2_FLUSH_BYTES
             gate = self._gate
             if gate is not None:
                 gate.close(stream)
@@ -314,6 +364,9 @@ class CandidateRunner:
         if self._timing is None:
             raise RuntimeError("prepare_timing comes first")
         calls, turn, stream = self._timing["calls"], self._timing["turn"], self._timing["stream"]
+        self._trace_timing(stream)
+        assert self._timing_trace is not None
+        self._timing_trace["rounds"] += rounds
         times: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(rounds):
             turn["i"] += 1
@@ -321,6 +374,42 @@ class CandidateRunner:
                 times[name] += self._time(call, stream, 1)
         _checked_sync(self.torch)
         return times
+
+    def _trace_timing(self, stream: Any) -> None:
+        """Trace every timed call of the current measurement. A candidate that behaves differently when timed
+        (another stream, other kernels) is seen in the same calls that are timed, not in a sample it could
+        tell apart. Both sides of a measurement are traced alike, so neither pays for it alone."""
+        from torch.profiler import ProfilerActivity, profile
+
+        if self._timing_trace is not None and self._timing_trace["owner"] is self._timing:
+            return
+        self._stop_timing_trace()
+        trace = profile(activities=[ProfilerActivity.CUDA])
+        trace.start()
+        marker = self.torch.zeros(1, device="cuda")
+        with self.torch.cuda.stream(stream):
+            marker.add_(1)  # the trace's first activity names the timed stream
+        self._timing_trace = {"trace": trace, "owner": self._timing, "rounds": 0}
+
+    def _stop_timing_trace(self) -> dict[str, Any] | None:
+        record, self._timing_trace = self._timing_trace, None
+        if record is None:
+            return None
+        self.torch.cuda.synchronize()
+        record["trace"].stop()
+        return record
+
+    def timed_launches(self) -> dict[str, Any]:
+        """Ends the trace of the current measurement: every GPU activity of its timed calls (raw), the timed
+        stream, the rounds it covers, and the harness's own timing kernels (named before any candidate
+        code was loaded)."""
+        record = self._stop_timing_trace()
+        if record is None:
+            return {"stream": None, "rounds": 0, "activities": [], "harness_kernels": self.harness_kernels}
+        activities = traced_activities(record["trace"])
+        stream = activities[0]["stream"] if activities else None
+        return {"stream": stream, "rounds": record["rounds"], "activities": activities[1:],
+                "harness_kernels": self.harness_kernels}
 
     def timed_outputs(self) -> dict[str, Any]:
         """The outputs of the last timed call and the seed of its inputs, for the parent's re-check."""
@@ -367,6 +456,7 @@ def median_iqr(values: list[float]) -> tuple[float, float]:
         return statistics.median(ordered), 0.0
     quartiles = statistics.quantiles(ordered, n=4)
     return statistics.median(ordered), quartiles[2] - quartiles[0]
+
 
 def _timed_baseline(torch: Any, per_set: list[Any], turn: dict[str, int]) -> Any:
     """The timed call of one baseline variant: the call prepared for the current input set, on the launch
