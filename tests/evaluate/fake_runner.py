@@ -134,9 +134,11 @@ class FakeRunner:
             first = next(iter(inputs))
             inputs[first] = inputs[first].clone()
             inputs[first].view(-1)[0] += 1
-        kernels = [{"name": f"void {name}(float*)", "stream": 7} for name in self.kernels]
+        kernels = [{"name": f"void {name}(float*)", "stream": 7, "kind": "kernel"} for name in self.kernels]
         if self.behaviour == "foreign":
-            kernels.append({"name": "nvjet_sm90_tst_gemm", "stream": 7})
+            kernels.append({"name": "nvjet_sm90_tst_gemm", "stream": 7, "kind": "kernel"})
+        if self.behaviour == "host-copy":  # computes on the host beside a token kernel of its own
+            kernels.append({"name": "Memcpy DtoH (Device -> Pageable)", "stream": 7, "kind": "memcpy"})
         canary = torch.full((2 * CANARY_BYTES,), CANARY_VALUE, dtype=torch.uint8)
         if self.behaviour == "overflow":
             canary[CANARY_BYTES] = 0
@@ -150,6 +152,15 @@ class FakeRunner:
             raise RuntimeError("no candidate is loaded to time")
         if baselines and hasattr(self, "kernels"):  # the cheat a candidate could use: slowing its own baseline
             raise RuntimeError("a baseline was timed in a process holding the candidate's code")
+
+    def check_baselines(self, sizes: dict[str, int], names: list[str], seed: int = 0) -> dict:
+        """As the GPU runner's check, without the setup run: a variant whose library does not import here
+        (Liger-Kernel, Triton for torch.compile) is skipped with its reason, the others are timed."""
+        from ptxbench.evaluate.baselines import variant_specs
+
+        assert self.task is not None
+        variants = variant_specs(self.task)
+        return {n: variants[n].load() for n in names}
 
     def prepare_timing(self, sizes: dict[str, int], seeds: list[int], baselines: list[str],
                        candidate: bool = True) -> None:
@@ -185,8 +196,27 @@ class FakeRunner:
                 baseline_ms = 1.3
             with open(last, "w") as out:
                 out.write(str(os.getpid()))
+        self._rounds = getattr(self, "_rounds", 0) + rounds
         return {**({"candidate": [2.0] * rounds} if candidate else {}),
                 **{name: [baseline_ms] * rounds for name in baselines}}
+
+    def timed_launches(self) -> dict[str, Any]:
+        """The trace of the timed calls since the last one: the candidate's kernels once per call on stream 9
+        beside the harness's own flush kernel ("other-stream-when-timed": on stream 11 instead;
+        "extra-kernel-when-timed": one more kernel of its own per call; "host-copy-when-timed": a copy to the
+        host per call)."""
+        rounds, self._rounds = getattr(self, "_rounds", 0), 0
+        candidate = self._timing[3] and hasattr(self, "kernels")
+        stream = 11 if self.behaviour == "other-stream-when-timed" else 9
+        per_call = [{"name": "reduce_kernel<amax>", "stream": 9, "kind": "kernel"}]
+        if candidate:
+            per_call += [{"name": f"void {name}(float*)", "stream": stream, "kind": "kernel"} for name in self.kernels]
+            if self.behaviour == "extra-kernel-when-timed":
+                per_call.append({"name": f"void {self.kernels[0]}(float*)", "stream": 9, "kind": "kernel"})
+            if self.behaviour == "host-copy-when-timed":
+                per_call.append({"name": "Memcpy DtoH (Device -> Pageable)", "stream": 9, "kind": "memcpy"})
+        return {"stream": 9, "rounds": rounds, "activities": per_call * rounds,
+                "harness_kernels": ["reduce_kernel<amax>"]}
 
     def launch_gate(self) -> dict[str, Any]:
         """Gated, except a loaded candidate's process when "ungated" (its calls wait for the GPU)."""
@@ -227,13 +257,6 @@ class BreaksGpu1(FakeRunner):
         if self._marker().exists():
             raise RuntimeError("CUDA error: uncorrectable ECC error encountered")
         return super().health_check()
-
-    def load(self, shared_object: str, task_json: str) -> list[str]:
-        if self._is_broken():
-            self._marker().touch()
-            os._exit(1)
-        return super().load(shared_object, task_json)
-
 
     def load(self, shared_object: str, task_json: str) -> list[str]:
         if self._is_broken():

@@ -76,7 +76,7 @@ def test_a_faulting_gpu_is_retired_and_its_candidates_go_to_another(tmp_path: Pa
     assert {placement["where"]["cuda_visible_devices"] for _, placement, _ in found.values()} == {"0"}
     interrupted = [p["interrupted_by"] for _, p, _ in found.values() if p["interrupted_by"]]
     assert len(interrupted) == 1 and "uncorrectable ECC" in interrupted[0][0], "re-queued, not failed"
-    assert "retired: could not restart" in caplog.text
+    assert "retired: failed the harness's health check" in caplog.text
 
 
 def test_when_every_gpu_is_retired_the_rest_are_recorded_as_infrastructure_failures(tmp_path: Path) -> None:
