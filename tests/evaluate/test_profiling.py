@@ -227,13 +227,21 @@ def test_a_candidate_printing_the_permission_error_is_judged_on_its_report(tmp_p
 def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from .fake_ncu import recordings
 
+    from ptxbench.evaluate.isolation import PROTECTED_PATHS_VARIABLE
+    from ptxbench.integrity import key_path
+    from ptxbench.toolchain.compile import default_cache_dir
+
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    monkeypatch.setenv(PROTECTED_PATHS_VARIABLE, str(tmp_path / "runs"))
     folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=BULK_REPORT)
     _profile(tmp_path)
     (recorded,) = recordings(folder)
     report = Path(recorded["report"])
     assert str(report.parent) in recorded["plan"]["protect"], "the report's folder is made read-only for the program"
+    # what a worker holding candidate code protects, the profiled program protects too
+    assert {str(tmp_path / "runs"), str(default_cache_dir().parent)} <= set(recorded["plan"]["protect"])
+    assert recorded["plan"]["hide"] == [str(key_path())]
     assert not report.parent.exists(), "the harness's folder is removed afterwards"
     assert "OPENAI_API_KEY" not in recorded["environment"] and "HF_TOKEN" not in recorded["environment"]
 
@@ -288,3 +296,14 @@ def test_the_program_protects_its_folders_before_opening_the_gpu_and_goes_on_whe
     events.clear()
     assert program.main(str(plan)) == 0 and events == ["opened", "profiled", "reaped"]
     assert "not isolated: PermissionError" in capsys.readouterr().err
+
+    def hiding(paths, hidden=()):  # type: ignore[no-untyped-def]
+        events.append(f"protect {paths} hide {list(hidden)}")
+        return "read-only, hidden"
+
+    monkeypatch.setattr(program, "_sibling", lambda name: types.SimpleNamespace(protect_paths=hiding)
+                        if name == "isolation" else siblings(name))
+    plan.write_text(json.dumps({"gpu_lock": None, "protect": [str(tmp_path)], "hide": [str(tmp_path / "key")]}))
+    events.clear()
+    assert program.main(str(plan)) == 0
+    assert events[0] == f"protect {[str(tmp_path)]} hide {[str(tmp_path / 'key')]}" and events[1] == "opened"

@@ -8,7 +8,8 @@ an H200, and nothing of that is needed to launch one call.
 
 The plan (written by ``profiling.profiled_program``) lists the entry point's arguments in order: inputs
 (a file of raw bytes each), outputs (a byte count), sizes (an integer) and the stream, and the folders
-(``protect``: ncu's report folder, the plan's) made read-only for this process before the candidate's
+(``protect``: ncu's report folder, the plan's, and what a worker protects) made read-only for this
+process, and the files (``hide``: the caches' signing key) made unreadable, before the candidate's
 library is loaded, where the machine allows. A plan with ``probe`` runs no candidate: it profiles the
 harness's own one-warp kernel, so the harness learns whether ncu may read the counters here from code
 that is its own, never from a candidate's output.
@@ -98,10 +99,12 @@ def _protect(plan: dict) -> str:
     Where the machine refuses it (or the module is missing), the profile still runs, unprotected: the
     report is read by the harness afterwards and a candidate cannot reach it before ncu writes it."""
     paths = [str(path) for path in plan.get("protect", [])]
-    if not paths:
+    hidden = [str(path) for path in plan.get("hide", [])]
+    if not paths and not hidden:
         return "nothing to protect"
     try:
-        return str(_sibling("isolation").protect_paths(paths))
+        protect_paths = _sibling("isolation").protect_paths
+        return str(protect_paths(paths, hidden=hidden) if hidden else protect_paths(paths))
     except (AttributeError, ImportError, OSError) as exc:
         return f"not isolated: {type(exc).__name__}: {exc}"
 

@@ -124,13 +124,35 @@ def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, fol
 
 
 def _program(folder: Path, plan: dict, alone: bool, protect: list[Path]) -> list[str]:
-    """``profile_one.py`` on ``plan`` (written into ``folder``), with the GPU's lock named and the folders
-    to make read-only listed."""
+    """``profile_one.py`` on ``plan`` (written into ``folder``), with the GPU's lock named, the folders to
+    make read-only (``protect`` and what a worker protects) and the files to hide listed."""
     key = os.environ.get(KEY_VARIABLE)  # the program holds the GPU's lock itself while it uses the GPU
     gpu_lock = {"key": key, "folder": str(default_lock_folder()), "alone": alone} if key else None
+    guarded, hidden = _worker_protection()
     path = folder / "plan.json"
-    path.write_text(json.dumps({**plan, "gpu_lock": gpu_lock, "protect": [str(p) for p in protect]}))
+    path.write_text(json.dumps({**plan, "gpu_lock": gpu_lock, "protect": [str(p) for p in protect] + guarded,
+                                "hide": hidden}))
     return [sys.executable, "-I", str(Path(__file__).with_name("profile_one.py")), str(path)]
+
+
+def _worker_protection() -> tuple[list[str], list[str]]:
+    """What a worker holding candidate code protects, so the profiled program protects it too: the paths
+    the harness named (run folders) and the caches' folder read-only, the caches' signing key hidden."""
+    from ptxbench.toolchain.compile import default_cache_dir
+
+    try:
+        from ptxbench.evaluate.isolation import protected_paths_from
+    except ImportError:
+        guarded: list[str] = []
+    else:
+        guarded = protected_paths_from(os.environ)
+    try:
+        from ptxbench.integrity import key_path
+    except ImportError:
+        hidden: list[str] = []
+    else:
+        hidden = [str(key_path())]
+    return [*guarded, str(default_cache_dir().parent)], hidden
 
 
 class ProfiledRunFailed(PtxbenchError):
