@@ -23,21 +23,22 @@ OUT = REPO / "benchmarks" / "results"
 
 
 def child(task_id: str, variant: str) -> None:
-    """Runs under ncu: warm up outside the profiled range, then profile exactly one call."""
+    """Runs under ncu: the variant's setup (untimed, it warms the call up) and one more warm-up call
+    outside the profiled range, then exactly one timed call profiled: setup work is never counted."""
     import torch
 
-    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.baselines import variant_specs
     from ptxbench.tasks.loader import get_task
     from ptxbench.tasks.reference import make_inputs
 
     task = get_task(task_id)
     sizes = task.timed().sizes
     inputs = make_inputs(task, sizes, seed=7, device="cuda")
-    call = baseline_variants(task)[variant]
-    call(inputs, sizes)
+    call = variant_specs(task)[variant].setup(inputs, sizes)
+    call()
     torch.cuda.synchronize()
     torch.cuda.profiler.start()
-    call(inputs, sizes)
+    call()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()
 

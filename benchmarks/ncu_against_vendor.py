@@ -45,22 +45,22 @@ TENSOR_KIND = ".avg.pct_of_peak_sustained_active"  # per-SM average, and only wh
 STALL_MARK = "issue_stalled"
 STALLS_SHOWN = 12
 
-# The vendor side: the task's baseline on one input set, two warm-up calls, then one profiled call.
+# The vendor side: the variant's untimed setup (which warms its call up) and one more warm-up call
+# outside the profiled range, then exactly the call the evaluator times, profiled once.
 VENDOR_PROGRAM = """
 import json, secrets, sys
 import torch
-from ptxbench.evaluate.baselines import baseline_variants
+from ptxbench.evaluate.baselines import variant_specs
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.reference import make_inputs
 spec = json.loads(sys.argv[1])
 task = get_task(spec["task"])
-call = baseline_variants(task)[spec["baseline"]]
 inputs = make_inputs(task, spec["sizes"], secrets.randbits(62), device="cuda")
-for _ in range(2):
-    call(inputs, spec["sizes"])
+call = variant_specs(task)[spec["baseline"]].setup(inputs, spec["sizes"])
+call()
 torch.cuda.synchronize()
 torch.cuda.profiler.start()
-call(inputs, spec["sizes"])
+call()
 torch.cuda.synchronize()
 torch.cuda.profiler.stop()
 """
