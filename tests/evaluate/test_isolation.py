@@ -205,3 +205,12 @@ def test_a_hidden_file_reads_empty_for_the_candidate_only(tmp_path: Path) -> Non
         pytest.skip(mode)
     assert f"hidden: {key}" in mode and content == "''"
     assert key.read_text() == "the machine's signing key"
+
+
+def test_naming_protected_paths_creates_them_and_is_undone(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv(isolation.PROTECTED_PATHS_VARIABLE, "/already")
+    restore = isolation.name_protected_paths([tmp_path / "run", str(tmp_path / "cache")])
+    assert (tmp_path / "run").is_dir(), "created, so the first worker started finds it to protect"
+    assert isolation.protected_paths_from(os.environ) == ["/already", str(tmp_path / "run"), str(tmp_path / "cache")]
+    restore()
+    assert os.environ[isolation.PROTECTED_PATHS_VARIABLE] == "/already"

@@ -37,7 +37,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 # The GPU lock's variables (gpu_lock.KEY_VARIABLE and the folder and trace it reads): a worker takes the
 # lock while its start-up runs kernels, so it must find the same lock as the harness.
@@ -73,6 +73,26 @@ def candidate_environment(environ: Mapping[str, str], home: str | None = None) -
 def protected_paths_from(environ: Mapping[str, str]) -> list[str]:
     """The paths the harness named in ``PTXBENCH_PROTECTED_PATHS`` (read before the environment is scrubbed)."""
     return [path for path in environ.get(PROTECTED_PATHS_VARIABLE, "").split(os.pathsep) if path]
+
+
+def name_protected_paths(paths: Sequence[os.PathLike[str] | str]) -> Callable[[], None]:
+    """Name ``paths`` (created if missing, so even the first worker finds them) in the harness's
+    ``PTXBENCH_PROTECTED_PATHS``, beside any already named, for the workers started from now on;
+    returns the function that restores the variable as it was."""
+    previous = os.environ.get(PROTECTED_PATHS_VARIABLE)
+    named = protected_paths_from(os.environ)
+    for path in paths:
+        os.makedirs(path, exist_ok=True)
+        named.append(os.path.realpath(path))
+    os.environ[PROTECTED_PATHS_VARIABLE] = os.pathsep.join(dict.fromkeys(named))
+
+    def restore() -> None:
+        if previous is None:
+            os.environ.pop(PROTECTED_PATHS_VARIABLE, None)
+        else:
+            os.environ[PROTECTED_PATHS_VARIABLE] = previous
+
+    return restore
 
 
 # -- mount namespace ---------------------------------------------------------------------------------------

@@ -539,18 +539,18 @@ class Worker:
 
     @contextmanager
     def paused(self) -> Iterator[None]:
-        """Everything of the candidate stopped for the duration: the worker's cgroup frozen, or else the
-        worker, its session and descendants stopped (SIGSTOP), so it can start nothing, on the CPU or the
-        GPU, while another process measures. Resumed afterwards even on error; dead processes are left."""
+        """Everything of the candidate stopped (SIGSTOP) for the duration, so it can start nothing, on the
+        CPU or the GPU, while another process measures. With a cgroup the group is frozen while the stop is
+        sent to every process in it, so none forks or escapes meanwhile; without, the worker, its session
+        and its descendants are stopped. Resumed afterwards even on error; dead processes are left."""
         cgroup = self._child.sandbox.cgroup if self._child is not None and self._child.sandbox is not None else None
         if cgroup is not None and _alive(self._process) and cgroup.freeze():
-            try:
-                yield
-            finally:
-                cgroup.thaw()
-            return
-        stopped = self._candidate_processes()
-        signal_all(stopped, signal.SIGSTOP)
+            stopped = cgroup.pids()
+            signal_all(stopped, signal.SIGSTOP)  # taken on thawing, before any of them runs again
+            cgroup.thaw()
+        else:
+            stopped = self._candidate_processes()
+            signal_all(stopped, signal.SIGSTOP)
         for pid in stopped:
             wait_stopped(pid)
         try:
