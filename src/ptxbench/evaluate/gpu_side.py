@@ -384,9 +384,10 @@ class CandidateRunner:
         if self._timing_trace is not None and self._timing_trace["owner"] is self._timing:
             return
         self._stop_timing_trace()
+        marker = self.torch.zeros(1, device="cuda")  # made before the trace: its fill is on another stream
+        self.torch.cuda.synchronize()
         trace = profile(activities=[ProfilerActivity.CUDA])
         trace.start()
-        marker = self.torch.zeros(1, device="cuda")
         with self.torch.cuda.stream(stream):
             marker.add_(1)  # the trace's first activity names the timed stream
         self._timing_trace = {"trace": trace, "owner": self._timing, "rounds": 0}

@@ -1,0 +1,73 @@
+"""The timed calls' trace judged against a trial: what a candidate launches when timed must be what it
+launched when checked (pure functions; the orchestration tests drive them through the evaluator)."""
+
+from __future__ import annotations
+
+from ptxbench.evaluate.status import Guard
+from ptxbench.evaluate.verdict import (
+    ONE_TIME_LAUNCHES,
+    host_transfer_guards,
+    launch_difference,
+    launch_signature,
+    launches_of,
+    timed_launch_guards,
+)
+
+KERNEL = "void (anonymous namespace)::rmsnorm_kernel<256>(float const*, float*)"
+
+
+def _timed(per_call: list[dict], calls: int, extra: list[dict] | None = None) -> dict:
+    flush = {"name": "reduce_kernel<amax>", "stream": 9, "kind": "kernel"}
+    return {"stream": 9, "rounds": calls, "activities": ([flush] + per_call) * calls + (extra or []),
+            "harness_kernels": [flush["name"]]}
+
+
+def _kernel(stream: int = 9, grid: list[int] | None = None, name: str = KERNEL) -> dict:
+    return {"name": name, "stream": stream, "kind": "kernel", "grid": grid or [132, 1, 1], "block": [256, 1, 1]}
+
+
+def test_signatures_agree_between_the_trace_and_nsight_compute() -> None:
+    assert launch_signature(KERNEL, [132, 1, 1], [256, 1, 1]) == "rmsnorm_kernel grid=132,1,1 block=256,1,1"
+    assert launch_signature("rmsnorm_kernel", "(132, 1, 1)", "(256, 1, 1)") == launch_signature(KERNEL, [132, 1, 1],
+                                                                                                   [256, 1, 1])
+    assert launch_signature("Memset (Device)") == "Memset"
+
+
+def test_an_honest_candidate_launches_the_same_when_timed() -> None:
+    trial = launches_of([_kernel(stream=7)], 7)
+    assert timed_launch_guards("w", trial, _timed([_kernel()], 40), {"rmsnorm_kernel"}) == []
+
+
+def test_one_time_work_of_a_fresh_process_is_not_a_difference() -> None:
+    trial = launches_of([_kernel(stream=7)], 7)
+    init = [{"name": "Memset (Device)", "stream": 9, "kind": "memset"}] * ONE_TIME_LAUNCHES
+    assert timed_launch_guards("w", trial, _timed([_kernel()], 40, init), {"rmsnorm_kernel"}) == []
+    assert launch_difference(trial, {**trial, "Memset": ONE_TIME_LAUNCHES + 1}, 1) is not None
+
+
+def test_skipping_the_work_in_some_timed_calls_is_a_difference() -> None:
+    trial = launches_of([_kernel(stream=7)], 7)
+    lazy = _timed([], 30, [_kernel()] * 10)  # the kernel ran in 10 of 30 timed calls
+    findings = timed_launch_guards("w", trial, lazy, {"rmsnorm_kernel"})
+    assert [f.guard for f in findings] == [Guard.LAUNCHES_DIFFER]
+    assert "0.333333 per call instead of 1" in findings[0].detail
+
+
+def test_another_grid_when_timed_is_a_difference() -> None:
+    trial = launches_of([_kernel(stream=7)], 7)
+    findings = timed_launch_guards("w", trial, _timed([_kernel(grid=[1, 1, 1])], 20), {"rmsnorm_kernel"})
+    assert Guard.LAUNCHES_DIFFER in {f.guard for f in findings}
+
+
+def test_other_streams_foreign_kernels_and_host_copies_when_timed_are_found() -> None:
+    trial = launches_of([_kernel(stream=7)], 7)
+    timed = _timed([_kernel(stream=13), _kernel(name="void nvjet_sm90_gemm(float*)"),
+                    {"name": "Memcpy DtoH (Device -> Pageable)", "stream": 9, "kind": "memcpy"}], 10)
+    guards = {f.guard for f in timed_launch_guards("w", trial, timed, {"rmsnorm_kernel"})}
+    assert {Guard.OTHER_STREAM, Guard.FOREIGN_KERNELS, Guard.HOST_TRANSFER, Guard.LAUNCHES_DIFFER} <= guards
+
+
+def test_a_copy_to_the_host_is_found_beside_own_kernels() -> None:
+    activities = [_kernel(stream=7), {"name": "Memcpy DtoH (Device -> Pinned)", "stream": 7, "kind": "memcpy"}]
+    assert [f.guard for f in host_transfer_guards(activities)] == [Guard.HOST_TRANSFER]
+    assert host_transfer_guards([_kernel(stream=7), {"name": "Memcpy DtoD (Device -> Device)", "stream": 7}]) == []
