@@ -4,12 +4,14 @@ launched when checked (pure functions; the orchestration tests drive them throug
 from __future__ import annotations
 
 from ptxbench.evaluate.status import Guard
+from ptxbench.evaluate.executed import KernelProfile
 from ptxbench.evaluate.verdict import (
     ONE_TIME_LAUNCHES,
     host_transfer_guards,
     launch_difference,
     launch_signature,
     launches_of,
+    profiled_launch_guards,
     timed_launch_guards,
 )
 
@@ -71,3 +73,22 @@ def test_a_copy_to_the_host_is_found_beside_own_kernels() -> None:
     activities = [_kernel(stream=7), {"name": "Memcpy DtoH (Device -> Pinned)", "stream": 7, "kind": "memcpy"}]
     assert [f.guard for f in host_transfer_guards(activities)] == [Guard.HOST_TRANSFER]
     assert host_transfer_guards([_kernel(stream=7), {"name": "Memcpy DtoD (Device -> Device)", "stream": 7}]) == []
+
+
+def _profiled(name: str = "rmsnorm_kernel", grid: tuple[int, int, int] = (132, 1, 1)) -> KernelProfile:
+    return KernelProfile(launch_id=0, name=name, grid=grid, block=(256, 1, 1))
+
+
+def test_the_profiled_call_must_launch_what_the_trial_launched() -> None:
+    trial = launches_of([_kernel(stream=7), {"name": "Memset (Device)", "stream": 7, "kind": "memset"}], 7)
+    assert profiled_launch_guards(trial, [_profiled()]) == []  # ncu sees no runtime copies
+    token = profiled_launch_guards(trial, [_profiled("wgmma_token", (1, 1, 1)), _profiled()])
+    assert [f.guard for f in token] == [Guard.LAUNCHES_DIFFER] and "wgmma_token" in token[0].detail
+    assert profiled_launch_guards(trial, [_profiled(grid=(66, 1, 1))])  # another grid under the profiler
+    assert profiled_launch_guards(trial, [])  # nothing of its own ran under the profiler
+
+
+def test_without_launch_shapes_in_the_trial_kernels_are_compared_by_name() -> None:
+    trial = launches_of([{"name": KERNEL, "stream": 7, "kind": "kernel"}], 7)
+    assert profiled_launch_guards(trial, [_profiled()]) == []
+    assert profiled_launch_guards(trial, [_profiled(), _profiled()])

@@ -39,7 +39,7 @@ from ptxbench.evaluate.compare import compare_outputs
 from ptxbench.evaluate.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.executed import RequirementExecution
+from ptxbench.evaluate.executed import KernelProfile, RequirementExecution
 from ptxbench.evaluate.gpu_side import CANARY_VALUE, median_iqr
 from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import (
@@ -50,6 +50,7 @@ from ptxbench.evaluate.verdict import (
     library_guards,
     mutation_guards,
     per_call,
+    profiled_launch_guards,
     provenance_guards,
     timed_launch_guards,
     unique,
@@ -280,6 +281,9 @@ class GpuEvaluator:
             if foreign:
                 guards.append(GuardFinding(guard=Guard.FOREIGN_KERNELS, detail=(
                     f"under ncu the call launched kernels that are not in the candidate's module: {', '.join(foreign[:3])}")))
+            timed_trial = next((t for t in reversed(evaluation.trials) if t.workload == task.timed().name and t.passed),
+                               None)
+            guards += profiled_launch_guards(timed_trial.launches if timed_trial else None, launched)
             unverified = [f.message for f in features if not f.verified]
             if unverified and not guards:  # neither used nor held against it: the evaluation's features stay unknown
                 status = decide(evaluation)
@@ -335,7 +339,7 @@ class GpuEvaluator:
                     return failure
                 libraries_at_load = self.worker.mapped_libraries()
                 with self._stage(stage):
-                    trials, guards, ended = self._trials(task, own_kernels)
+                    trials, guards, ended = self._trials(task, own_kernels, shared_object)
                 guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
             finally:
                 self.worker.kill()  # the candidate's process ends while its lane still holds the GPU
@@ -367,8 +371,8 @@ class GpuEvaluator:
 
     # -- stages -----------------------------------------------------------------------------------
 
-    def _trials(self, task: Task, own_kernels: set[str]) -> tuple[list[TrialResult], list[GuardFinding],
-                                                                   TrialsEnded | None]:
+    def _trials(self, task: Task, own_kernels: set[str], shared_object: Path | None = None
+                ) -> tuple[list[TrialResult], list[GuardFinding], TrialsEnded | None]:
         trials: list[TrialResult] = []
         guards: list[GuardFinding] = []
         for workload in task.workloads:
@@ -387,13 +391,14 @@ class GpuEvaluator:
                 except WorkerTimeout as exc:
                     return trials, guards, TrialsEnded(Status.TIMEOUT, f"workload {workload.name}: {exc}")
                 except (WorkerDied, RequestFailed) as exc:
-                    return trials, guards, TrialsEnded(
-                        Status.RUNTIME_ERROR, f"workload {workload.name}: {exc}",
-                        out_of_memory=isinstance(exc, RequestFailed) and _out_of_memory(exc))
+                    out_of_memory = isinstance(exc, RequestFailed) and _out_of_memory(exc)
+                    return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
+                        f"workload {workload.name}: {exc}", task, workload, shared_object, out_of_memory), out_of_memory)
                 if reply["code"] != 0:
-                    return trials, guards, TrialsEnded(
-                        Status.RUNTIME_ERROR, f"workload {workload.name}: the entry point returned cudaError {reply['code']}",
-                        out_of_memory=reply["code"] == CUDA_ERROR_MEMORY_ALLOCATION)
+                    out_of_memory = reply["code"] == CUDA_ERROR_MEMORY_ALLOCATION
+                    return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
+                        f"workload {workload.name}: the entry point returned cudaError {reply['code']}", task, workload,
+                        shared_object, out_of_memory), out_of_memory)
                 for phase, seconds in (reply.get("phases_s") or {}).items():
                     if isinstance(seconds, float):  # the worker's own account, kept for diagnosis only
                         self._count(f"trials.worker.{phase}", seconds)
@@ -405,6 +410,17 @@ class GpuEvaluator:
                 if not trial.passed:
                     break  # the next workload says more than another seed of this one
         return trials, guards, None
+
+    def _diagnosed(self, message: str, task: Task, workload: Workload | None, shared_object: Path | None,
+                   out_of_memory: bool = False) -> str:
+        """``message`` of a failed call, with compute-sanitizer's first finding on ``workload`` appended when
+        it names a CUDA error (``diagnose_failure``); run while this lane holds the GPU's lock."""
+        if workload is None or shared_object is None or out_of_memory:
+            return message
+        from ptxbench.evaluate.diagnose_failure import with_diagnosis
+
+        with self._stage("diagnosis"):
+            return with_diagnosis(message, task, workload.sizes, shared_object)
 
     def _expect(self, task: Task, workload: Workload, seed: int) -> tuple[dict, dict]:
         """The trial's inputs as drawn here (to check the candidate left its copy unchanged) and the reference."""
@@ -521,7 +537,9 @@ class GpuEvaluator:
             except WorkerTimeout as exc:
                 return evaluation.model_copy(update={"status": Status.TIMEOUT, "message": f"timing: {exc}"}), True
             except (WorkerDied, RequestFailed) as exc:
-                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": f"timing: {exc}"}), True
+                failed = next((w for w in workloads if w.name not in measured), None)  # measured in order
+                return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": self._diagnosed(
+                    f"timing: {exc}", task, failed, shared_object)}), True
             finally:
                 self.worker.kill()
         with self.lock.shared("recheck"):
@@ -683,6 +701,6 @@ def _summary(evaluation: Evaluation, status: Status) -> str:
     if status is Status.PASSED and evaluation.timings:
         timed = evaluation.timings[0]
         speed = f"{timed.speedup:.2f}x the vendor baseline" if timed.speedup else "no baseline"
-        verified = "executed features verified" if evaluation.features is not None else "features unverified (no ncu)"
+        verified = "executed features verified" if evaluation.features is not None else "features unverified"
         return f"correct on every workload; {timed.workload}: {timed.candidate_ms:.3f} ms, {speed}; {verified}"
     return "correct on every workload"

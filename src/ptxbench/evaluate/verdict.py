@@ -106,13 +106,14 @@ def per_call(counts: dict[str, int], calls: int) -> dict[str, float]:
 ONE_TIME_LAUNCHES = 2
 
 
-def launch_difference(expected: dict[str, int], seen: dict[str, int], calls: int) -> str | None:
+def launch_difference(expected: dict[str, int], seen: dict[str, int], calls: int,
+                      one_time: int = ONE_TIME_LAUNCHES) -> str | None:
     """None when the timed calls' launches (``seen``, totals over ``calls`` calls) are ``expected`` (one trial's
-    launches) in every call, give or take ONE_TIME_LAUNCHES launches the trial did not make; else what differs."""
+    launches) in every call, give or take ``one_time`` launches the trial did not make; else what differs."""
     differ = []
     for key in sorted(set(expected) | set(seen)):
         want, got = expected.get(key, 0) * calls, seen.get(key, 0)
-        if got == want or (want == 0 and got <= ONE_TIME_LAUNCHES):
+        if got == want or (want == 0 and got <= one_time):
             continue
         differ.append(f"{key}: {got / calls:g} per call instead of {expected.get(key, 0)}")
     return "; ".join(differ[:4]) + (f" (and {len(differ) - 4} more)" if len(differ) > 4 else "") if differ else None
@@ -186,3 +187,22 @@ def decide(evaluation: Evaluation) -> Status:
     if not evaluation.correct:
         return Status.INCORRECT
     return Status.PASSED
+
+
+def profiled_launch_guards(trial_launches: dict[str, int] | None, launched: list[Any]) -> list[GuardFinding]:
+    """The call Nsight Compute profiled (a process's second call: its one-time work is behind it) must launch
+    the kernels, grids and blocks that a trial of the same workload launched: a candidate that runs other
+    code under the profiler than when checked and timed is REJECTED. ncu profiles kernels only, so the
+    trial's runtime copies are left out."""
+    if trial_launches is None:
+        return []
+    expected = {key: count for key, count in trial_launches.items() if not key.startswith(_RUNTIME_COPIES)}
+    # Where the trial's trace gave no launch shapes, kernels are compared by name alone.
+    shaped = all(" grid=" in key for key in expected)
+    profiled: dict[str, int] = {}
+    for launch in launched:
+        key = launch_signature(launch.name, launch.grid if shaped else None, launch.block if shaped else None)
+        profiled[key] = profiled.get(key, 0) + 1
+    differ = launch_difference(expected, profiled, 1, one_time=0)
+    return [] if differ is None else [GuardFinding(guard=Guard.LAUNCHES_DIFFER, detail=(
+        f"the call under Nsight Compute launched other kernels than the correctness trial of the same workload ({differ})"))]
