@@ -10,6 +10,8 @@
 #   examples     tests/gpu/test_examples_gpu.py: the plain examples and the vendor baselines, 90 s
 #   adversarial  tests/gpu/test_evaluator_gpu.py: the evaluator on the examples and every known cheat, and
 #                tests/gpu/test_lanes_memory_gpu.py: a lane that takes the GPU's memory, 480 s
+#   hostile      tests/gpu/test_hostile_run_gpu.py: one run of every adversarial case beside the honest
+#                examples (other items unaffected, no process left, no record changed), 600 s
 #   gold         tests/gpu/test_reference_gpu.py and the wrapper header's GPU test, 150 s
 #   fixit        tests/gpu/test_fixit_gpu.py (needs the --llm wheels), 80 s
 #   scaleout     tests/gpu/test_scaleout_gpu.py (the Ray part needs the --ray wheels), 240 s
@@ -64,6 +66,7 @@ for section in "${sections[@]}"; do
     case "$section" in
         examples) run_pytest examples 90 tests/gpu/test_examples_gpu.py ;;
         adversarial) run_pytest adversarial 480 tests/gpu/test_evaluator_gpu.py tests/gpu/test_lanes_memory_gpu.py ;;
+        hostile) run_pytest hostile 600 tests/gpu/test_hostile_run_gpu.py ;;
         gold) run_pytest gold 150 tests/gpu/test_reference_gpu.py tests/context/test_wrappers_gpu.py ;;
         fixit) run_pytest fixit 80 tests/gpu/test_fixit_gpu.py ;;
         scaleout) run_pytest scaleout 240 tests/gpu/test_scaleout_gpu.py ;;
@@ -75,6 +78,6 @@ for section in "${sections[@]}"; do
         multigpu) timeout "$(limit 300)" python3 benchmarks/multi_gpu_throughput.py --out "$work/multigpu" \
                       > "$work/multigpu.log" 2>&1
                   echo "multigpu: exit $?"; tail -12 "$work/multigpu.log" ;;
-        *) echo "unknown section: $section (examples adversarial gold fixit scaleout refs evaluator multigpu)" >&2 ;;
+        *) echo "unknown section: $section (examples adversarial hostile gold fixit scaleout refs evaluator multigpu)" >&2 ;;
     esac
 done
