@@ -103,7 +103,7 @@ def _small(task):  # type: ignore[no-untyped-def]
 def test_setup_work_never_runs_in_the_timed_call(task, ops) -> None:  # type: ignore[no-untyped-def]
     sizes = _small(task).sizes
     inputs = make_inputs(task, sizes, seed=1, device="cpu")
-    variants = variant_specs(task)
+    variants = variant_specs(task, audit=True)  # the audited ones must not time setup work either
     assert {(task.id, name) for name in variants} <= set(EXPECTED_CALL), "a variant without an expectation"
     for name, variant in variants.items():
         ops.clear()
@@ -175,3 +175,10 @@ def test_weak_baseline_warning_only_from_measured_numbers() -> None:
     strong = BaselineQuality(gpu="NVIDIA H200", date="2026-12-03", tasks={"transpose": {timed: 97.5}})
     assert weak_baseline_warning(task, strong) is None
     assert all(w.role is not Role.HELDOUT for w in task.shown())
+
+
+@pytest.mark.parametrize("task_id", ["gemm_bf16", "gemm_fp8"])
+def test_gemm_compile_is_audited_by_the_benchmark_not_timed_by_the_evaluator(task_id: str) -> None:
+    task = next(t for t in bundled_suite() if t.id == task_id)
+    assert "compile" not in variant_specs(task) and "torch.compile" not in task.baseline.call
+    assert "compile" in variant_specs(task, audit=True)

@@ -329,7 +329,7 @@ class CandidateRunner:
         cannot load (the evaluator times only those ``check_baselines`` passed)."""
         from ptxbench.evaluate.baselines import variant_specs
 
-        variants = variant_specs(self.task)
+        variants = variant_specs(self.task, audit=True)  # the benchmark may name audited ones
         chosen = {name: variants[name] for name in names}
         for name, variant in chosen.items():
             reason = variant.load()
@@ -344,7 +344,7 @@ class CandidateRunner:
         from ptxbench.evaluate.baselines import variant_specs
         from ptxbench.tasks.reference import make_inputs
 
-        variants = variant_specs(self.task)
+        variants = variant_specs(self.task, audit=True)  # the benchmark may name audited ones
         inputs = make_inputs(self.task, sizes, seed, device="cuda")
         reasons: dict[str, str | None] = {}
         for name in names:
