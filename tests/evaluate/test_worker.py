@@ -317,3 +317,31 @@ def test_an_isolated_worker_replies_with_cpu_tensors() -> None:
         reply = worker.call("cpu_tensor", timeout_s=60)
         assert torch.equal(reply, torch.arange(6, dtype=torch.float32))
         assert worker.call("cpu_tensor", timeout_s=60).sum().item() == 15
+
+
+# The harness starts a plain worker whose code leaves a daemon holding the forkserver's "alive" pipe, then
+# exits without closing the worker.
+_LEAVES_A_SERVER_ALIVE = """
+import multiprocessing.forkserver, sys
+from ptxbench.evaluate.worker import Worker
+worker = Worker("tests.evaluate.fake_handler:Misbehaving")
+worker.call("leave_server_holder", sys.argv[1], timeout_s=60)
+print(multiprocessing.forkserver._forkserver._forkserver_pid)
+"""
+
+
+def test_the_forkserver_is_stopped_when_the_harness_exits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LEAVES_A_SERVER_ALIVE, str(tmp_path / "daemon.pid")],
+                          capture_output=True, text=True, timeout=60, start_new_session=True)
+    daemon = int((tmp_path / "daemon.pid").read_text())
+    server = int(done.stdout.split()[-1])
+    try:
+        assert done.returncode == 0, done.stderr
+        assert _gone(server), "the forkserver outlived the harness"
+    finally:
+        os.kill(daemon, signal.SIGKILL)  # a plain worker's daemon that left its session is out of reach
+        if not _gone(server, 1):
+            os.kill(server, signal.SIGKILL)
