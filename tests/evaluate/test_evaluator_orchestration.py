@@ -103,6 +103,7 @@ def test_a_candidate_that_behaves_otherwise_only_when_timed_is_rejected(monkeypa
 def test_timed_calls_record_what_they_launched(monkeypatch: pytest.MonkeyPatch) -> None:
     evaluation = _evaluate(monkeypatch, "correct")
     assert evaluation.status is Status.PASSED, evaluation.message
+    assert evaluation.isolation, "the evaluation says how the candidate's process was isolated"
     trial = evaluation.trials[0]
     assert trial.launches and all(count == 1 for count in trial.launches.values())
     assert all(t.launches_per_call == trial.launches for t in evaluation.timings)

@@ -151,6 +151,7 @@ class GpuEvaluator:
         self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
         self._durations: dict[str, float] = {}
         self._lock: GpuLock | None = None
+        self._isolation: str | None = None  # the last candidate worker's isolation mode (Worker.isolation)
         # ncu's counter access on this GPU, learnt once by the harness's own probe: (None,) readable,
         # (why not,) unreadable; None until probed (see _counters_unreadable)
         self._counter_probe: tuple[str | None] | None = None
@@ -240,6 +241,7 @@ class GpuEvaluator:
         if isinstance(attempt, dict):
             return evaluation.model_copy(update=attempt)
         trials, guards, ended = attempt
+        evaluation = evaluation.model_copy(update={"isolation": self._isolation})
         if ended is not None and ended.out_of_memory:
             # The GPU's memory is shared with whatever else holds the lock shared (other lanes' candidates,
             # other runs): a candidate that ran out of it is tried again alone before it is blamed.
@@ -337,6 +339,7 @@ class GpuEvaluator:
                 failure = self._load(task, shared_object)
                 if failure is not None:
                     return failure
+                self._isolation = self.worker.isolation
                 libraries_at_load = self.worker.mapped_libraries()
                 with self._stage(stage):
                     trials, guards, ended = self._trials(task, own_kernels, shared_object)

@@ -125,6 +125,9 @@ class Evaluation(Record):
     timings: list[Timing] = Field(default_factory=list)
     features: list[RequirementExecution] | None = Field(
         default=None, description="Executed-instruction verdicts; None when no profiler ran (unverified)")
+    isolation: str | None = Field(default=None, description=(
+        "How the process that ran the candidate's trials was isolated, as it achieved it (read-only mounts, "
+        "cgroup, or why not): the containment the evaluation's verdict rests on"))
     durations_s: dict[str, float] = Field(default_factory=dict, description=(
         "Wall seconds per stage (build_and_static, peaks, worker_start, load, trials with its parts "
         "trials.worker (request to reply), trials.expect (the reference, computed meanwhile) and trials.judge, "
