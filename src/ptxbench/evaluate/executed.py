@@ -21,6 +21,7 @@ import re
 from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch, load_registry
+from ptxbench.records import Record
 from ptxbench.tasks.model import Requirement
 
 OPCODE_METRIC = "sass__inst_executed_per_opcode_with_modifier_all"
@@ -51,7 +52,7 @@ _INSTANCE = re.compile(r"([A-Z][A-Z0-9_.]*(?:\.[A-Za-z0-9_]+)*):\s*([\d,]+)")
 Dims = tuple[int, int, int]
 
 
-class KernelProfile(BaseModel):
+class KernelProfile(Record):
     """One profiled kernel launch, as ncu saw it from outside the candidate's process."""
 
     launch_id: int
@@ -65,7 +66,7 @@ class KernelProfile(BaseModel):
         "byte counters of BYTE_METRICS present in the report, in bytes; a counter ncu did not report is absent"))
 
 
-class RequirementExecution(BaseModel):
+class RequirementExecution(Record):
     """One requirement judged on executed counts; ``flop_share`` only for matrix features, ``byte_share``
     only for requirements with a minimum share of the task's bytes. ``verified`` False: the counters
     needed to judge it were not in the report, so it is neither satisfied nor held against the candidate."""

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from ptxbench import __version__
 from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
+from ptxbench.records import Record
 
 RUN_SCHEMA_VERSION = 1
 HEADER_FILE = "run.json"
@@ -30,7 +31,7 @@ RESULT_FILE = "result.json"
 RUN_LOCAL_OPTIONS = frozenset({"lanes"})
 
 
-class RunHeader(BaseModel):
+class RunHeader(Record):
     """Who made the run, with what, and how (every option, resolved)."""
 
     version: int = RUN_SCHEMA_VERSION
