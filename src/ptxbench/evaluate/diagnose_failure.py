@@ -15,7 +15,6 @@ status, and where the tool is missing, fails or runs out of time the message sta
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import re
@@ -89,26 +88,11 @@ def sanitized_program(task: Task, sizes: dict[str, int], shared_object: Path, fo
     """``profile_one.py`` on a plan for ``sizes`` (inputs drawn on the CPU with the trials' distributions),
     written into ``folder``, with no GPU lock named: the evaluator already holds it (exclusively while
     timing), and the program waiting for it would wait forever."""
-    from ptxbench.contract.signature import parameters
-    from ptxbench.evaluate.profiling import _cuda_runtime, _program
+    from ptxbench.evaluate.profiling import _cuda_runtime, _program, plan_arguments
     from ptxbench.tasks.reference import make_inputs
 
     inputs = make_inputs(task, sizes, secrets.randbits(62), device="cpu")
-    outputs = {spec.name: spec for spec in task.outputs}
-    arguments: list[dict] = []
-    for parameter in parameters(task):
-        if parameter.kind == "input":
-            host = inputs[parameter.name].contiguous()
-            path = folder / f"{parameter.name}.bin"
-            path.write_bytes(ctypes.string_at(host.data_ptr(), host.numel() * host.element_size()))
-            arguments.append({"kind": "input", "file": str(path)})
-        elif parameter.kind == "output":
-            spec = outputs[parameter.name]
-            arguments.append({"kind": "output", "bytes": spec.numel(sizes) * spec.dtype.size})
-        elif parameter.kind == "size":
-            arguments.append({"kind": "size", "value": int(sizes[parameter.name])})
-        else:
-            arguments.append({"kind": "stream"})
+    arguments = plan_arguments(task, sizes, inputs, folder)
     program = _program(folder, {"library": str(shared_object), "entry_point": task.entry_point,
                                 "preload": _cuda_runtime(), "arguments": arguments}, False, protect)
     plan_path = Path(program[-1])

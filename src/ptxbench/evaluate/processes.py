@@ -14,6 +14,7 @@ import ctypes
 import os
 import signal
 import time
+from collections.abc import Callable
 from contextlib import suppress
 
 PR_SET_CHILD_SUBREAPER = 36  # prctl option, linux/prctl.h
@@ -82,18 +83,23 @@ def signal_all(pids: list[int], signal_number: int) -> None:
             os.kill(pid, signal_number)
 
 
-def kill_descendants(pid: int, rounds: int = 20) -> list[int]:
-    """SIGKILL every descendant of ``pid`` until none is left (a forking one may add more meanwhile);
+def kill_until_none(find: Callable[[], list[int]], rounds: int = 20) -> list[int]:
+    """SIGKILL the processes ``find`` names until it names none (a forking one may add more meanwhile);
     returns those it killed, for ``reap``."""
     killed: list[int] = []
     for _ in range(rounds):
-        left = descendants(pid)
+        left = find()
         if not left:
             break
         signal_all(left, signal.SIGKILL)
         killed += left
         time.sleep(0.01)
     return killed
+
+
+def kill_descendants(pid: int, rounds: int = 20) -> list[int]:
+    """SIGKILL every descendant of ``pid`` until none is left; returns those it killed."""
+    return kill_until_none(lambda: descendants(pid), rounds)
 
 
 def reap(pids: list[int], timeout_s: float = 1.0) -> None:

@@ -91,19 +91,11 @@ def _cuda_runtime() -> list[str]:
     return sorted(path for path in mapped_libraries("self") if "libcudart.so" in path)[:1]
 
 
-def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, folder: Path,
-                     alone: bool = False, protect: list[Path] | None = None) -> list[str]:
-    """The command ncu runs: ``profile_one.py`` on a plan with one fresh input set drawn here (with the
-    trials' distributions, so the profiled call sees data like theirs) written as raw bytes; ``protect``:
-    the folders the program makes read-only before it loads the candidate (``folder`` among them)."""
-    protect = [folder] if protect is None else protect
-    import torch
-
+def plan_arguments(task: Task, sizes: dict[str, int], inputs: dict, folder: Path) -> list[dict]:
+    """The entry point's arguments as ``profile_one.py``'s plan lists them: each input written to ``folder``
+    as raw bytes, each output's size, the sizes, the stream."""
     from ptxbench.contract.signature import parameters
-    from ptxbench.tasks.reference import make_inputs
 
-    with shared_if_known("ncu inputs"):  # drawing the inputs uses the GPU
-        inputs = make_inputs(task, sizes, secrets.randbits(62), device="cuda" if torch.cuda.is_available() else "cpu")
     outputs = {spec.name: spec for spec in task.outputs}
     arguments: list[dict] = []
     for parameter in parameters(task):
@@ -119,6 +111,22 @@ def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, fol
             arguments.append({"kind": "size", "value": int(sizes[parameter.name])})
         else:
             arguments.append({"kind": "stream"})
+    return arguments
+
+
+def profiled_program(task: Task, sizes: dict[str, int], shared_object: Path, folder: Path,
+                     alone: bool = False, protect: list[Path] | None = None) -> list[str]:
+    """The command ncu runs: ``profile_one.py`` on a plan with one fresh input set drawn here (with the
+    trials' distributions, so the profiled call sees data like theirs) written as raw bytes; ``protect``:
+    the folders the program makes read-only before it loads the candidate (``folder`` among them)."""
+    protect = [folder] if protect is None else protect
+    import torch
+
+    from ptxbench.tasks.reference import make_inputs
+
+    with shared_if_known("ncu inputs"):  # drawing the inputs uses the GPU
+        inputs = make_inputs(task, sizes, secrets.randbits(62), device="cuda" if torch.cuda.is_available() else "cpu")
+    arguments = plan_arguments(task, sizes, inputs, folder)
     return _program(folder, {"library": str(shared_object), "entry_point": task.entry_point,
                              "preload": _cuda_runtime(), "arguments": arguments}, alone, protect)
 

@@ -49,6 +49,7 @@ from ptxbench.evaluate.processes import (
     become_subreaper,
     descendants,
     kill_descendants,
+    kill_until_none,
     mapped_libraries,
     process_state,
     reap,
@@ -265,15 +266,7 @@ def _alive(process: multiprocessing.process.BaseProcess | None) -> bool:
 
 def _kill_session(session: int, rounds: int = 20) -> list[int]:
     """SIGKILL every process of an isolated worker's session until none is left; returns those killed."""
-    killed: list[int] = []
-    for _ in range(rounds):
-        members = session_members(session)
-        if not members:
-            break
-        signal_all(members, signal.SIGKILL)
-        killed += members
-        time.sleep(0.01)
-    return killed
+    return kill_until_none(lambda: session_members(session), rounds)
 
 
 def _kill_cgroup(cgroup: Cgroup | None) -> list[int]:
