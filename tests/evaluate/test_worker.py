@@ -345,3 +345,15 @@ def test_the_forkserver_is_stopped_when_the_harness_exits(tmp_path) -> None:  # 
         os.kill(daemon, signal.SIGKILL)  # a plain worker's daemon that left its session is out of reach
         if not _gone(server, 1):
             os.kill(server, signal.SIGKILL)
+
+
+def test_closing_a_worker_ends_what_it_started_before_it_exits(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A worker that exits in order would leave its children to init: they are ended first."""
+    counter = tmp_path / "counter"
+    worker = Worker(HANDLER)
+    worker.call("start_counter", str(counter), timeout_s=60)
+    worker.close()
+    time.sleep(0.1)
+    before = counter.read_text()
+    time.sleep(0.3)
+    assert counter.read_text() == before, "the child the worker started outlived it"

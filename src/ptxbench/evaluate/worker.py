@@ -560,6 +560,8 @@ class Worker:
         while self._spares:
             _end(self._spares.popleft())
         if self._connection is not None and self._process is not None and _alive(self._process):
+            # what it started goes first: once the worker has exited, its orphans would be init's to keep
+            reap(kill_descendants(self._process.pid))
             try:
                 self._connection.send(None)
                 self._process.join(timeout=10)
