@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ptxbench.cli import app
-from ptxbench.evaluate.status import Evaluation, InfraFailure
+from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
 
 from ..conftest import EXAMPLES, FIXTURES
 
@@ -108,3 +108,16 @@ def test_the_cli_states_the_evaluators_default_lanes() -> None:
 
     result = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "200"})
     assert EvalOptions().lanes == DEFAULT_LANES and f"(default {DEFAULT_LANES})" in result.output
+
+
+@pytest.mark.parametrize(("fixture", "task"), [("cpp_syntax_error.cu", "softmax"),
+                                               ("rmsnorm_wrong_signature.cu", "rmsnorm")])
+def test_a_build_failure_is_the_candidates_also_without_a_gpu(tmp_path: Path, fixture: str, task: str) -> None:
+    """A file that does not build is COMPILE_ERROR, as on a GPU machine, never the harness's NO_GPU."""
+    out = tmp_path / "eval"
+    result = runner.invoke(app, ["eval", str(FIXTURES / fixture), "--task", task, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    (record,) = out.glob("items/*/*/result.json")
+    evaluation = Evaluation.model_validate_json(record.read_text())
+    assert evaluation.status is Status.COMPILE_ERROR and evaluation.infra_failure is None, evaluation
+    assert evaluation.build is not None and not evaluation.build.ok and evaluation.message

@@ -211,12 +211,9 @@ class GpuEvaluator:
         evaluation = Evaluation(candidate=name, task=task.id, task_hash=task.content_hash, arch=arch,
                                 status=Status.COMPILE_ERROR, build=result, static=report.static,
                                 message=result.diagnosis.summary if result.diagnosis else "")
-        if not result.ok:
-            return evaluation
-        linked = [v for v in report.static.policy_violations if "links" in v] if report.static else []
-        if linked:
-            return evaluation.model_copy(update={"status": Status.REJECTED, "message": linked[0],
-                                                 "guards": [GuardFinding(guard=Guard.LIBRARY_CALL, detail=linked[0])]})
+        decided = verdict_before_running(evaluation)
+        if decided is not None:
+            return decided
         try:
             return self._run(task, evaluation, Path(result.directory) / "candidate.so")
         except ForgedReply as exc:
@@ -674,6 +671,21 @@ class GpuEvaluator:
                         f"{workload.name}: {candidate_ms:.4f} ms is below the physical floor {floor_s * 1e3:.4f} ms "
                         "(datasheet bandwidth and tensor-core peak)")))
         return evaluation.model_copy(update={"timings": timings, "guards": unique(guards)})
+
+
+def verdict_before_running(evaluation: Evaluation) -> Evaluation | None:
+    """The verdict the build alone decides, GPU or not: a build that failed is the candidate's
+    COMPILE_ERROR, a binary that links a library is REJECTED; None when the candidate must be run.
+    ``evaluation`` carries the build and the static report (its status is not read)."""
+    result = evaluation.build
+    if result is None or not result.ok:
+        return evaluation.model_copy(update={"status": Status.COMPILE_ERROR, "infra_failure": None})
+    static = evaluation.static
+    linked = [v for v in static.policy_violations if "links" in v] if static else []
+    if linked:
+        return evaluation.model_copy(update={"status": Status.REJECTED, "infra_failure": None, "message": linked[0],
+                                             "guards": [GuardFinding(guard=Guard.LIBRARY_CALL, detail=linked[0])]})
+    return None
 
 
 def _harness_failure(message: str) -> dict:

@@ -33,10 +33,10 @@ from pydantic import BaseModel
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
+from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, verdict_before_running
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
-from ptxbench.evaluate.status import Evaluation, InfraFailure
+from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
 from ptxbench.evaluate.verdict import decide
 from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RUN_LOCAL_OPTIONS, RunAudit, RunDir, RunHeader, RunLedger
 from ptxbench.tasks.model import Task
@@ -118,10 +118,19 @@ def _driver_version() -> str | None:
 
 
 def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
+    """Without a GPU: what the build alone decides (a failed build is the candidate's COMPILE_ERROR, as on a
+    GPU machine), else NO_GPU, the harness's, with the static report."""
     report = check_source(candidate.source, arch, candidate.task, candidate.origin)
-    return Evaluation(candidate=candidate.origin, task=candidate.task.id, task_hash=candidate.task.content_hash,
-                      arch=arch, infra_failure=InfraFailure.NO_GPU, build=report.build, static=report.static,
-                      message="no CUDA GPU visible: built and read statically only; not run")
+    built = Evaluation(candidate=candidate.origin, task=candidate.task.id, task_hash=candidate.task.content_hash,
+                       arch=arch, infra_failure=InfraFailure.NO_GPU, build=report.build, static=report.static,
+                       message="no CUDA GPU visible: built and read statically only; not run")
+    decided = verdict_before_running(built)
+    if decided is None:
+        return built
+    if decided.status is Status.COMPILE_ERROR:
+        summary = report.build.diagnosis.summary if report.build.diagnosis else "the build failed"
+        return decided.model_copy(update={"message": summary})
+    return decided
 
 
 Backend = Literal["local", "ray"]
