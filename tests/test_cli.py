@@ -90,7 +90,7 @@ def test_malformed_task_file_gives_one_line_error(tmp_path) -> None:  # type: ig
     proc = subprocess.run([sys.executable, "-m", "ptxbench", "tasks", "show", str(bad)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
-    assert proc.stdout.startswith(f"error: {bad}: invalid task:")
+    assert proc.stderr.startswith(f"error: {bad}: invalid task:") and proc.stdout == ""  # errors on stderr
     assert "Traceback" not in proc.stdout + proc.stderr
 
 
@@ -98,4 +98,39 @@ def test_unreadable_candidate_is_a_clear_error(tmp_path) -> None:  # type: ignor
     text = tmp_path / "kernel.txt"
     text.write_text("not cuda")
     proc = subprocess.run([sys.executable, "-m", "ptxbench", "check", str(text)], capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "a candidate is one CUDA C++ file" in proc.stdout
+    assert proc.returncode == 2 and "a candidate is one CUDA C++ file" in proc.stderr
+
+
+def _cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
+    """The installed command as a user runs it: a real process, no TTY, 80 columns."""
+    import os
+
+    return subprocess.run([sys.executable, "-m", "ptxbench", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "80"}, cwd=cwd)
+
+
+def test_version_is_printed() -> None:
+    from ptxbench import __version__
+
+    done = _cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"ptxbench {__version__}"
+
+
+def test_errors_go_to_stderr_and_say_where_they_looked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    done = _cli("eval", str(tmp_path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert f"no candidate files (*.cu) found in {tmp_path}" in " ".join(done.stderr.split())
+
+
+def test_a_file_named_after_no_task_is_skipped_and_the_folder_still_evaluated(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from .conftest import EXAMPLES
+
+    folder = tmp_path / "kernels"
+    folder.mkdir()
+    (folder / "softmax.cu").write_text((EXAMPLES / "softmax.cu").read_text())
+    (folder / "binary.cu").write_text((EXAMPLES / "softmax.cu").read_text())
+    done = _cli("eval", str(folder), "--out", str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr
+    warning = " ".join(done.stderr.split())
+    assert "binary.cu: skipped: its task is taken from the file name ('binary')" in warning and "--task" in warning
+    assert [p.parent.name for p in (tmp_path / "run").glob("items/*/*/result.json")] == ["softmax"]

@@ -24,11 +24,26 @@ app.add_typer(tasks_app, name="tasks")
 fixit_app = typer.Typer(no_args_is_help=True, help="Fixit: mine failures, repair, explain, build an SFT set, train, evaluate.")
 app.add_typer(fixit_app, name="fixit")
 console = Console()
+errors = Console(stderr=True)  # errors and warnings go to stderr, so piped results stay clean
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
+
+
+def _version(shown: bool) -> None:
+    if shown:
+        from ptxbench import __version__
+
+        console.print(f"ptxbench {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")) -> None:
+    """PTXBench: do LLM-written GPU kernels use architecture-specific PTX, correctly and fast?"""
 
 
 @app.command()
@@ -189,7 +204,6 @@ def evaluate(
     from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
     from ptxbench.evaluate.run import (
         GpusRetired,
-        candidate_from_file,
         candidates_from_generations,
         candidates_from_run,
         evaluate_candidates,
@@ -229,10 +243,13 @@ def evaluate(
         elif path.suffix == ".jsonl":
             candidates += candidates_from_generations(path)
         else:
-            candidates += [candidate_from_file(f, get_task(f.stem if task == "auto" else task)) for f in _expand([path])]
+            candidates += _candidates_in(path, task, get_task)
+    if not candidates:
+        _fail("nothing to evaluate: " + ", ".join(str(p) for p in paths) + " held no candidate with a known task")
     if backend == "local" and not gpu_available() and not regrade:
-        console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each is "
-                      "recorded as an infrastructure failure (NO_GPU), never as the candidate's failure", highlight=False)
+        console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each that "
+                      "builds is recorded as an infrastructure failure (NO_GPU), never as the candidate's failure",
+                      highlight=False)
     options = EvalOptions(trials=trials, time=timing, profile=profile, call_timeout_s=call_timeout_s,
                           **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}),
                           **({"lanes": lanes} if lanes is not None else {}))
@@ -520,8 +537,28 @@ def _expand(files: list[Path]) -> list[Path]:
         else:
             _fail(f"{item}: no such file or directory")
     if not paths:
-        _fail("no candidate files found")
+        _fail("no candidate files (*.cu) found in " + ", ".join(str(f) for f in files))
     return paths
+
+
+def _candidates_in(path: Path, task: str, get_task):  # type: ignore[no-untyped-def]
+    """The candidate files of ``path``; with ``--task auto`` a file whose name is no task is skipped with a
+    warning saying so, and the folder's other files are still evaluated."""
+    from ptxbench.evaluate.run import candidate_from_file
+
+    found = []
+    for file in _expand([path]):
+        try:
+            chosen = get_task(file.stem if task == "auto" else task)
+        except PtxbenchError as exc:
+            if task != "auto":
+                raise
+            errors.print(f"[yellow]warning:[/yellow] {file}: skipped: its task is taken from the file name "
+                         f"({file.stem!r}), which names no task ({exc}); pass --task TASK", highlight=False,
+                         soft_wrap=True)
+            continue
+        found.append(candidate_from_file(file, chosen))
+    return found
 
 
 def _task_for(path: Path, task: str | None, get_task):  # type: ignore[no-untyped-def]
@@ -534,7 +571,7 @@ def main() -> None:
     try:
         app()
     except PtxbenchError as exc:
-        console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

@@ -36,5 +36,5 @@ def test_cli_reports_a_missing_compiler_in_one_line(tmp_path) -> None:  # type: 
     proc = subprocess.run([sys.executable, "-m", "ptxbench", "check", str(FIXTURES / "gemm_mma_sync.cu")],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
-    assert "error: nvcc not found. Fix: install the CUDA toolkit" in proc.stdout
+    assert "error: nvcc not found. Fix: install the CUDA toolkit" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
