@@ -49,10 +49,10 @@ from ptxbench.evaluate.verdict import (
     launches_of,
     library_guards,
     mutation_guards,
-    per_call,
     profiled_launch_guards,
     provenance_guards,
     timed_launch_guards,
+    timed_launches_per_call,
     unique,
 )
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
@@ -233,7 +233,7 @@ class GpuEvaluator:
                 return evaluation.model_copy(update=failure)
             with self._stage("peaks"), self.lock.exclusive("peaks"):  # once per evaluator: the first candidate carries it
                 self.peaks()  # measured in the baseline process, which no candidate touches
-        own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels}
+        own_kernels = _own_kernels(evaluation)
         attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=False)
         if isinstance(attempt, dict):
             return evaluation.model_copy(update=attempt)
@@ -280,9 +280,7 @@ class GpuEvaluator:
             if foreign:
                 guards.append(GuardFinding(guard=Guard.FOREIGN_KERNELS, detail=(
                     f"under ncu the call launched kernels that are not in the candidate's module: {', '.join(foreign[:3])}")))
-            timed_trial = next((t for t in reversed(evaluation.trials) if t.workload == task.timed().name and t.passed),
-                               None)
-            guards += profiled_launch_guards(timed_trial.launches if timed_trial else None, launched)
+            guards += profiled_launch_guards(_last_launches(evaluation, task.timed().name), launched)
             unverified = [f.message for f in features if not f.verified]
             if unverified and not guards:  # neither used nor held against it: the evaluation's features stay unknown
                 status = decide(evaluation)
@@ -622,7 +620,6 @@ class GpuEvaluator:
         ``clean_of``: per workload, each vendor variant's clean (median, IQR) in ms."""
         datasheet = _peaks(self.device()["name"])
         peaks = self.peaks()  # cached: measured before any candidate was loaded
-        own_kernels = {base_name(k.demangled) for k in evaluation.static.kernels} if evaluation.static else set()
         fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
         timings: list[Timing] = []
         guards = list(evaluation.guards)
@@ -637,9 +634,8 @@ class GpuEvaluator:
                 return evaluation.model_copy(update={
                     "trials": trials, "timings": [], "status": Status.INCORRECT,
                     "message": f"outputs of timed calls on {workload.name} were wrong"})
-            trial = next((t for t in reversed(evaluation.trials) if t.workload == workload.name and t.passed), None)
-            guards += timed_launch_guards(workload.name, trial.launches if trial is not None else None,
-                                          reply["launches"], own_kernels)
+            guards += timed_launch_guards(workload.name, _last_launches(evaluation, workload.name), reply["launches"],
+                                          _own_kernels(evaluation))
             candidate_ms, candidate_iqr = reply["candidate"]
             variant, (baseline_ms, baseline_iqr) = reply["baseline"]
             clean_ms = clean_of[workload.name][variant][0]
@@ -658,10 +654,7 @@ class GpuEvaluator:
                                   baseline=variant, baseline_ms=baseline_ms, baseline_iqr_ms=baseline_iqr,
                                   baseline_clean_ms=clean_ms, baseline_source="interleaved" if trusted else "clean",
                                   samples=reply["samples"], launch_gated=reply["launch_gated"],
-                                  launches_per_call=per_call(launches_of(
-                                      [a for a in reply["launches"]["activities"]
-                                       if a["name"] not in set(reply["launches"]["harness_kernels"])],
-                                      reply["launches"]["stream"]), int(reply["launches"]["rounds"])),
+                                  launches_per_call=timed_launches_per_call(reply["launches"]),
                                   tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
                                   roofline_pct=100 * attainable / seconds if attainable else None))
             if datasheet is not None:
@@ -686,6 +679,18 @@ def verdict_before_running(evaluation: Evaluation) -> Evaluation | None:
         return evaluation.model_copy(update={"status": Status.REJECTED, "infra_failure": None, "message": linked[0],
                                              "guards": [GuardFinding(guard=Guard.LIBRARY_CALL, detail=linked[0])]})
     return None
+
+
+def _own_kernels(evaluation: Evaluation) -> set[str]:
+    """The base names of the kernels in the candidate's module, as its static report lists them."""
+    return {base_name(k.demangled) for k in evaluation.static.kernels} if evaluation.static else set()
+
+
+def _last_launches(evaluation: Evaluation, workload: str) -> dict[str, int] | None:
+    """What the workload's last passing trial launched (past a fresh process's one-time work): the launches a
+    timed or profiled call of that workload must repeat."""
+    trial = next((t for t in reversed(evaluation.trials) if t.workload == workload and t.passed), None)
+    return trial.launches if trial is not None else None
 
 
 def _harness_failure(message: str) -> dict:

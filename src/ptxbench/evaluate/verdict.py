@@ -96,7 +96,16 @@ def launches_of(activities: list[dict[str, Any]], launch_stream: Any, ignored: s
     return counts
 
 
-def per_call(counts: dict[str, int], calls: int) -> dict[str, float]:
+def timed_activities(timed: dict[str, Any]) -> list[dict[str, Any]]:
+    """The timed calls' trace (``CandidateRunner.timed_launches``) without the harness's own timing kernels."""
+    harness = set(timed.get("harness_kernels") or [])
+    return [a for a in timed.get("activities") or [] if a["name"] not in harness]
+
+
+def timed_launches_per_call(timed: dict[str, Any]) -> dict[str, float]:
+    """What each timed call launched on the stream passed in, on average (``Timing.launches_per_call``)."""
+    calls = int(timed.get("rounds") or 0)
+    counts = launches_of(timed_activities(timed), timed.get("stream"))
     return {key: count / calls for key, count in counts.items()} if calls > 0 else {}
 
 
@@ -126,8 +135,7 @@ def timed_launch_guards(workload: str, trial_launches: dict[str, int] | None, ti
     trial launched, on the stream passed in, and copy nothing to the host. A candidate that behaves
     differently when timed is REJECTED."""
     findings: list[GuardFinding] = []
-    harness = set(timed.get("harness_kernels") or [])
-    activities = [a for a in timed.get("activities") or [] if a["name"] not in harness]
+    activities = timed_activities(timed)
     stream = timed.get("stream")
     elsewhere = sorted({str(a["stream"]) for a in activities if a["stream"] != stream})
     if elsewhere:
