@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from ptxbench.cli import app
 from ptxbench.tasks.loader import bundled_suite, get_task
 
+from .cli.newcomer import cli
 from .conftest import FIXTURES
 
 runner = CliRunner()
@@ -101,23 +102,15 @@ def test_unreadable_candidate_is_a_clear_error(tmp_path) -> None:  # type: ignor
     assert proc.returncode == 2 and "a candidate is one CUDA C++ file" in proc.stderr
 
 
-def _cli(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
-    """The installed command as a user runs it: a real process, no TTY, 80 columns."""
-    import os
-
-    return subprocess.run([sys.executable, "-m", "ptxbench", *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "80"}, cwd=cwd)
-
-
 def test_version_is_printed() -> None:
     from ptxbench import __version__
 
-    done = _cli("--version")
+    done = cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"ptxbench {__version__}"
 
 
 def test_errors_go_to_stderr_and_say_where_they_looked(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    done = _cli("eval", str(tmp_path))
+    done = cli("eval", str(tmp_path))
     assert done.returncode == 2 and done.stdout == ""
     assert f"no candidate files (*.cu) found in {tmp_path}" in " ".join(done.stderr.split())
 
@@ -129,7 +122,7 @@ def test_a_file_named_after_no_task_is_skipped_and_the_folder_still_evaluated(tm
     folder.mkdir()
     (folder / "softmax.cu").write_text((EXAMPLES / "softmax.cu").read_text())
     (folder / "binary.cu").write_text((EXAMPLES / "softmax.cu").read_text())
-    done = _cli("eval", str(folder), "--out", str(tmp_path / "run"))
+    done = cli("eval", str(folder), "--out", str(tmp_path / "run"))
     assert done.returncode == 0, done.stderr
     warning = " ".join(done.stderr.split())
     assert "binary.cu: skipped: its task is taken from the file name ('binary')" in warning and "--task" in warning
