@@ -22,12 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from ptxbench.kernels import reference_folder
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results"
 EXAMPLES = REPO / "kernels" / "examples"
 # The throughput goal is for GEMM-class candidates near the vendor's speed. The plain example GEMM is far
 # slower: 20 copies of it did not finish in 300 s on the H200, where 20 of the reference take under 2 min.
-REFERENCE_GEMM = REPO / "kernels" / "reference" / "sm_90a" / "gemm_bf16.cu"
+REFERENCE_GEMM = reference_folder("sm_90a") / "gemm_bf16.cu"
 
 
 def _spread(evaluator, task, shared_object: Path, repeats: int) -> dict:  # type: ignore[no-untyped-def]

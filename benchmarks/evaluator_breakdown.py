@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ptxbench.kernels import reference_folder
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -136,7 +138,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--task", default="gemm_bf16")
-    parser.add_argument("--candidate", type=Path, default=REPO / "kernels" / "reference" / "sm_90a" / "gemm_bf16.cu")
+    parser.add_argument("--candidate", type=Path, default=reference_folder("sm_90a") / "gemm_bf16.cu")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()
     task = get_task(args.task)

@@ -1,4 +1,4 @@
-"""The expert reference kernels (kernels/reference/<arch>) through the full evaluator: correctness on
+"""The expert reference kernels (ptxbench/kernels/reference/<arch>) through the full evaluator: correctness on
 every workload, time against the vendor library measured in the same run, share of the roofline, and
 the executed-feature evidence from Nsight Compute.
 
@@ -15,6 +15,8 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+
+from ptxbench.kernels import reference_folder
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results"
@@ -90,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
 
     arch = Arch(args.arch)
-    folder = args.folder or REPO / "kernels" / "reference" / arch.value
+    folder = args.folder or reference_folder(arch.value)
     files = sorted(folder.glob("*.cu"))
     if args.tasks:
         files = [f for f in files if f.stem in args.tasks]

@@ -21,8 +21,10 @@ import json
 import sys
 from pathlib import Path
 
+from ptxbench.kernels import reference_folder
+
 REPO = Path(__file__).resolve().parents[1]
-KERNEL = REPO / "kernels" / "reference" / "sm_90a" / "softmax.cu"
+KERNEL = reference_folder("sm_90a") / "softmax.cu"
 ROWS = (450, 480, 481, 496, 510, 511, 512, 528, 540, 541, 570)
 
 

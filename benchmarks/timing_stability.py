@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from ptxbench.kernels import reference_folder
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results"
 
@@ -228,7 +230,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--task", default="gemm_bf16")
-    parser.add_argument("--candidate", type=Path, default=REPO / "kernels" / "reference" / "sm_90a" / "gemm_bf16.cu")
+    parser.add_argument("--candidate", type=Path, default=reference_folder("sm_90a") / "gemm_bf16.cu")
     parser.add_argument("--processes", type=int, default=6)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--budget-ms", type=float, default=300.0)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from ptxbench.kernels import reference_folder
+
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("kernel_variants", REPO / "benchmarks" / "kernel_variants.py")
 assert _spec and _spec.loader
@@ -53,7 +55,7 @@ def test_a_missing_or_repeated_constant_is_an_error():
                                           ("gemm_fp8", "DECODE_BN"), ("gemm_fp8", "GROUP_M"),
                                           ("gemm_fp8", "TMA_STORE"), ("gemm_fp8", "TMA_STORE_MAX_K")])
 def test_the_reference_kernels_knobs_are_overridable(kernel, knob):
-    source = (REPO / "kernels" / "reference" / "sm_90a" / f"{kernel}.cu").read_text()
+    source = (reference_folder("sm_90a") / f"{kernel}.cu").read_text()
     assert kernel_variants.apply_overrides(source, {knob: "7"}) != source
 
 
@@ -63,7 +65,7 @@ def test_a_variant_builds_as_the_evaluator_builds_it():
     from ptxbench.check import check_source
     from ptxbench.tasks.loader import get_task
 
-    kernel = REPO / "kernels" / "reference" / "sm_90a" / "rmsnorm.cu"
+    kernel = reference_folder("sm_90a") / "rmsnorm.cu"
     variants = [("as-is", {}), ("shallow", {"kBytesInFlightPerCta": "32 * 1024"})]
     sources = kernel_variants.variant_sources(kernel, variants)
     assert "#include \"ptx_wrappers.cuh\"" not in sources[1] and "32 * 1024;" in sources[1]

@@ -9,11 +9,11 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_files
+from ptxbench.kernels import reference_folder
 from ptxbench.tasks.loader import get_task
 
-from .conftest import REPO
 
-REFERENCE = REPO / "kernels" / "reference" / "sm_90a"
+REFERENCE = reference_folder("sm_90a")
 FILES = sorted(REFERENCE.glob("*.cu"))
 
 

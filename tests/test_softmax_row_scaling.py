@@ -9,6 +9,7 @@ import pytest
 
 from ptxbench.errors import ToolchainMissing
 from ptxbench.toolchain.discover import find_toolchain
+from ptxbench.kernels import reference_folder
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("softmax_row_scaling", REPO / "benchmarks" / "softmax_row_scaling.py")
@@ -23,7 +24,7 @@ def test_it_builds_the_reference_softmax_with_its_entry_point(tmp_path: Path, mo
     except ToolchainMissing as missing:
         pytest.skip(str(missing))
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path))
-    assert tool.KERNEL == REPO / "kernels" / "reference" / "sm_90a" / "softmax.cu"
+    assert tool.KERNEL == reference_folder("sm_90a") / "softmax.cu"
     shared_object = tool.build()
     assert shared_object.is_file() and shared_object.is_relative_to(tmp_path)
 

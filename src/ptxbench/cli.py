@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
+from ptxbench.kernels import reference_folder
 
 if TYPE_CHECKING:
     from ptxbench.tasks.model import Task
@@ -189,7 +190,8 @@ def evaluate(
                                               help="Measured time per workload and side [default: 100]"),
     call_timeout_s: float = typer.Option(60.0, "--call-timeout-s"),
     regrade: bool = typer.Option(False, "--regrade", help="Recompute verdicts from the stored evidence; run nothing"),
-    gold: bool = typer.Option(False, "--gold", help="Evaluate the bundled reference kernels (kernels/reference/<arch>)"),
+    gold: bool = typer.Option(False, "--gold", help="Evaluate the reference kernels shipped with the package "
+                              "(ptxbench/kernels/reference/<arch>)"),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Local GPUs to use, e.g. 0,1 (default: every visible GPU)"),
     backend: str = typer.Option("local", "--backend", help="local: this machine's GPUs; ray: every GPU of a Ray cluster"),
     address: Optional[str] = typer.Option(None, "--address", help="With --backend ray: the cluster (auto, "
@@ -231,7 +233,7 @@ def evaluate(
     if gold:
         if paths:
             _fail("--gold evaluates the bundled reference kernels: give no paths with it")
-        paths = [Path(__file__).resolve().parents[2] / "kernels" / "reference" / arch.value]
+        paths = [reference_folder(arch.value)]
         if not paths[0].is_dir():
             _fail(f"no reference kernels for {arch.value} yet ({paths[0]})")
     elif not paths:

@@ -13,9 +13,10 @@ from ptxbench.check import read_candidate
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.fixit.mine import mine_failures
 from ptxbench.fixit.repair import repair
+from ptxbench.kernels import reference_folder
 from ptxbench.llm.feedback import GpuFeedbackEvaluator
 
-from ..conftest import EXAMPLES, REPO
+from ..conftest import EXAMPLES
 from ..fixit.test_mine_and_dataset import _run
 from ..llm.conftest import FakeLLMServer, Reply
 
@@ -27,7 +28,7 @@ def test_only_a_gpu_verified_repair_is_kept(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     plain = (EXAMPLES / "transpose.cu").read_text()
-    expert = read_candidate(REPO / "kernels" / "reference" / "sm_90a" / "transpose.cu")
+    expert = read_candidate(reference_folder("sm_90a") / "transpose.cu")
     gpu = GpuEvaluator(EvalOptions(trials=1, timing_budget_ms=20, call_timeout_s=60))
     with FakeLLMServer() as teacher:
         teacher.script.extend([Reply(text=f"```cuda\n{plain}\n```"),

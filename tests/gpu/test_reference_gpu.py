@@ -12,12 +12,12 @@ from ptxbench.arch.registry import Arch
 from ptxbench.check import read_candidate
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.evaluate.status import Status
+from ptxbench.kernels import reference_folder
 from ptxbench.tasks.loader import get_task
 
-from ..conftest import REPO
 
 pytestmark = pytest.mark.gpu
-REFERENCE = REPO / "kernels" / "reference" / "sm_90a"
+REFERENCE = reference_folder("sm_90a")
 
 
 @pytest.fixture(scope="module")
