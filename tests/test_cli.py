@@ -127,3 +127,9 @@ def test_a_file_named_after_no_task_is_skipped_and_the_folder_still_evaluated(tm
     warning = " ".join(done.stderr.split())
     assert "binary.cu: skipped: its task is taken from the file name ('binary')" in warning and "--task" in warning
     assert [p.parent.name for p in (tmp_path / "run").glob("items/*/*/result.json")] == ["softmax"]
+
+
+def test_error_messages_keep_their_square_brackets() -> None:
+    """rich reads `[name]` as markup: an error quoting `ptxbench[report]` or a user's text must not lose it."""
+    done = cli("tasks", "show", "[bold]nosuch")
+    assert done.returncode == 2 and "[bold]nosuch" in done.stderr, done.stderr

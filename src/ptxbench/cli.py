@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ptxbench.arch.registry import Arch
@@ -29,7 +30,7 @@ errors = Console(stderr=True)  # errors and warnings go to stderr, so piped resu
 
 
 def _fail(message: str) -> None:
-    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -116,7 +117,7 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
         return
     console.print(f"[bold]{loaded.id}[/bold] — {loaded.title}  [dim]{loaded.content_hash[:16]}[/dim]")
     if warning is not None:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     console.print(loaded.statement, highlight=False)
     table = Table("workload", "role", "sizes", "GFLOP", "MB moved")
     for w in loaded.workloads:
@@ -282,9 +283,12 @@ def evaluate(
 def report(run_dir: Path = typer.Argument(..., help="A run directory (eval, run or generate)"),
            out: Optional[Path] = typer.Option(None, "--out", help="Where to write report.md and report.html")) -> None:
     """Write a Markdown report and one self-contained HTML page with plots for a run."""
-    from ptxbench.results.report import write_report
+    from ptxbench.results.report import PLOTS_NEED_MATPLOTLIB, plots_available, write_report
 
     files = write_report(run_dir, out)
+    if not plots_available():
+        errors.print(f"note: {PLOTS_NEED_MATPLOTLIB}; the report has its tables, without plots", markup=False,
+                     highlight=False, soft_wrap=True)
     console.print(f"wrote {files[0]} and {files[1]}", highlight=False)
 
 
@@ -573,7 +577,7 @@ def main() -> None:
     try:
         app()
     except PtxbenchError as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
 
 

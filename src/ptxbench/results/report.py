@@ -414,14 +414,26 @@ def provenance(attempts: list[Attempt], header: RunHeader | None) -> list[tuple[
 # ---------------------------------------------------------------------------------------------
 
 
+PLOTS_NEED_MATPLOTLIB = ("the report's plots need matplotlib, which is not installed: "
+                         "pip install 'ptxbench[report]' (or pip install 'matplotlib>=3.7')")
+
+
+def plots_available() -> bool:
+    """Whether matplotlib can be imported (the light install leaves it out)."""
+    try:
+        _matplotlib()
+    except ReportError:
+        return False
+    return True
+
+
 def _matplotlib() -> Any:
     try:
         import matplotlib
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
         from matplotlib.figure import Figure  # noqa: F401
     except ImportError as error:
-        raise ReportError("the report's plots need matplotlib, which is not installed: "
-                          "pip install 'ptxbench[report]' (or pip install 'matplotlib>=3.7')") from error
+        raise ReportError(PLOTS_NEED_MATPLOTLIB) from error
     return matplotlib
 
 
@@ -846,7 +858,11 @@ def render_report(attempts: list[Attempt], title: str, header: RunHeader | None 
     """
     content = _content(list(attempts), title, header)
     attempts_counted = counted(list(attempts))
-    figures = plots(attempts_counted, measured(attempts_counted)) if attempts_counted else []
+    try:
+        figures = plots(attempts_counted, measured(attempts_counted)) if attempts_counted else []
+    except ReportError as missing:  # the light install: the tables say everything, the plots only draw it
+        figures = []
+        content.notices.append(("Plots left out.", f"{missing}."))
     return Report(markdown=_render_markdown(content), html=_render_html(content, figures))
 
 
@@ -863,4 +879,5 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
     return files
 
 
-__all__ = ["Report", "ReportError", "ReportFiles", "FunnelStage", "counted", "funnel", "render_report", "write_report"]
+__all__ = ["PLOTS_NEED_MATPLOTLIB", "Report", "ReportError", "ReportFiles", "FunnelStage", "counted", "funnel",
+           "plots_available", "render_report", "write_report"]
