@@ -35,7 +35,7 @@ EXPECTS = {"COMPILE_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT", "REJECTED",
 GUARDS = {"library_call", "torch_fallback", "other_stream", "cached_output", "input_mutation", "dead_code_feature",
           "out_of_bounds_write", "below_physical_floor", "feature_not_executed", "host_transfer", "profiler_evasion",
           "timed_only_stream", "timed_only_shortcut"}
-CHECKS = {"others_unaffected", "no_survivors"}
+CHECKS = {"others_unaffected", "no_survivors", "harness_unchanged"}
 REQUIRED_KEYS = {"file", "task", "expect", "why"}
 OPTIONAL_KEYS = {"guard", "check", "secret_env"}
 HEADER = re.compile(r"^// ADVERSARIAL CASE (?P<case>\w+) \(task (?P<task>\w+)\) -- expected: (?P<expect>[A-Z_]+)")
@@ -317,3 +317,19 @@ def test_every_guard_the_manifest_names_maps_to_evaluator_guards() -> None:
 
     named = {c["guard"] for c in CASES if "guard" in c}
     assert named <= set(GUARDS_FOR) and set(GUARDS_FOR) <= GUARDS, sorted(named - set(GUARDS_FOR))
+
+
+def test_tamper_harness_marks_the_code_it_can_reach(reports: dict[str, CheckReport], tmp_path: Path) -> None:
+    """Against a stand-in package on PYTHONPATH (never the real one): the case finds it and appends its mark."""
+    package = tmp_path / "site" / "ptxbench"
+    (package / "evaluate").mkdir(parents=True)
+    (package / "tasks" / "suite").mkdir(parents=True)
+    files = [package / "__init__.py", package / "evaluate" / "verdict.py", package / "tasks" / "suite" / "rmsnorm.toml"]
+    for file in files:
+        file.write_text("original = True\n")
+    environment = {**_sandbox_environment(tmp_path), "PYTHONPATH": str(tmp_path / "site")}
+    done = subprocess.run(_call_command(reports, "tamper_harness.cu", _RMSNORM_EMPTY), capture_output=True, text=True,
+                          timeout=60, env=environment)
+    assert "returned" in done.stdout, done.stderr
+    for file in files:
+        assert "TAMPERED-BY-CANDIDATE" in file.read_text(), file

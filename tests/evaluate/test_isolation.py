@@ -214,3 +214,82 @@ def test_naming_protected_paths_creates_them_and_is_undone(tmp_path: Path, monke
     assert isolation.protected_paths_from(os.environ) == ["/already", str(tmp_path / "run"), str(tmp_path / "cache")]
     restore()
     assert os.environ[isolation.PROTECTED_PATHS_VARIABLE] == "/already"
+
+
+# Protects argv[2] with the default scratch space, then tries to write outside scratch space (argv[3]), in
+# scratch space (argv[4]), and into the harness (its parent, with every capability) through /proc: without
+# CAP_SYS_PTRACE and with fewer capabilities than its parent, the kernel refuses /proc/<ppid>/root (as it
+# refuses ptrace and /proc/<ppid>/mem, which the kernel of this CPU machine's sandbox does not model alike).
+_MACHINE_PROBE = """
+import ctypes, importlib.util, os, sys
+spec = importlib.util.spec_from_file_location("isolation", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(module.protect_paths([sys.argv[2]]))
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as exc:
+        return type(exc).__name__ + str(exc.errno)
+print(attempt(lambda: open(os.path.join(sys.argv[3], "written"), "w").close()))
+print(attempt(lambda: open(os.path.join(sys.argv[4], "written"), "w").close()))
+parent_view = f"/proc/{os.getppid()}/root" + sys.argv[3]
+print(attempt(lambda: open(os.path.join(parent_view, "through_proc"), "w").close()))
+print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
+"""
+
+
+def test_the_machine_is_read_only_to_the_candidate_but_scratch_space(tmp_path: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("shown as root, where the GPU machine runs the harness")
+    protected, scratch = _folders(tmp_path)
+    outside = Path(__file__).resolve().parents[2] / f".isolation-probe-{os.getpid()}"  # the source tree's disk
+    outside.mkdir()
+    try:
+        done = subprocess.run([sys.executable, "-c", _MACHINE_PROBE, str(ISOLATION_FILE), str(protected), str(outside),
+                               str(scratch)], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        mode, outside_write, scratch_write, through_proc, dumpable = done.stdout.splitlines()
+        if mode.startswith("not isolated:"):
+            pytest.skip(mode)
+        assert "the rest of the machine read-only but" in mode and "/tmp" in mode, mode
+        assert outside_write == "OSError30", "EROFS: outside scratch space, the machine is read-only"
+        assert scratch_write == "done", "scratch space stays writable (the private directory lives there)"
+        assert through_proc == "PermissionError13", "no way into the harness's view of the files"
+        assert dumpable == "0", "other lanes' candidates (same capabilities) cannot reach into this one"
+        assert not (outside / "written").exists() and not (outside / "through_proc").exists()
+        (outside / "harness still writes").touch()  # the harness's own view is unchanged
+    finally:
+        for child in outside.iterdir():
+            child.unlink()
+        outside.rmdir()
+
+
+def test_a_scratch_mount_point_that_could_not_be_made_read_only_is_named(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    calls: list[str] = []
+
+    def mount(source, target, flags, what):  # type: ignore[no-untyped-def]
+        calls.append(target)
+        if target == "/stubborn":
+            raise OSError(1, "Operation not permitted")
+
+    monkeypatch.setattr(isolation, "_mount", mount)
+    monkeypatch.setattr(isolation, "_mount_points", lambda: ["/", "/tmp", "/tmp/inner", "/stubborn", "/proc"])
+    monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((0,) * 11))
+    refused = isolation._read_only_machine(["/tmp", "/proc", "/tmp/inner"])
+    assert refused == ["/stubborn (Operation not permitted)"]
+    assert calls == ["/", "/stubborn"], "scratch mounts and those below them are left writable"
+
+
+def test_import_roots_protect_the_harness_code_but_not_scratch_space(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    private = tmp_path / "private"
+    private.mkdir()
+    roots = isolation.import_roots([str(site), "/tmp", "/", str(tmp_path / "missing"), os.path.dirname(os.__file__),
+                                    str(tmp_path)], keep_writable=[str(private)])
+    assert str(site.resolve()) in roots, "wheels unpacked in scratch space are protected by name"
+    assert os.path.realpath(os.path.dirname(os.__file__)) in roots
+    assert "/tmp" not in roots and "/" not in roots, "never scratch space itself or a folder above it"
+    assert str(tmp_path.resolve()) not in roots, "nor a folder holding the candidate's private directory"

@@ -132,6 +132,22 @@ def assert_no_daemon_survives(before: set[int], grace_s: float = 10.0) -> None:
     assert not left, f"{len(left)} process(es) of the candidate outlived its evaluation: {sorted(left)}"
 
 
+TAMPER_MARK = "TAMPERED-BY-CANDIDATE"  # what tamper_harness.cu appends to the harness's code it can write
+
+
+def assert_harness_unchanged() -> None:
+    """No file of the package (code and task files), nor torch's or pydantic's entry module, carries the mark."""
+    import pydantic
+    import torch
+
+    import ptxbench
+
+    files = [*Path(ptxbench.__file__).parent.rglob("*.py"), *Path(ptxbench.__file__).parent.rglob("*.toml"),
+             Path(torch.__file__), Path(pydantic.__file__)]
+    marked = [str(f) for f in files if TAMPER_MARK in f.read_text(errors="replace")]
+    assert not marked, f"a candidate rewrote the harness's code: {marked}"
+
+
 def assert_expected(case: dict, evaluation: Evaluation) -> None:
     print(f"ADVERSARIAL {case['file']}: expected {case['expect']}, got {evaluation.status} — {evaluation.message[:200]}")
     assert evaluation.infra_failure is None, f"charged to the harness, not the candidate: {evaluation.infra_failure}"
@@ -163,6 +179,8 @@ def test_adversarial_candidate_gets_its_status(evaluator, case, tmp_path) -> Non
     assert_expected(case, evaluation)
     if case.get("check") == "no_survivors":
         assert_no_daemon_survives(before)
+    if case.get("check") == "harness_unchanged":
+        assert_harness_unchanged()
 
 
 @pytest.fixture

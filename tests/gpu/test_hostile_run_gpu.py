@@ -31,7 +31,8 @@ from ptxbench.results.rundir import RunDir
 from ptxbench.tasks.loader import bundled_suite
 
 from ..conftest import EXAMPLES, REPO
-from .test_evaluator_gpu import PROFILED_GUARDS, assert_expected, assert_no_daemon_survives, daemons
+from .test_evaluator_gpu import (PROFILED_GUARDS, assert_expected, assert_harness_unchanged,
+                                 assert_no_daemon_survives, daemons)
 
 pytestmark = pytest.mark.gpu
 ADVERSARIAL = REPO / "tests" / "adversarial"
@@ -192,6 +193,7 @@ def test_one_run_of_every_hostile_case_with_the_honest_examples(tmp_path: Path) 
     assert not forged, f"forged records: {forged}"
     RunDir.load(run)  # the run header is intact: it still reads as the versioned model
 
+    assert_harness_unchanged()
     assert_no_daemon_survives(daemons_before)
     strays = _wait_for_no_strays(before, (mark, str(tmp_path)))
     assert not strays, f"processes of the run outlived it: {strays}"

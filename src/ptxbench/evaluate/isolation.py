@@ -8,20 +8,31 @@ What a process that hosts candidate code gets, as far as the machine permits:
 - ``candidate_environment``: an allow-list of the harness's environment (the paths, locale, CUDA and
   NVIDIA settings, the GPU lock's variables); no API key, token or secret, none of the harness's own
   ``PTXBENCH_*`` settings, and HOME in a private directory.
-- ``protect_paths``: a private mount namespace in which the run directory and the caches are read-only
-  bind mounts; the rest of the machine is unaffected. As root (CAP_SYS_ADMIN) a plain mount namespace is
-  used; as a normal user an unprivileged user namespace where the kernel allows it (it needs a
-  single-threaded process). CAP_SYS_ADMIN is dropped afterwards, so candidate code cannot remount them
-  writable (a namespace it creates itself inherits them locked read-only). No PID or IPC namespace: CUDA IPC between the worker and the harness must keep working.
+- ``protect_paths``: a private mount namespace in which the whole machine is read-only except scratch
+  space (``SCRATCH_ROOTS`` and the temporary folder: the private working directory, shared memory, the
+  GPU lock's folder, the kernel's pseudo file systems), and in which the run directory and the caches are
+  read-only bind mounts even where they lie in scratch space. So candidate code can change neither the
+  harness's code (the package, its Python, torch) nor other runs' results outside scratch space. As root
+  (CAP_SYS_ADMIN) a plain mount namespace is used; as a normal user an unprivileged user namespace where
+  the kernel allows it (it needs a single-threaded process). CAP_SYS_ADMIN is dropped afterwards, so
+  candidate code cannot remount anything writable (a namespace it creates itself inherits the mounts
+  locked read-only), and CAP_SYS_PTRACE too, so it cannot reach into a process that has more
+  capabilities than it has (the harness: ``/proc/<pid>/root``, ``/proc/<pid>/mem``, ptrace); as root the
+  process is also made non-dumpable, which keeps other lanes' candidates (same capabilities) out of it
+  the same way. No PID or IPC namespace: CUDA IPC between the worker and the harness must keep working.
 - ``Cgroup``: a cgroup v2 group per worker, which the worker joins before any candidate code runs, so the
   harness can freeze everything in it and kill everything in it, daemons that left the worker's session
   and cleared their subreaper flag included.
 
 Residual risks (stated in the mode strings the evaluator reports):
 
-- The candidate runs as the harness's user: it can signal any process of that user (``kill(-1, ...)``)
-  and, without a user namespace, reach the harness's files through ``/proc/<harness pid>/root``.
-  Only another user or a PID namespace closes that, and a PID namespace would break CUDA IPC.
+- The candidate runs as the harness's user: it can signal any process of that user (``kill(-1, ...)``).
+  Only another user or a PID namespace closes that, and a PID namespace would break CUDA IPC. As a
+  normal user, concurrent lanes' candidates have the same capabilities (none) and stay dumpable (the
+  harness reads their mapped libraries), so they can reach each other where the kernel's Yama setting
+  allows ptrace between siblings.
+- Scratch space stays writable: a run directory or cache placed under /tmp is protected by name, but
+  another run's folder there is not.
 - Without a writable cgroup2 mount, processes are ended through the worker's session and its subreaper
   flag: a daemon that clears the flag, leaves the session and is re-parented outside the worker's
   descendants escapes both.
@@ -35,6 +46,7 @@ import ctypes
 import errno
 import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -105,8 +117,14 @@ _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 # statvfs flags -> the mount flags a remount must keep (in a user namespace they are locked: EPERM otherwise)
 _KEPT_FLAGS = {os.ST_NOSUID: _MS_NOSUID, os.ST_NODEV: _MS_NODEV, os.ST_NOEXEC: _MS_NOEXEC,
                os.ST_NOATIME: _MS_NOATIME, os.ST_NODIRATIME: _MS_NODIRATIME, os.ST_RELATIME: _MS_RELATIME}
-_CAP_SYS_ADMIN = 21
-_PR_CAPBSET_DROP = 24
+_CAP_SYS_PTRACE, _CAP_SYS_ADMIN = 19, 21
+_PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 4, 24
+# Where candidate code may still write once the rest of the machine is read-only to it (with the temporary
+# folder, ``tempfile.gettempdir()``): scratch space, where its private working directory and HOME are made;
+# /dev (GPU device nodes, shared memory for CUDA IPC's bookkeeping); the kernel's pseudo file systems; and
+# runtime state (sockets of the NVIDIA daemons). The harness keeps nothing of its own there but the GPU
+# lock's folder, which must stay writable (a worker takes the lock), and what it names as protected.
+SCRATCH_ROOTS = ("/tmp", "/var/tmp", "/dev", "/proc", "/sys", "/run")
 
 
 def _libc() -> ctypes.CDLL:
@@ -159,18 +177,77 @@ def _bind_read_only(path: str) -> None:
     _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {path} read-only")
 
 
-def _drop_cap_sys_admin() -> None:
-    """Drop CAP_SYS_ADMIN from the bounding, effective, permitted and inheritable sets: code run later
-    can then neither remount the protected paths writable nor unmount them."""
+def _drop_capabilities(capabilities: Sequence[int] = (_CAP_SYS_ADMIN, _CAP_SYS_PTRACE)) -> None:
+    """Drop ``capabilities`` from the bounding, effective, permitted and inheritable sets: code run later
+    can then neither remount the protected paths writable nor unmount them (CAP_SYS_ADMIN), nor reach into
+    a process with more capabilities than it has, the harness's (CAP_SYS_PTRACE)."""
     libc = _libc()
-    _checked(libc.prctl(_PR_CAPBSET_DROP, _CAP_SYS_ADMIN, 0, 0, 0), "prctl(PR_CAPBSET_DROP)")
+    for capability in capabilities:
+        _checked(libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), "prctl(PR_CAPBSET_DROP)")
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
     data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} sets of 32 bits
     _checked(libc.capget(header, data), "capget")
-    mask = ~(1 << _CAP_SYS_ADMIN) & 0xFFFFFFFF
-    for index in range(3):  # CAP_SYS_ADMIN is in the first 32 bits
+    mask = ~sum(1 << capability for capability in capabilities) & 0xFFFFFFFF
+    for index in range(3):  # both are in the first 32 bits
         data[index] &= mask
     _checked(libc.capset(header, data), "capset")
+
+
+def _unescape(field: str) -> str:
+    """A path as /proc/self/mountinfo writes it (space, tab, newline and backslash as octal escapes)."""
+    return re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), field)
+
+
+def _mount_points() -> list[str]:
+    with open("/proc/self/mountinfo") as info:
+        return list(dict.fromkeys(_unescape(line.split()[4]) for line in info if len(line.split()) > 4))
+
+
+def _within(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def writable_roots(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Scratch space that stays writable: ``SCRATCH_ROOTS``, the temporary folder and the GPU lock's."""
+    environ = os.environ if environ is None else environ
+    extra = [tempfile.gettempdir(), environ.get("PTXBENCH_LOCK_DIR", "")]
+    return [root for root in dict.fromkeys([*SCRATCH_ROOTS, *extra]) if root]
+
+
+def import_roots(entries: Sequence[str], keep_writable: Sequence[str] = ()) -> list[str]:
+    """The folders the harness's Python imports from (``sys.path``), to protect: candidate code must not
+    change code the harness or a later process of it loads, also where it lies in scratch space (wheels
+    unpacked under /tmp). A folder that holds scratch space or ``keep_writable`` (the candidate's own
+    working directory) is left out: protecting it would take the candidate's working space too."""
+    spare = [os.path.realpath(path) for path in (*writable_roots(), *keep_writable) if path]
+    roots = []
+    for entry in entries:
+        path = os.path.realpath(entry or os.getcwd())
+        if os.path.isdir(path) and not any(_within(folder, [path]) for folder in spare):
+            roots.append(path)
+    return list(dict.fromkeys(roots))
+
+
+def _read_only_machine(writable: Sequence[str]) -> list[str]:
+    """Remount every mount read-only except those at or below ``writable``, which are first bound onto
+    themselves where they are plain folders (so they stay writable when the file system they lie on turns
+    read-only). Returns the mounts that could not be made read-only, with the reason."""
+    roots = sorted({os.path.realpath(path) for path in writable if os.path.isdir(path)})
+    roots = [root for root in roots if not _within(root, [r for r in roots if r != root])]
+    points = set(_mount_points())
+    for root in roots:
+        if root not in points:
+            _mount(root, root, _MS_BIND | _MS_REC, f"bind {root}")
+    refused = []
+    for point in _mount_points():
+        if _within(point, roots):
+            continue
+        try:
+            kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(point).f_flag & stat_flag)
+            _mount(None, point, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {point} read-only")
+        except OSError as exc:
+            refused.append(f"{point} ({exc.strerror or exc})")
+    return refused
 
 
 def _hide(path: str) -> None:
@@ -180,27 +257,36 @@ def _hide(path: str) -> None:
     _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {path} read-only")
 
 
-def protect_paths(paths: Sequence[str], hidden: Sequence[str] = ()) -> str:
-    """Make ``paths`` read-only for this process and its future children, and the files ``hidden`` (a
-    signing key) unreadable, leaving the rest of the machine as it is; returns the mode achieved in one
-    line ("read-only mounts: ..." or "not isolated: <reason>"). Never raises for lack of permission:
-    the caller reports the mode instead."""
+def protect_paths(paths: Sequence[str], hidden: Sequence[str] = (), writable: Sequence[str] | None = None) -> str:
+    """Make the machine read-only for this process and its future children except ``writable`` (default:
+    ``writable_roots()``; ``()`` leaves the machine as it is), ``paths`` read-only even there, and the
+    files ``hidden`` (a signing key) unreadable; returns the mode achieved in one line ("read-only mounts:
+    ..." or "not isolated: <reason>"). Never raises for lack of permission: the caller reports the mode."""
     existing = sorted({os.path.realpath(path) for path in paths if os.path.exists(path)})
     secret_files = sorted({os.path.realpath(path) for path in hidden if os.path.isfile(path)})
+    scratch = writable_roots() if writable is None else list(writable)
     if not existing and not secret_files:
         return "not isolated: no protected path exists"
     try:
         how = _enter_mount_namespace()
         _mount(None, "/", _MS_REC | _MS_PRIVATE, "make mounts private")  # nothing propagates back out
+        refused = _read_only_machine(scratch) if scratch else None
         for path in existing:
             _bind_read_only(path)
         for path in secret_files:  # after the read-only mounts, which would cover a file hidden earlier
             _hide(path)
-        _drop_cap_sys_admin()  # in a user namespace too: there the bind mounts are ours to remount
+        _drop_capabilities()  # in a user namespace too: there the bind mounts are ours to remount
+        if os.getuid() == 0:  # the harness (root, CAP_SYS_PTRACE) still reads its maps; other lanes cannot
+            _checked(_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(PR_SET_DUMPABLE)")
     except OSError as exc:
         return f"not isolated: {exc.strerror or exc}"
     hidden_note = f"; hidden: {', '.join(secret_files)}" if secret_files else ""
-    return f"read-only mounts: {', '.join(existing)}{hidden_note} (private mount namespace, {how})"
+    if refused is None:
+        machine = "; the rest of the machine unchanged"
+    else:
+        machine = f"; the rest of the machine read-only but {', '.join(sorted(set(scratch)))}"
+        machine += f" (could not make read-only: {', '.join(refused)})" if refused else ""
+    return f"read-only mounts: {', '.join(existing)}{hidden_note}{machine} (private mount namespace, {how})"
 
 
 # -- inherited descriptors ---------------------------------------------------------------------------------

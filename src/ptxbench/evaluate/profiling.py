@@ -145,15 +145,16 @@ def _program(folder: Path, plan: dict, alone: bool, protect: list[Path]) -> list
 
 def _worker_protection() -> tuple[list[str], list[str]]:
     """What a worker holding candidate code protects, so the profiled program protects it too: the paths
-    the harness named (run folders) and the caches' folder read-only, the caches' signing key hidden."""
+    the harness named (run folders), the folders its Python imports from and the caches' folder read-only,
+    the caches' signing key hidden."""
     from ptxbench.toolchain.compile import default_cache_dir
 
     try:
-        from ptxbench.evaluate.isolation import protected_paths_from
+        from ptxbench.evaluate.isolation import import_roots, protected_paths_from
     except ImportError:
         guarded: list[str] = []
     else:
-        guarded = protected_paths_from(os.environ)
+        guarded = [*protected_paths_from(os.environ), *import_roots(sys.path)]
     try:
         from ptxbench.integrity import key_path
     except ImportError:

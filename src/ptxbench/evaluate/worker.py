@@ -26,6 +26,7 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -42,6 +43,7 @@ from ptxbench.evaluate.isolation import (
     Cgroup,
     candidate_environment,
     close_inherited_descriptors,
+    import_roots,
     protect_paths,
     protected_paths_from,
 )
@@ -205,7 +207,8 @@ def _isolate(connection: Connection, directory: str, cgroup_path: str | None, cg
     from ptxbench.integrity import key_path
     from ptxbench.toolchain.compile import default_cache_dir
 
-    protected = protected_paths_from(os.environ) + [str(default_cache_dir().parent)]
+    protected = [*protected_paths_from(os.environ), str(default_cache_dir().parent),
+                 *import_roots(sys.path, keep_writable=[directory])]  # before chdir: '' is the harness's cwd
     secrets = [str(key_path())]  # the key that signs the caches: a candidate that read it could forge them
     os.setsid()  # kill(0, ...) and the terminal's signals reach this session only
     if cgroup_path is not None:
