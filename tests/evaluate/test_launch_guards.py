@@ -92,3 +92,25 @@ def test_without_launch_shapes_in_the_trial_kernels_are_compared_by_name() -> No
     trial = launches_of([{"name": KERNEL, "stream": 7, "kind": "kernel"}], 7)
     assert profiled_launch_guards(trial, [_profiled()]) == []
     assert profiled_launch_guards(trial, [_profiled(), _profiled()])
+
+
+def test_setup_uploaded_once_per_shape_is_not_a_difference() -> None:
+    """An expert GEMM (fast.cu's kernel 12, wrapped) uploads its tile schedule on the first call of a shape:
+    the trial (that first call) copies once, the timed calls almost never. Seen on the H200, where the guard
+    rejected it ("Memcpy HtoD: 0.006 per call instead of 1")."""
+    upload = {"name": "Memcpy HtoD (Pageable -> Device)", "stream": 7, "kind": "memcpy"}
+    trial = launches_of([upload, _kernel(stream=7)], 7)
+    timed = _timed([_kernel()], 166, [{**upload, "stream": 9}])
+    assert timed_launch_guards("w", trial, timed, {"rmsnorm_kernel"}) == []
+    assert launch_difference(trial, {"rmsnorm_kernel grid=132,1,1 block=256,1,1": 166}, 166) is None
+
+
+def test_setup_copies_more_often_or_kernels_less_often_when_timed_still_differ() -> None:
+    upload = {"name": "Memcpy HtoD (Pageable -> Device)", "stream": 7, "kind": "memcpy"}
+    trial = launches_of([upload, _kernel(stream=7)], 7)
+    twice = _timed([{**upload, "stream": 9}, {**upload, "stream": 9}, _kernel()], 20)
+    assert [f.guard for f in timed_launch_guards("w", trial, twice, {"rmsnorm_kernel"})] == [Guard.LAUNCHES_DIFFER]
+    lazy = _timed([{**upload, "stream": 9}], 20, [_kernel()] * 5)
+    assert [f.guard for f in timed_launch_guards("w", trial, lazy, {"rmsnorm_kernel"})] == [Guard.LAUNCHES_DIFFER]
+    copy_within = launches_of([{"name": "Memcpy DtoD (Device -> Device)", "stream": 7}, _kernel(stream=7)], 7)
+    assert launch_difference(copy_within, {"rmsnorm_kernel grid=132,1,1 block=256,1,1": 10}, 10) is not None
