@@ -91,3 +91,27 @@ def test_every_hold_is_traced_when_a_trace_file_is_named(tmp_path: Path, monkeyp
     assert [(h["mode"], h["purpose"]) for h in holds] == [("shared", "trials"), ("exclusive", "timing")]
     assert all(h["asked"] <= h["got"] <= h["released"] for h in holds)
     assert holds[0]["released"] - holds[0]["got"] >= 0.05
+
+
+def test_one_profiler_session_at_a_time_and_run_under_ncu_takes_the_turn(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """ncu runs are serialised machine-wide before the profiled program asks for a GPU's lock (see
+    ``profiler_turn``); shown with a stand-in for ncu that reports whether the turn is free while it runs."""
+    import fcntl
+    import os
+    import sys
+
+    from ptxbench.evaluate import profiling
+    from ptxbench.evaluate.gpu_lock import PROFILER_TURN
+
+    monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path))
+    probe = ("import fcntl, os, sys\n"
+             "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+             "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('turn free')\n"
+             "except BlockingIOError:\n    print('turn held')\n")
+    monkeypatch.setattr(profiling, "ncu_command",
+                        lambda program, report: [sys.executable, "-c", probe, str(tmp_path / PROFILER_TURN)])
+    code, output = profiling.run_under_ncu(["unused"], tmp_path / "report", tmp_path, timeout_s=30)
+    assert code == 0 and output.strip() == "turn held"
+    descriptor = os.open(tmp_path / PROFILER_TURN, os.O_RDWR)
+    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released once the run ended
+    os.close(descriptor)

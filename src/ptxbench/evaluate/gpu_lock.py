@@ -101,6 +101,34 @@ def _trace(mode: str, purpose: str, asked: float, got: float) -> None:
         pass  # diagnosis only: a trace that cannot be written never fails an evaluation
 
 
+PROFILER_TURN = "nsight-compute.lock"  # one file per machine: ncu serialises profiling machine-wide too
+
+
+@contextmanager
+def profiler_turn(folder: Path | None = None) -> Iterator[None]:
+    """This machine's one Nsight Compute session at a time, taken before the profiled program asks for its
+    GPU's lock and while the caller holds none.
+
+    ncu itself lets one instance profile at a time. Were two profiled programs left to meet at ncu's own
+    lock, a cycle could form across lanes and runs: A's program waits at the turnstile behind a lane T that
+    waits to time; T waits for B's program to let go of its shared hold; B's program waits for ncu's turn,
+    which A's ncu holds. Seen on the H200 as evaluations that never ended when lanes or runs shared a GPU.
+    Taking the turn here first, holding no GPU lock, keeps every wait pointing one way."""
+    folder = folder or default_lock_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    started, asked = time.perf_counter(), time.time()
+    descriptor = os.open(folder / PROFILER_TURN, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        got = time.time()
+        try:
+            yield
+        finally:
+            _trace("profiler", f"ncu turn (waited {time.perf_counter() - started:.1f} s)", asked, got)
+    finally:
+        os.close(descriptor)
+
+
 @contextmanager
 def shared_if_known(purpose: str = "") -> Iterator[None]:
     """The GPU's lock, shared, when this process was started for a known GPU (``KEY_VARIABLE``): a worker

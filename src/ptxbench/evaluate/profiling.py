@@ -38,7 +38,7 @@ from ptxbench.evaluate.executed import (
     judge_execution,
     parse_ncu_csv,
 )
-from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, shared_if_known
+from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, profiler_turn, shared_if_known
 from ptxbench.evaluate.processes import mapped_libraries
 from ptxbench.evaluate.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
 from ptxbench.tasks.model import Task
@@ -198,9 +198,11 @@ def _output_tail(text: str, lines: int = 3, width: int = 200) -> str:
 
 def run_under_ncu(program: list[str], report: Path, home: Path, timeout_s: float) -> tuple[int, str]:
     """ncu recording ``program`` into ``report``: its exit code and the output of both (never parsed for
-    results). In its own session, so a timeout ends the profiled process and what it started too."""
-    with subprocess.Popen(ncu_command(program, report), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          errors="replace", env=program_environment(home), cwd=home, start_new_session=True) as proc:
+    results). In its own session, so a timeout ends the profiled process and what it started too; in this
+    machine's one profiler turn (``gpu_lock.profiler_turn``), which the caller takes holding no GPU lock."""
+    with profiler_turn(), subprocess.Popen(
+            ncu_command(program, report), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            env=program_environment(home), cwd=home, start_new_session=True) as proc:
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
