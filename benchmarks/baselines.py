@@ -19,7 +19,7 @@ import json
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
@@ -65,7 +65,10 @@ def write(doc: dict[str, Any], stem: Path, quality_path: Path | None = None) -> 
     write_quality(quality_from_results(doc), quality_path or QUALITY_PATH)
 
 
-def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool) -> dict[str, Any]:
+def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
+            after_task: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every variant of every task's shown workloads; ``after_task`` gets the document so far after each
+    task, so a run cut short (a lent GPU's time limit) keeps the tasks it finished."""
     from ptxbench.evaluate.baselines import SETUP_TIMEOUT_S, variant_specs
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
     from ptxbench.tasks.loader import bundled_suite
@@ -108,12 +111,18 @@ def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool) ->
                     attainable = attainable_s(task.bytes_for(workload.sizes), task.flops_for(workload.sizes), peaks, fp8)
                     tasks[task.id][workload.name] = workload_row(dict(sorted(variants.items())), attainable)
                     print(task.id, workload.name, tasks[task.id][workload.name]["best"], flush=True)
+            if after_task is not None:
+                after_task(_document(device, tasks))
     finally:
         evaluator.close()
+    return _document(device, tasks)
+
+
+def _document(device: dict[str, Any], tasks: dict[str, Any]) -> dict[str, Any]:
     versions = {"torch": device.get("torch"), "cuda": device.get("cuda"), "cudnn": device.get("cudnn"),
                 "triton": _version("triton"), "liger_kernel": _version("liger_kernel")}
     return {"gpu": device.get("name"), "date": date.today().isoformat(), "versions": versions,
-            "command": " ".join(["python", "benchmarks/baselines.py", *sys.argv[1:]]), "tasks": tasks}
+            "command": " ".join(["python", "benchmarks/baselines.py", *sys.argv[1:]]), "tasks": dict(tasks)}
 
 
 def _version(module: str) -> str | None:
@@ -132,7 +141,8 @@ def main() -> None:
     parser.add_argument("--compile-gemm", action="store_true", help="also time torch.compile of the GEMMs")
     parser.add_argument("--out", default=str(RESULTS / "baselines_h200"), help="result path without suffix")
     args = parser.parse_args()
-    doc = measure([t for t in args.tasks.split(",") if t] or None, args.budget_ms, args.compile_gemm)
+    doc = measure([t for t in args.tasks.split(",") if t] or None, args.budget_ms, args.compile_gemm,
+                  after_task=lambda partial: write(partial, Path(args.out)))
     write(doc, Path(args.out))
 
 
