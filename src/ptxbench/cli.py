@@ -115,18 +115,9 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
     if as_json:
         print(json.dumps({**loaded.model_dump(mode="json"), "baseline_warning": warning}, indent=2))
         return
-    console.print(f"[bold]{loaded.id}[/bold] — {loaded.title}  [dim]{loaded.content_hash[:16]}[/dim]")
-    if warning is not None:
-        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
-    console.print(loaded.statement, highlight=False)
-    table = Table("workload", "role", "sizes", "GFLOP", "MB moved")
-    for w in loaded.workloads:
-        table.add_row(w.name, w.role.value, ", ".join(f"{k}={v}" for k, v in w.sizes.items()),
-                      f"{loaded.flops_for(w.sizes) / 1e9:,.1f}", f"{loaded.bytes_for(w.sizes) / 1e6:,.1f}")
-    console.print(table)
-    for arch, requirements in loaded.requirements.items():
-        console.print(f"[bold]{arch.value}[/bold] requires: " + "; ".join(
-            r.label + (f" (≥{r.min_flop_share:.0%} of FLOPs)" if r.min_flop_share else "") for r in requirements))
+    from ptxbench.render import render_task
+
+    render_task(console, loaded, warning)
 
 
 @app.command()

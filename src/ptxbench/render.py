@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import textwrap
+
+from typing import TYPE_CHECKING
+
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ptxbench.check import CheckReport
 from ptxbench.static.report import Stage
+
+if TYPE_CHECKING:
+    from ptxbench.tasks.model import Task
 
 _STAGE_STYLE = {
     Stage.IN_SASS: "[green]in SASS[/green]",
@@ -18,8 +27,8 @@ _STAGE_STYLE = {
 
 
 def render_check(console: Console, report: CheckReport) -> None:
-    title = f"[bold]{report.candidate}[/bold] → {report.arch.value}" + (f" (task {report.task})" if report.task else "")
-    console.print(title, highlight=False)
+    _hanging(console, "", f"{report.candidate} → {report.arch.value}" + (f" (task {report.task})" if report.task else ""),
+             bold=True, indent="  ")
     build = report.build
     if not build.ok:
         diagnosis = build.diagnosis
@@ -34,14 +43,17 @@ def render_check(console: Console, report: CheckReport) -> None:
         return
     cached = " (cached)" if build.cached else ""
     console.print(f"  built in {build.duration_s:.1f} s{cached}; checked in {report.duration_s:.1f} s")
-    kernels = Table("kernel", "regs", "smem B", "spills B", "features in SASS", "top SASS")
-    for kernel in static.kernels:
+    # One block per kernel, not a table: a kernel's name, features and top SASS do not share an 80-column
+    # row, and a table squeezed into one wraps every cell mid-word (pipes and CI logs are 80 wide).
+    for name, kernel in zip(short_kernel_names([k.demangled for k in static.kernels]), static.kernels):
         resources = kernel.resources
         spills = resources.spill_store_bytes + resources.spill_load_bytes
         top = ", ".join(f"{m}×{c}" for m, c in sorted(kernel.sass.items(), key=lambda kv: -kv[1])[:4])
-        kernels.add_row(kernel.demangled[:60], str(resources.registers or "?"), str(resources.shared_bytes or 0),
-                        str(spills), ", ".join(kernel.features) or "-", top)
-    console.print(kernels)
+        console.print(f"  kernel [bold]{escape(name)}[/bold]", highlight=False)
+        _hanging(console, "    resources:        ", f"{resources.registers or '?'} registers, "
+                 f"{resources.shared_bytes or 0} B shared memory, {spills} B spilled")
+        _hanging(console, "    features in SASS: ", ", ".join(kernel.features) or "none")
+        _hanging(console, "    top SASS:         ", top or "none")
     if static.requirements:
         funnel = Table("requirement", "source", "PTX", "SASS", "verdict")
         for check in static.requirements:
@@ -53,7 +65,7 @@ def render_check(console: Console, report: CheckReport) -> None:
         console.print(funnel)
         for check in static.requirements:
             if not check.in_sass:
-                console.print(f"  • {check.message}", highlight=False)
+                _hanging(console, "  • ", check.message)
     elif static.features:
         console.print("  features: " + ", ".join(
             f"{e.feature}[{'SASS' if e.in_sass else 'PTX' if e.in_ptx else 'source'}]" for e in static.features))
@@ -61,3 +73,107 @@ def render_check(console: Console, report: CheckReport) -> None:
         console.print(f"  [red]policy[/red]: {violation}", highlight=False)
     for note in static.notes:
         console.print(f"  note: {note}", highlight=False)
+
+
+
+def render_task(console: Console, task: Task, warning: str | None = None) -> None:
+    """One task for a reader at any width (80 columns in pipes and CI logs): the statement as paragraphs,
+    the workloads as a table whose only wrapping cell is the sizes (at spaces), requirements indented."""
+    _hanging(console, "", f"{task.id} — {task.title}", bold=True)
+    if warning is not None:
+        console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False)
+    for paragraph in paragraphs(task.statement):
+        console.print()
+        _hanging(console, "", paragraph)
+    console.print()
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+    table.add_column("workload", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("sizes")
+    table.add_column("GFLOP", justify="right", no_wrap=True)
+    table.add_column("MB moved", justify="right", no_wrap=True)
+    for w in task.workloads:
+        table.add_row(w.name, w.role.value, " ".join(f"{k}={v}" for k, v in w.sizes.items()),
+                      f"{task.flops_for(w.sizes) / 1e9:,.1f}", f"{task.bytes_for(w.sizes) / 1e6:,.1f}")
+    console.print(table)
+    console.print()
+    width = max(len(arch.value) for arch in task.requirements) + len(" requires: ")
+    for arch, requirements in task.requirements.items():
+        _hanging(console, f"{arch.value} requires: ".ljust(width), "; ".join(
+            r.label + (f" (≥{r.min_flop_share:.0%} of FLOPs)" if r.min_flop_share else "") for r in requirements))
+    console.print(f"content hash: {task.content_hash[:16]}", style="dim", highlight=False)
+
+
+def paragraphs(text: str) -> list[str]:
+    """Text hard-wrapped in its source (a task's TOML) as paragraphs: lines joined, blank lines kept as breaks,
+    so the terminal wraps it at its own width instead of breaking every source line a second time."""
+    blocks = [" ".join(line.strip() for line in block.splitlines()) for block in text.strip().split("\n\n")]
+    return [block for block in blocks if block]
+
+
+def _hanging(console: Console, label: str, text: str, *, bold: bool = False, indent: str | None = None) -> None:
+    """``label`` then ``text`` wrapped to the console's width at spaces, continuation lines indented under
+    the text (or by ``indent``), so a long value reads as one indented paragraph in a pipe as on a terminal."""
+    width = max(console.width, len(label) + 20)
+    lines = textwrap.wrap(text, width=width, initial_indent=label,
+                          subsequent_indent=" " * len(label) if indent is None else indent,
+                          break_long_words=False, break_on_hyphens=False) or [label.rstrip()]
+    for line in lines:
+        console.print(line, highlight=False, markup=False, soft_wrap=True, style="bold" if bold else None)
+
+
+_ANONYMOUS = ("(anonymous namespace)::", "<unnamed>::")
+
+
+def short_kernel_name(demangled: str, *, parameters: bool = False) -> str:
+    """A kernel as a reader names it: 'void (anonymous namespace)::ns::k<128, false>(float*, int)' ->
+    'ns::k<128, false>' (return type, anonymous namespace and, unless ``parameters``, parameters left out)."""
+    text = demangled
+    for prefix in _ANONYMOUS:
+        text = text.replace(prefix, "")
+    head, params = _split_parameters(text)
+    short = _without_return_type(head)
+    return short + params if parameters else short
+
+
+def short_kernel_names(demangled: list[str]) -> list[str]:
+    """Each kernel's short name, still unique within the list: overloads that differ only in their
+    parameters keep them, and names that are still equal are numbered."""
+    short = [short_kernel_name(name) for name in demangled]
+    named = [short_kernel_name(full, parameters=True) if short.count(name) > 1 else name
+             for name, full in zip(short, demangled)]
+    seen: dict[str, int] = {}
+    unique = []
+    for name in named:
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if named.count(name) == 1 else f"{name} #{seen[name]}")
+    return unique
+
+
+def _split_parameters(name: str) -> tuple[str, str]:
+    """'ns::k<1>(float*, int)' -> ('ns::k<1>', '(float*, int)'): the trailing parameter list, if any."""
+    text = name.rstrip()
+    if not text.endswith(")"):
+        return text, ""
+    depth = 0
+    for index in range(len(text) - 1, -1, -1):
+        if text[index] == ")":
+            depth += 1
+        elif text[index] == "(":
+            depth -= 1
+            if depth == 0:
+                return text[:index], text[index:]
+    return text, ""
+
+
+def _without_return_type(head: str) -> str:
+    """'void ns::k<128, false>' -> 'ns::k<128, false>': what follows the last space outside <> and ()."""
+    depth, cut = 0, 0
+    for index, char in enumerate(head):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == " " and depth == 0:
+            cut = index + 1
+    return head[cut:]
