@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import statistics
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 CANARY_BYTES = 4096
@@ -25,6 +28,24 @@ GATE_TIMEOUTS_TO_DROP = 2  # one may be a one-time wait (a module loaded lazily 
 
 def _checked_sync(torch: Any) -> None:
     torch.cuda.synchronize()
+
+
+# What PyTorch's kernel tracer (torch.profiler over kineto/CUPTI) says of itself as a UserWarning. Tracing GPU
+# activity alone, a stop warns (C++ TORCH_WARN, raised from torch.autograd.profiler) when its events were not
+# all matched to kineto's: "N vs. M reassociated", a new text each time, so Python's default filter shows every
+# one; a tracer started again notes that it clears its events. Neither says anything about the candidate.
+TRACER_NOTES = (r"Failed to recover relationship between all profiler and kineto events",
+                r"(Warning: )?Profiler clears events at the end of each cycle")
+
+
+@contextmanager
+def quiet_tracer() -> Iterator[None]:
+    """Around a start or stop of the kernel tracer: its own notes (``TRACER_NOTES``) are not shown; every other
+    warning is, and the process's filters are as they were afterwards."""
+    with warnings.catch_warnings():
+        for note in TRACER_NOTES:
+            warnings.filterwarnings("ignore", message=note, category=UserWarning)
+        yield
 
 
 def traced_activities(trace: Any) -> list[dict[str, Any]]:
@@ -69,10 +90,6 @@ class CandidateRunner:
 
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible to the worker")
-        import warnings
-
-        # the kernel tracer's notes (events cleared per cycle, ...) say nothing about the candidate
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.profiler")
         self.torch = torch
         self.library = None
         self.task = None
@@ -117,7 +134,7 @@ class CandidateRunner:
         """Start and stop the kernel tracer (CUPTI) once with nothing to trace: its one-time start-up."""
         from torch.profiler import ProfilerActivity, profile
 
-        with profile(activities=[ProfilerActivity.CUDA]):
+        with quiet_tracer(), profile(activities=[ProfilerActivity.CUDA]):
             pass
 
     def _warm_up(self) -> None:
@@ -128,7 +145,7 @@ class CandidateRunner:
         torch = self.torch
         generator = torch.Generator(device="cuda")
         generator.manual_seed(0)
-        with profile(activities=[ProfilerActivity.CUDA]):
+        with quiet_tracer(), profile(activities=[ProfilerActivity.CUDA]):
             for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float8_e4m3fn):
                 values = torch.randn(4096, generator=generator, device="cuda")
                 mask = torch.rand(4096, generator=generator, device="cuda") < 0.01
@@ -137,7 +154,7 @@ class CandidateRunner:
         # The kernels the timing itself launches (L2 flush, launch gate, spin cover), named here, before any
         # candidate code is loaded, so the timed calls' trace can be told apart from the harness's own work.
         stream = torch.cuda.Stream()
-        with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        with quiet_tracer(), profile(activities=[ProfilerActivity.CUDA]) as trace:
             self._time(lambda s: None, stream, 1)
             gate, self._gate = self._gate, None
             try:
@@ -234,7 +251,7 @@ class CandidateRunner:
         marker = torch.zeros(1, device="cuda")
         _checked_sync(torch)
         phases["inputs"] = clock()
-        with profile(activities=[ProfilerActivity.CUDA]) as trace:
+        with quiet_tracer(), profile(activities=[ProfilerActivity.CUDA]) as trace:
             phases["trace_start"] = clock()
             with torch.cuda.stream(stream):
                 marker.add_(1)  # the first activity: names the launch stream in the trace's numbering
@@ -387,7 +404,8 @@ class CandidateRunner:
         marker = self.torch.zeros(1, device="cuda")  # made before the trace: its fill is on another stream
         self.torch.cuda.synchronize()
         trace = profile(activities=[ProfilerActivity.CUDA])
-        trace.start()
+        with quiet_tracer():
+            trace.start()
         with self.torch.cuda.stream(stream):
             marker.add_(1)  # the trace's first activity names the timed stream
         self._timing_trace = {"trace": trace, "owner": self._timing, "rounds": 0}
@@ -397,7 +415,8 @@ class CandidateRunner:
         if record is None:
             return None
         self.torch.cuda.synchronize()
-        record["trace"].stop()
+        with quiet_tracer():
+            record["trace"].stop()
         return record
 
     def timed_launches(self) -> dict[str, Any]:
