@@ -192,8 +192,6 @@ def evaluate(
                                         "GPU (default 2): their untimed stages overlap, timing always runs alone"),
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
-    from rich.progress import Progress
-
     from ptxbench.evaluate.evaluator import EvalOptions
     from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
     from ptxbench.evaluate.run import (
@@ -203,6 +201,7 @@ def evaluate(
         evaluate_candidates,
         gpu_available,
     )
+    from ptxbench.render import EvalProgress, all_rejected_note
     from ptxbench.tasks.loader import get_task
 
     if backend not in ("local", "ray"):
@@ -248,12 +247,11 @@ def evaluate(
                           **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}),
                           **({"lanes": lanes} if lanes is not None else {}))
     retired = None
-    with Progress(console=console, transient=True) as progress:
-        bar = progress.add_task(f"eval → {out}", total=len(candidates))
+    with EvalProgress(console, len(candidates), f"eval → {out}") as progress:
         try:
             results = evaluate_candidates(candidates, arch, out, options, regrade=regrade, gpus=chosen,
                                           backend="ray" if backend == "ray" else "local", address=address,
-                                          on_done=lambda _: progress.advance(bar))
+                                          on_done=progress.done)
         except GpusRetired as exc:
             results, retired = exc.results, exc
     table = Table("candidate", "task", "status", "detail")
@@ -265,6 +263,9 @@ def evaluate(
                                                  for r in result.static.requirements)
         table.add_row(Path(result.candidate).name, result.task, verdict, detail[:160])
     console.print(table)
+    rejected = all_rejected_note(results, arch)
+    if rejected is not None:
+        console.print(rejected, highlight=False, markup=False)
     console.print(f"run directory: {out}", highlight=False)
     if retired is not None:
         _fail(str(retired))

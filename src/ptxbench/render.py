@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import textwrap
-
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 
 from rich import box
@@ -15,6 +18,10 @@ from ptxbench.check import CheckReport
 from ptxbench.static.report import Stage
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from ptxbench.arch.registry import Arch
+    from ptxbench.evaluate.status import Evaluation
     from ptxbench.tasks.model import Task
 
 _STAGE_STYLE = {
@@ -109,6 +116,82 @@ def paragraphs(text: str) -> list[str]:
     so the terminal wraps it at its own width instead of breaking every source line a second time."""
     blocks = [" ".join(line.strip() for line in block.splitlines()) for block in text.strip().split("\n\n")]
     return [block for block in blocks if block]
+
+
+
+class EvalProgress:
+    """Progress of an evaluation, per finished candidate: a bar on a terminal; in a pipe or a CI log, where a
+    bar shows nothing until the end, one plain line each (``progress_line``). ``done`` may be called from
+    the threads that collect the GPUs' results."""
+
+    def __init__(self, console: Console, total: int, title: str) -> None:
+        self.console, self.total, self.title = console, total, title
+        self.finished = 0
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._bar: Progress | None = None
+
+    def __enter__(self) -> EvalProgress:
+        if self.console.is_terminal:
+            from rich.progress import Progress
+
+            self._bar = Progress(console=self.console, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.title, total=self.total)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(kind, error, trace)
+
+    def done(self, evaluation: Evaluation) -> None:
+        with self._lock:
+            self.finished += 1
+            now = time.monotonic()
+            seconds = evaluation.durations_s.get("total", now - self._last)  # else: the sequential path's time
+            self._last = now
+            if self._bar is not None:
+                self._bar.advance(self._task)
+            else:
+                self.console.print(progress_line(self.finished, self.total, evaluation, seconds, self.console.width),
+                                   highlight=False, markup=False, soft_wrap=True)
+
+
+def progress_line(finished: int, total: int, evaluation: Evaluation, seconds: float, width: int = 80) -> str:
+    """'[3/7] softmax.cu: REJECTED (12.3 s) mbarrier: ...', cut to ``width``; the task is named
+    too where the candidate's name is not the task's ('gemm_bf16/sample_002')."""
+    verdict = evaluation.status.value if evaluation.status else f"infra {evaluation.infra_failure.value}"  # type: ignore[union-attr]
+    name = Path(evaluation.candidate).name
+    item = name if Path(name).stem == evaluation.task else f"{evaluation.task}/{name}"
+    line = f"[{finished}/{total}] {item}: {verdict} ({seconds:.1f} s) {_reason(evaluation)}".rstrip()
+    return line if len(line) <= width else line[:width - 1].rstrip() + "…"
+
+
+def _reason(evaluation: Evaluation) -> str:
+    """The one thing to know about a verdict: the first guard that rejected it, the speedup of a pass, or the
+    first clause of its message."""
+    if evaluation.guards:
+        return evaluation.guards[0].detail
+    speedup = evaluation.timings[0].speedup if evaluation.timings else None
+    if evaluation.status is not None and evaluation.status.value == "PASSED" and speedup is not None:
+        return f"{speedup:.2f}x the vendor baseline"
+    return " ".join(evaluation.message.split("; ", 1)[0].split())
+
+
+def all_rejected_note(results: list[Evaluation], arch: Arch) -> str | None:
+    """One line when every candidate was correct and REJECTED only because its task's required features did
+    not execute (the bundled examples, plain CUDA, on a GPU with Nsight Compute): said once, not left for a
+    newcomer to infer from a table of REJECTED rows; None otherwise."""
+    from ptxbench.evaluate.status import Guard, Status
+
+    if not results or not all(r.status is Status.REJECTED and r.correct and r.guards
+                              and all(g.guard is Guard.FEATURE_NOT_EXECUTED for g in r.guards) for r in results):
+        return None
+    gold = "ptxbench eval --gold" + ("" if arch.value == "sm_90a" else f" --arch {arch.value}")
+    return (f"all {len(results)} candidates are correct but REJECTED: none executed the {arch.family.capitalize()} "
+            f"({arch.value}) features its task requires (plain CUDA kernels, like the bundled examples, do not); "
+            f"`{gold}` evaluates the expert reference kernels, which do")
 
 
 def _hanging(console: Console, label: str, text: str, *, bold: bool = False, indent: str | None = None) -> None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
 from ptxbench.kernels import reference_folder
 from ptxbench.tasks.loader import bundled_suite
 
 from ..conftest import REPO
 from .newcomer import COLUMNS, cli, one_line, widest_line
+
+if TYPE_CHECKING:
+    from ptxbench.evaluate.status import Evaluation
 
 
 def test_check_names_each_kernel_shortly_and_fits_80_columns() -> None:
@@ -54,3 +61,68 @@ def test_tasks_show_reads_cleanly_at_80_columns() -> None:
             assert row is not None, (workload.name, out)
             assert workload.role.value in row.split() and row.split()[-1].replace(",", "").replace(".", "").isdigit()
         assert any(line.startswith("sm_90a requires: ") for line in lines), out
+
+
+EXAMPLES = REPO / "kernels" / "examples"
+
+
+def _gpu_evaluation(task: str, guards: list[tuple[str, str]], *, passed: bool = True) -> Evaluation:
+    """What a GPU machine with Nsight Compute records for a bundled example: correct on every trial, then
+    REJECTED where a required feature did not execute (or PASSED without guards)."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, Status, TrialResult
+    from ptxbench.tasks.loader import get_task
+
+    findings = [GuardFinding(guard=Guard(guard), detail=detail) for guard, detail in guards]
+    return Evaluation(candidate=str(EXAMPLES / f"{task}.cu"), task=task, task_hash=get_task(task).content_hash,
+                      arch=Arch.SM_90A, status=Status.REJECTED if findings else Status.PASSED,
+                      message="; ".join(f.detail for f in findings) or "correct on every workload",
+                      trials=[TrialResult(workload="timed", role="timed", seed=1, passed=passed)], guards=findings,
+                      durations_s={"total": 17.4})
+
+
+def _gpu_run(out: Path, evaluations: list[Evaluation]) -> None:
+    from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
+
+    rundir = RunDir.open(out, RunHeader(kind="eval", config={"arch": "sm_90a"}, environment={"name": "NVIDIA H200"}))
+    for evaluation in evaluations:
+        write_model(rundir.item(evaluation.task, evaluation.task) / RESULT_FILE, evaluation)
+
+
+def test_eval_in_a_pipe_prints_a_line_per_finished_candidate(tmp_path: Path) -> None:
+    result = cli("eval", str(EXAMPLES / "softmax.cu"), str(EXAMPLES / "transpose.cu"), "--out", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("[")]
+    assert [line.split(":")[0] for line in progress] == ["[1/2] softmax.cu", "[2/2] transpose.cu"], result.stdout
+    for line in progress:  # status, seconds, a reason, in one line that fits the log
+        assert re.fullmatch(r"\[\d/2\] \w+\.cu: infra NO_GPU \(\d+\.\d s\) no CUDA GPU visible.*", line), line
+        assert len(line) <= COLUMNS
+    assert lines.index(progress[-1]) < next(i for i, line in enumerate(lines) if line.startswith("┏")), \
+        "the lines come as candidates finish, before the final table"
+
+
+def test_eval_says_in_one_line_why_every_example_was_rejected(tmp_path: Path) -> None:
+    tasks = ["softmax", "transpose", "rmsnorm"]
+    _gpu_run(tmp_path / "run", [_gpu_evaluation(task, [("feature_not_executed", "mbarrier: not executed")])
+                                for task in tasks])
+    result = cli("eval", *(str(EXAMPLES / f"{task}.cu") for task in tasks), "--out", str(tmp_path / "run"), "--regrade")
+    assert result.returncode == 0, result.stderr
+    assert "[1/3] softmax.cu: REJECTED (17.4 s) mbarrier: not executed" in result.stdout.splitlines()
+    assert ("all 3 candidates are correct but REJECTED: none executed the Hopper (sm_90a) features its task "
+            "requires (plain CUDA kernels, like the bundled examples, do not); `ptxbench eval --gold` evaluates "
+            "the expert reference kernels, which do") in one_line(result.stdout)
+
+
+def test_the_rejection_note_is_only_for_runs_where_every_candidate_lacked_its_features() -> None:
+    from ptxbench.arch.registry import Arch
+    from ptxbench.render import all_rejected_note
+
+    missing = [("feature_not_executed", "wgmma.bf16 did 0 % of the FLOPs")]
+    rejected = [_gpu_evaluation("softmax", missing), _gpu_evaluation("transpose", missing)]
+    assert all_rejected_note(rejected, Arch.SM_90A) is not None
+    assert "--gold --arch sm_100a" in (all_rejected_note(rejected, Arch.SM_100A) or "")
+    assert all_rejected_note([*rejected, _gpu_evaluation("rmsnorm", [])], Arch.SM_90A) is None, "one passed"
+    other = _gpu_evaluation("rmsnorm", [*missing, ("foreign_kernels", "cuBLAS ran")])
+    assert all_rejected_note([*rejected, other], Arch.SM_90A) is None, "rejected for something else as well"
+    assert all_rejected_note([], Arch.SM_90A) is None
