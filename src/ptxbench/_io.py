@@ -11,15 +11,32 @@ M = TypeVar("M")
 
 
 def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as an ordinary file (mode 0666 less the umask, 0644 typically, where the
+    temporary file alone would leave it 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
+        os.fchmod(handle, 0o666 & ~_umask())
         with os.fdopen(handle, "w") as stream:
             stream.write(text)
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (setting it to read it would race
+    with files other threads create meanwhile)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_jsonl(path: Path, records: "list[Any]") -> None:

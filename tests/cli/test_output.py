@@ -126,3 +126,23 @@ def test_the_rejection_note_is_only_for_runs_where_every_candidate_lacked_its_fe
     other = _gpu_evaluation("rmsnorm", [*missing, ("foreign_kernels", "cuBLAS ran")])
     assert all_rejected_note([*rejected, other], Arch.SM_90A) is None, "rejected for something else as well"
     assert all_rejected_note([], Arch.SM_90A) is None
+
+
+def test_report_and_run_files_are_ordinary_files_that_respect_the_umask(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    _gpu_run(tmp_path / "run", [_gpu_evaluation("softmax", [("feature_not_executed", "mbarrier: not executed")])])
+    for umask, mode in ((0o022, 0o644), (0o027, 0o640)):
+        previous = os.umask(umask)  # inherited by the command, as from the user's shell
+        try:
+            out = tmp_path / f"report-{umask:o}"
+            result = cli("report", str(tmp_path / "run"), "--out", str(out))
+            assert result.returncode == 0, result.stderr
+            regraded = cli("eval", str(EXAMPLES / "softmax.cu"), "--out", str(tmp_path / "run"), "--regrade")
+            assert regraded.returncode == 0, regraded.stderr
+        finally:
+            os.umask(previous)
+        written = [out / "report.md", out / "report.html", tmp_path / "run" / "items" / "softmax" / "softmax" / "result.json"]
+        assert {f.name: oct(stat.S_IMODE(f.stat().st_mode)) for f in written} == \
+            {f.name: oct(mode) for f in written}, f"umask {umask:o}"
