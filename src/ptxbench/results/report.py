@@ -468,27 +468,51 @@ def _empty(axes: Any, text: str) -> None:
               transform=axes.transAxes, wrap=True)
 
 
+def funnel_outlines(stages: list[FunnelStage]) -> dict[int, int]:
+    """The unmeasured stages the funnel plot outlines (dashed), by index: each as wide as the last measured
+    stage above it. One below a measured stage of 0 has nothing to outline and only says "not measured"."""
+    outlines, previous = {}, stages[0].count
+    for index, stage in enumerate(stages):
+        if stage.measured:
+            previous = stage.count
+        elif previous:
+            outlines[index] = previous
+    return outlines
+
+
+def funnel_caption(stages: list[FunnelStage]) -> str:
+    """The funnel plot's caption, naming only what the plot draws."""
+    caption = "Each bar counts the attempts that passed that stage and every stage above it."
+    if funnel_outlines(stages):
+        return caption + " Dashed outlines mark stages this run did not measure."
+    if not all(stage.measured for stage in stages):
+        return caption + " A stage this run did not measure has no bar and says so."
+    return caption
+
+
 def plot_funnel(stages: list[FunnelStage]) -> "Figure":
     figure = _figure(6.4, 3.6)
     axes = figure.add_subplot()
     total = max(stages[0].count, 1)
     positions = list(range(len(stages)))[::-1]
-    previous = stages[0].count
-    for y, stage, colour in zip(positions, stages, ("#c3d3e8", *_FUNNEL_COLOURS)):
+    outlines = funnel_outlines(stages)
+    for index, (y, stage, colour) in enumerate(zip(positions, stages, ("#c3d3e8", *_FUNNEL_COLOURS))):
         if stage.measured:
             axes.barh(y, stage.count, color=colour, height=0.7)
             label = f"{stage.count}  ({_pct(stage.count, stages[0].count)})"
             if stage.note:
                 label += f"  · {stage.note}"
             axes.text(stage.count + total * 0.015, y, label, va="center", fontsize=9.5, color=_INK)
-            previous = stage.count
         else:
-            if previous:
-                axes.barh(y, previous, height=0.7, facecolor="none", edgecolor="#a9b0b8",
+            if index in outlines:
+                axes.barh(y, outlines[index], height=0.7, facecolor="none", edgecolor="#a9b0b8",
                           linestyle=(0, (4, 3)), linewidth=1.1)
             axes.text(total * 0.015, y, stage.note or "not measured", va="center", fontsize=9.5, color=_MUTED,
                       style="italic")
     axes.set_yticks(positions, [s.label for s in stages])
+    # Every row's band, drawn or not: autoscaling sees only the bars, and a label in a row without one (the
+    # last, when nothing below "features in SASS" was measured) would sit on the x axis.
+    axes.set_ylim(-0.6, len(stages) - 0.4)
     axes.set_xlim(0, total * 1.55)
     axes.xaxis.get_major_locator().set_params(integer=True)
     axes.set_xticks([t for t in axes.get_xticks() if 0 <= t <= total])
@@ -618,11 +642,10 @@ class Plot(NamedTuple):
 
 def plots(attempts: list[Attempt], info: Measured) -> list[Plot]:
     matplotlib = _matplotlib()
+    stages = funnel(attempts)
     with matplotlib.rc_context(_STYLE):
         made = [
-            (plot_funnel(funnel(attempts)), "Instruction funnel",
-             "Each bar counts the attempts that passed that stage and every stage above it. Dashed outlines mark "
-             "stages this run did not measure."),
+            (plot_funnel(stages), "Instruction funnel", funnel_caption(stages)),
             (plot_fast_p(attempts, info), "fast_p: correct, features executed, ≥ p× vendor speed",
              "Share of attempts that are correct, executed their required features, and at least p times the "
              "vendor baseline's speed."),
@@ -762,10 +785,11 @@ _CSS = """
 body { margin: 0; background: #fff; color: var(--ink);
   font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "DejaVu Sans", sans-serif; }
 main { max-width: 1320px; margin: 0 auto; padding: 28px 32px 40px; }
-h1 { font-size: 26px; margin: 0 0 6px; letter-spacing: -0.01em; }
+h1 { font-size: 26px; margin: 0 0 6px; letter-spacing: -0.01em; overflow-wrap: anywhere; }
 h2 { font-size: 18px; margin: 30px 0 10px; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
 .meta { color: var(--muted); font-size: 13px; margin: 0; }
-.meta span { white-space: nowrap; margin-right: 14px; }
+.meta span { white-space: nowrap; margin-right: 14px; display: inline-block; max-width: 100%; overflow: hidden;
+  text-overflow: ellipsis; vertical-align: bottom; }
 .meta b { color: var(--ink); font-weight: 600; }
 .notice { border: 1px solid #e6c86e; border-left: 5px solid #d4a017; background: #fff8e1; border-radius: 6px;
   padding: 10px 14px; margin: 12px 0; font-size: 14px; }
@@ -784,6 +808,7 @@ figure img { width: 100%; height: auto; display: block; }
 figcaption { color: var(--muted); font-size: 12.5px; margin-top: 6px; }
 table { border-collapse: collapse; width: 100%; font-size: 13.5px; font-variant-numeric: tabular-nums; }
 th, td { padding: 6px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+td { overflow-wrap: anywhere; }
 th { background: var(--soft); font-weight: 600; font-size: 12.5px; color: #3a4149; white-space: nowrap; }
 td.num, th.num { text-align: right; }
 td.muted { color: var(--muted); font-style: italic; }
@@ -800,7 +825,9 @@ footer { color: var(--muted); font-size: 12px; margin-top: 28px; }
 
 def _render_html(content: _Content, figures: list[Plot]) -> str:
     esc = html.escape
-    meta = "".join(f"<span>{esc(label)} <b>{esc(value)}</b></span>" for label, value in content.provenance)
+    # A long value (a model path, many tasks) is cut with an ellipsis to the page's width; its title shows it whole.
+    meta = "".join(f'<span title="{esc(label)}: {esc(value)}">{esc(label)} <b>{esc(value)}</b></span>'
+                   for label, value in content.provenance)
     notes = "".join(
         f'<div class="notice{" info" if headline.startswith("Infrastructure") else ""}"><strong>{esc(headline)}'
         f"</strong> {esc(text)}</div>" for headline, text in content.notices)
