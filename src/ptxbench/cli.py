@@ -25,6 +25,8 @@ tasks_app = typer.Typer(no_args_is_help=True, help="The bundled task suite.")
 app.add_typer(tasks_app, name="tasks")
 fixit_app = typer.Typer(no_args_is_help=True, help="Fixit: mine failures, repair, explain, build an SFT set, train, evaluate.")
 app.add_typer(fixit_app, name="fixit")
+cache_app = typer.Typer(no_args_is_help=True, help="The build cache: its size, and removing entries (oldest use first).")
+app.add_typer(cache_app, name="cache")
 console = Console()
 errors = Console(stderr=True)  # errors and warnings go to stderr, so piped results stay clean
 
@@ -313,6 +315,52 @@ def leaderboard(runs: list[Path] = typer.Argument(...), metric: str = typer.Opti
     from ptxbench.results.compare import leaderboard_command
 
     print(leaderboard_command(runs, metric))
+
+
+@cache_app.command("info")
+def cache_info(as_json: bool = typer.Option(False, "--json", help="Print it as JSON.")) -> None:
+    """Where the build cache is, how many entries and bytes it holds, and its size limit."""
+    from ptxbench.toolchain.build_cache import MAX_SIZE_VARIABLE, human, info
+
+    held = info()
+    if as_json:
+        print(held.model_dump_json(indent=2))
+        return
+    limit = "no limit" if held.max_bytes is None else f"limit {human(held.max_bytes)}"
+    console.print(f"build cache: {held.location}", highlight=False)
+    console.print(f"{_entries(held.entries)}, {human(held.bytes)} ({limit}; {MAX_SIZE_VARIABLE} sets it)", highlight=False)
+    if held.entries:
+        console.print(f"last used: oldest {held.oldest_use}, newest {held.newest_use}", highlight=False)
+    if held.unfinished:
+        console.print(f"{held.unfinished} folder(s) of builds in progress or interrupted", highlight=False)
+
+
+@cache_app.command("prune")
+def cache_prune(max_size: Optional[str] = typer.Option(None, "--max-size", help="Keep at most this much, e.g. 500M "
+                                                       "or 2G [default: the cache's limit]")) -> None:
+    """Remove build cache entries, the longest unused first, until the cache is within a size."""
+    from ptxbench.toolchain.build_cache import cache_dir, human, max_bytes, parse_size, prune
+
+    limit = parse_size(max_size) if max_size is not None else max_bytes()
+    if limit is None:
+        _fail("the build cache has no size limit: give --max-size SIZE")
+        return
+    done = prune(limit)
+    console.print(f"removed {_entries(done.removed)} ({human(done.freed_bytes)}), the longest unused first; "
+                  f"{_entries(done.entries)} ({human(done.bytes)}) left in {cache_dir()}", highlight=False)
+
+
+@cache_app.command("clear")
+def cache_clear() -> None:
+    """Remove every build cache entry (baseline times and the integrity key are kept)."""
+    from ptxbench.toolchain.build_cache import cache_dir, clear, human
+
+    done = clear()
+    console.print(f"removed {_entries(done.removed)} ({human(done.freed_bytes)}) from {cache_dir()}", highlight=False)
+
+
+def _entries(count: int) -> str:
+    return "1 entry" if count == 1 else f"{count} entries"
 
 
 def _evaluator_for_refinement():  # type: ignore[no-untyped-def]

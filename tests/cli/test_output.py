@@ -146,3 +146,43 @@ def test_report_and_run_files_are_ordinary_files_that_respect_the_umask(tmp_path
         written = [out / "report.md", out / "report.html", tmp_path / "run" / "items" / "softmax" / "softmax" / "result.json"]
         assert {f.name: oct(stat.S_IMODE(f.stat().st_mode)) for f in written} == \
             {f.name: oct(mode) for f in written}, f"umask {umask:o}"
+
+
+def test_cache_commands_say_where_and_how_much_and_prune_oldest_first(tmp_path: Path) -> None:
+    import json
+    import os
+    import time
+
+    root = tmp_path / "cache"
+    env = {"PTXBENCH_CACHE": str(root), "PTXBENCH_CACHE_MAX_SIZE": "2.5M"}
+    folders = []
+    for index, days in enumerate((3, 1, 2)):  # 1.2 MB each, last used 3, 1 and 2 days ago
+        key = f"{index:02x}" + "f" * 62
+        folder = root / "builds" / key[:2] / key
+        folder.mkdir(parents=True)
+        (folder / "candidate.so").write_bytes(b"\0" * 1_200_000)
+        used = time.time() - days * 86400
+        os.utime(folder, (used, used))
+        folders.append(folder)
+
+    shown = cli("cache", "info", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert one_line(shown.stdout).startswith(f"build cache: {root / 'builds'} 3 entries, 3.6 MB (limit 2.5 MB; "
+                                             "PTXBENCH_CACHE_MAX_SIZE sets it) last used: oldest "), shown.stdout
+    assert json.loads(cli("cache", "info", "--json", env=env).stdout)["bytes"] == 3_600_000
+
+    pruned = cli("cache", "prune", env=env)  # to the configured limit
+    assert pruned.returncode == 0, pruned.stderr
+    assert one_line(pruned.stdout) == (f"removed 1 entry (1.2 MB), the longest unused first; 2 entries (2.4 MB) "
+                                       f"left in {root / 'builds'}")
+    assert [f.exists() for f in folders] == [False, True, True]
+    smaller = cli("cache", "prune", "--max-size", "1.5MB", env=env)
+    assert smaller.returncode == 0 and [f.exists() for f in folders] == [False, True, False]
+    refused = cli("cache", "prune", "--max-size", "lots", env=env)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert one_line(refused.stderr) == ("error: 'lots' is not a size: give a number with an optional unit (500M, 5G, "
+                                        "2GiB) or 'off'")
+
+    cleared = cli("cache", "clear", env=env)
+    assert cleared.returncode == 0 and one_line(cleared.stdout) == f"removed 1 entry (1.2 MB) from {root / 'builds'}"
+    assert f"{root / 'builds'} 0 entries, 0 B (limit" in one_line(cli("cache", "info", env=env).stdout)

@@ -3,7 +3,8 @@
 One nvcc call (``--keep``) yields all three, so the static report reads exactly what will run. Builds
 run in a subprocess with a time limit, are cached by a content hash of everything that affects the
 output, and can run several at once (``compile_many``). Each cache entry is sealed with the machine's
-key (see ``_reuse``): an entry changed by anyone else is discarded and built again.
+key (see ``_reuse``): an entry changed by anyone else is discarded and built again. An entry keeps only what
+is read back (not nvcc's intermediates), and the cache is kept within a size limit (``build_cache``).
 """
 
 from __future__ import annotations
@@ -84,11 +85,13 @@ def default_cache_dir() -> Path:
 
 def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
           use_cache: bool = True) -> BuildResult:
-    """Compile one candidate (or return the cached result of an identical build, once its seal holds)."""
+    """Compile one candidate (or return the cached result of an identical build, once its seal holds). A new
+    entry brings the cache back within its size limit (``build_cache.after_build``)."""
     toolchain = find_toolchain()
     nvcc = toolchain.path("nvcc")
     key = request.key(toolchain.fingerprint())
-    directory = (cache_dir or default_cache_dir()) / key[:2] / key
+    root = cache_dir or default_cache_dir()
+    directory = root / key[:2] / key
     if use_cache and (cached := _reuse(directory, key)) is not None:
         return cached
 
@@ -100,6 +103,7 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
         result = _run_nvcc(nvcc, request, staging, key, timeout_s)
         if result.diagnosis is not None and result.diagnosis.failure is CompileFailure.TIMEOUT:
             return result.model_copy(update={"directory": ""})  # never cached, no artifacts kept
+        _drop_intermediates(staging, request)
         result = result.model_copy(update={"directory": str(directory)})
         write_atomic(staging / BUILD_RECORD, result.model_dump_json(indent=1))
         sealed = _seal(staging)
@@ -114,9 +118,31 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
                 return cached
             raise
         _remember(directory, sealed)  # only now: an entry that another build put in place first is not ours
+        _keep_within_limit(root)
         return result
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _drop_intermediates(staging: Path, request: BuildRequest) -> None:
+    """Keep what a build's reader uses (the source, the header, the shared object, PTX and cubin); nvcc's
+    ``--keep`` intermediates (preprocessed sources, objects: most of an entry's ~6 MB) go."""
+    kept = {"candidate.cu", request.header_name, *REUSED_ARTIFACTS}
+    for item in staging.iterdir():
+        if item.name not in kept and (item.is_file() or item.is_symlink()):
+            item.unlink(missing_ok=True)
+
+
+def _keep_within_limit(root: Path) -> None:
+    from ptxbench.toolchain.build_cache import CacheSizeError, after_build
+
+    try:
+        removed = after_build(root)
+    except CacheSizeError as exc:
+        _log.warning("build cache not limited: %s", exc)
+        return
+    if removed is not None:
+        _log.info("build cache: %d oldest entries removed to stay within its size limit", removed.removed)
 
 
 # -- the cache's seal ---------------------------------------------------------------------------------------
@@ -165,6 +191,12 @@ def _remember(directory: Path, digests: dict[str, str]) -> None:
         _verified[str(directory)] = digests
 
 
+def forget(directory: Path) -> None:
+    """An entry removed from the cache (``build_cache``): a build of it later is checked afresh."""
+    with _verified_lock:
+        _verified.pop(str(directory), None)
+
+
 def _reuse(directory: Path, key: str) -> BuildResult | None:
     """The cached result in ``directory`` if its seal holds; a broken entry is logged and removed."""
     if not (directory / BUILD_RECORD).is_file():
@@ -174,6 +206,9 @@ def _reuse(directory: Path, key: str) -> BuildResult | None:
         _log.warning("build cache entry %s %s: discarded, it is built again", directory, problem)
         shutil.rmtree(directory, ignore_errors=True)
         return None
+    from ptxbench.toolchain.build_cache import mark_used
+
+    mark_used(directory)
     return result.model_copy(update={"cached": True})
 
 
