@@ -82,7 +82,6 @@ def render_check(console: Console, report: CheckReport) -> None:
         console.print(f"  note: {note}", highlight=False)
 
 
-
 def render_task(console: Console, task: Task, warning: str | None = None) -> None:
     """One task for a reader at any width (80 columns in pipes and CI logs): the statement as paragraphs,
     the workloads as a table whose only wrapping cell is the sizes (at spaces), requirements indented."""
@@ -116,7 +115,6 @@ def paragraphs(text: str) -> list[str]:
     so the terminal wraps it at its own width instead of breaking every source line a second time."""
     blocks = [" ".join(line.strip() for line in block.splitlines()) for block in text.strip().split("\n\n")]
     return [block for block in blocks if block]
-
 
 
 class EvalProgress:
