@@ -16,6 +16,7 @@ import os
 import re
 import secrets
 import shutil
+import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -28,6 +29,7 @@ MAX_SIZE_VARIABLE = "PTXBENCH_CACHE_MAX_SIZE"
 DEFAULT_MAX_BYTES = 5 * 10**9
 RECENT_S = 7200.0
 STALE_BUILD_S = 600.0  # a build's staging folder older than this was left by a build that ended (they time out)
+CHECK_EVERY_S = 10.0  # a burst of builds (eval's prebuild) measures the cache once per this, not once per build
 _REMOVED_PREFIX = ".removed-"
 _SHARD = re.compile(r"[0-9a-f]{2}")
 _KEY = re.compile(r"[0-9a-f]{64}")
@@ -155,11 +157,22 @@ def mark_used(entry: Path) -> None:
         pass
 
 
+_checked: dict[str, float] = {}  # cache root -> when this process last measured it after a build
+_checked_lock = threading.Lock()
+
+
 def after_build(root: Path | None = None) -> Removed | None:
-    """The limit applied after a new entry: None when there is no limit or the cache is within it."""
+    """The limit applied after a new entry: None when there is no limit, the cache is within it, or this
+    process measured it less than ``CHECK_EVERY_S`` ago."""
     limit = max_bytes()
     if limit is None:
         return None
+    root = root or cache_dir()
+    with _checked_lock:
+        now, last = time.monotonic(), _checked.get(str(root))
+        if last is not None and now - last < CHECK_EVERY_S:
+            return None
+        _checked[str(root)] = now
     result = prune(limit, root, spare_recent_s=RECENT_S)
     return result if result.removed else None
 
