@@ -50,7 +50,7 @@ STAGES = {
     "instruction": ("#3a7fc8", "required instructions missing or idle"),
     "guard": ("#8c6d3f", "rejected by a guard"),
     "infra": ("#9aa0a6", "harness could not judge (not the candidate's fault)"),
-    "unevaluated": ("#c4c8cc", "compiled, never run"),
+    "unevaluated": ("#c4c8cc", "sampled, never evaluated"),
 }
 _FUNNEL_COLOURS = ("#9db9dc", "#7ba2d1", "#5c8cc6", "#3f76b8", "#2a8a5e", "#1f6e47")
 _INK, _MUTED, _GRID = "#1f2328", "#6a737d", "#e4e7eb"
