@@ -241,7 +241,9 @@ def _executed_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
     if not is_measured(rows, "features_executed", scope):
         # Correct attempts whose execution no profiler counted: unverified; else nothing of the row ran.
         return "unverified" if any(a.correct for a in rows) else "not measured"
-    return _count_cell(rows, "features_executed", scope, sum(bool(a.features_executed) for a in rows), "unverified")
+    count = sum(bool(a.features_executed) for a in rows)
+    unverified = sum(bool(a.correct) and a.features_executed is None for a in rows)  # the rest: "not judged"
+    return f"{count} ({unverified} unverified)" if unverified else str(count)
 
 
 def _fast_cell(rows: list[Attempt], scope: list[Attempt], p: float = 1.0) -> str:
