@@ -107,14 +107,6 @@ def test_two_runs_into_one_run_directory_are_refused(runs: dict[str, Path], tmp_
     assert not out.exists(), "nothing is written, nothing silently left out"
 
 
-def test_eval_of_an_eval_run_says_what_it_is(runs: dict[str, Path], tmp_path: Path) -> None:
-    result = cli("eval", str(runs["eval-none"]), "--out", str(tmp_path / "again"))
-    assert result.returncode == 2 and result.stdout == ""
-    assert one_line(result.stderr) == (
-        f"error: {runs['eval-none']} is an eval run directory, not a generation run: its items are evaluations "
-        f"already (re-judge them with: ptxbench eval ... --out {runs['eval-none']} --regrade)")
-
-
 # -- item 3: the generation run's labels reach the evaluation ---------------------------------------------------
 
 

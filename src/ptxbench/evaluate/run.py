@@ -64,9 +64,6 @@ class Candidate(BaseModel):
     generation: Generation | None = Field(default=None, description="The labels of the run that sampled it")
 
 
-GENERATION_KINDS = ("generate", "run", "repair")
-
-
 def candidates_from_run(path: Path) -> list[Candidate]:
     """Every sample of a `generate`/`run` directory: its final candidate (the last turn with code), or,
     where no turn had code, the last turn's extraction failure, so that no sample drops out of a count."""
@@ -74,9 +71,6 @@ def candidates_from_run(path: Path) -> list[Candidate]:
     from ptxbench.tasks.loader import get_task
 
     rundir = RunDir.load(path)
-    if rundir.header.kind not in GENERATION_KINDS:
-        raise CandidateError(f"{path} is an {rundir.header.kind} run directory, not a generation run: its items are "
-                             f"evaluations already (re-judge them with: ptxbench eval ... --out {path} --regrade)")
     model = rundir.header.config.get("model")
     found = []
     for result_file in rundir.results():
