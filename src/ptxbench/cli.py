@@ -258,7 +258,8 @@ def evaluate(
             results, retired = exc.results, exc
     table = Table("candidate", "task", "status", "detail")
     for result in results:
-        verdict = result.status.value if result.status else f"infra: {result.infra_failure.value}"
+        verdict = (result.status.value if result.status else f"extraction: {result.extraction.value}"
+                   if result.extraction else f"infra: {result.infra_failure.value}")
         detail = result.message
         if result.status is None and result.static is not None:  # no GPU: say what the binary shows
             detail = "static only: " + "; ".join(f"{r.requirement.label} {r.stage.value.replace('_', ' ')}"
@@ -289,14 +290,21 @@ def report(run_dir: Path = typer.Argument(..., help="A run directory (eval, run 
 @app.command()
 def metrics(runs: list[Path] = typer.Argument(..., help="Run directories"),
             by: str = typer.Option("task", "--by", help="Comma-separated grouping fields, e.g. model,condition; '' for all"),
-            k: int = typer.Option(1, "-k", min=1), bootstrap: int = typer.Option(1000, "--bootstrap", min=0)) -> None:
-    """Metrics with 95 % bootstrap intervals (pass@k, fast_p, speedup, generalization) as Markdown."""
+            k: int = typer.Option(1, "-k", min=1), bootstrap: int = typer.Option(1000, "--bootstrap", min=0),
+            as_json: bool = typer.Option(False, "--json", help="The summaries as JSON (a rate not measured is null)")
+            ) -> None:
+    """Metrics with 95 % bootstrap intervals (pass@k, fast_p, speedup, generalization) as Markdown; a rate
+    that nothing measured reads – (null in JSON), never 0."""
     from ptxbench.results.attempts import attempts_from_run
     from ptxbench.results.metrics import summarize, summary_table
 
     attempts = [a for run_dir in runs for a in attempts_from_run(run_dir)]
     groups = tuple(field for field in by.split(",") if field)
-    print(summary_table(summarize(attempts, by=groups, k=k, bootstrap=bootstrap)))
+    summaries = summarize(attempts, by=groups, k=k, bootstrap=bootstrap)
+    if as_json:
+        print(json.dumps([json.loads(s.model_dump_json()) for s in summaries], indent=2))
+        return
+    print(summary_table(summaries))
 
 
 @app.command()

@@ -72,7 +72,11 @@ def test_eval_takes_a_generations_file(tmp_path: Path) -> None:
     result = runner.invoke(app, ["eval", str(generations), "--out", str(tmp_path / "eval")])
     assert result.exit_code == 0, result.output
     done = sorted(p.parent.name for p in (tmp_path / "eval" / "items" / "transpose").glob("*/result.json"))
-    assert done == ["sample_000"], "the answer without code is skipped, not evaluated"
+    assert done == ["sample_000", "sample_001"], "the answer without code is an item too"
+    without_code = Evaluation.model_validate_json(
+        (tmp_path / "eval" / "items" / "transpose" / "sample_001" / "result.json").read_text())
+    assert without_code.extraction == "no_code_block" and without_code.build is None
+    assert without_code.generation is not None and without_code.generation.sample == 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"completion": "x"}\n')
     refused = runner.invoke(app, ["eval", str(bad), "--out", str(tmp_path / "eval2")])

@@ -11,7 +11,8 @@ import pytest
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.pool import GpuSelectionError, parse_gpus, pin_for
 from ptxbench.evaluate.run import GpusRetired, evaluate_candidates
-from ptxbench.evaluate.status import InfraFailure, Status
+from ptxbench.evaluate.status import Generation, InfraFailure, Status
+from ptxbench.llm.extract import ExtractionStatus
 from ptxbench.results.rundir import RunDir
 
 from .scaleout import FAKE, OPTIONS, candidates, stored
@@ -49,6 +50,22 @@ def test_every_item_gets_one_result_from_both_gpus_and_a_rerun_skips_them(tmp_pa
     assert sorted(second) == [f"c{i:02d}" for i in range(6)]
     assert all(second[item][2] == first[item][2] for item in first), "finished items are not redone"
     assert {second[item][1]["slot"] for item in ("c04", "c05")} == {"1"}
+
+
+def test_on_gpus_an_answer_without_code_is_an_item_and_every_item_keeps_its_labels(tmp_path: Path) -> None:
+    """The GPU path records what the CPU path records: the sample without code (never sent to a GPU) and the
+    generation run's labels on every evaluation, those the hosts made included."""
+    labels = [Generation(run="gen", model="openai:m", provider="openai", condition="full", sample=i) for i in range(2)]
+    evaluated, without_code = [c.model_copy(update={"generation": g}) for c, g in zip(candidates(2), labels)]
+    without_code = without_code.model_copy(update={"source": "", "extraction": ExtractionStatus.NO_CODE})
+    out = tmp_path / "run"
+    results = evaluate_candidates([evaluated, without_code], Arch.SM_90A, out, OPTIONS, gpus=[0],
+                                  handler=f"{FAKE}:FakeRunner", reference_device="cpu")
+    assert [(r.status, r.extraction) for r in results] == [(Status.PASSED, None), (None, ExtractionStatus.NO_CODE)]
+    found = stored(out)
+    assert [found[item][0].generation for item in ("c00", "c01")] == labels
+    assert found["c01"][1] == {"backend": "local", "slot": None}, "no GPU saw it"
+    assert not (out / "items" / "softmax" / "c01" / "candidate.cu").exists()
 
 
 def test_a_faulting_gpu_is_retired_and_its_candidates_go_to_another(tmp_path: Path,

@@ -10,6 +10,7 @@ from ptxbench.evaluate.compare import Comparison
 from ptxbench.evaluate.executed import RequirementExecution
 from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import base_name, decide, library_guards, provenance_guards
+from ptxbench.llm.extract import ExtractionStatus
 from ptxbench.tasks.model import Requirement
 
 GOOD = TrialResult(workload="w", role="timed", seed=1, passed=True, comparisons=[
@@ -30,11 +31,23 @@ def test_legal_states() -> None:
     _evaluation(infra_failure=InfraFailure.NO_GPU)
     _evaluation(status=Status.INCORRECT, trials=[GOOD, BAD])
     _evaluation(status=Status.REJECTED, trials=[GOOD], guards=[GuardFinding(guard=Guard.OTHER_STREAM, detail="x")])
+    _evaluation(extraction=ExtractionStatus.NO_CODE)
+
+
+def test_a_version_1_record_still_reads() -> None:
+    """Records written before extraction failures and generation labels existed load as they are."""
+    old = _evaluation(status=Status.INCORRECT, trials=[GOOD, BAD]).model_dump(mode="json")
+    old = {key: value for key, value in old.items() if key not in ("extraction", "generation")} | {"version": 1}
+    read = Evaluation.model_validate(old)
+    assert read.version == 1 and read.extraction is None and read.generation is None
 
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({}, "exactly one"),
     ({"status": Status.PASSED, "infra_failure": InfraFailure.NO_GPU}, "exactly one"),
+    ({"status": Status.COMPILE_ERROR, "extraction": ExtractionStatus.NO_CODE}, "exactly one"),
+    ({"extraction": ExtractionStatus.OK}, "a candidate that was extracted has none"),
+    ({"extraction": ExtractionStatus.NO_CODE, "trials": [BAD]}, "never built or run"),
     ({"status": Status.INCORRECT, "trials": [BAD], "timings": [TIMING]}, "timings exist only"),
     ({"status": Status.PASSED, "trials": [BAD]}, "PASSED needs"),
     ({"status": Status.PASSED, "trials": []}, "PASSED needs"),

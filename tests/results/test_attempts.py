@@ -40,7 +40,8 @@ def test_attempts_of_a_multi_turn_run(tmp_path: Path) -> None:
         ("sample_000", 0, False), ("sample_000", 1, True), ("sample_001", 0, False), ("sample_001", 1, True)]
     first, fixed, lost, lost_again = attempts
     assert first.error_class == "compile.cpp_error" and not first.compiled
-    assert fixed.compiled and not fixed.features_in_sass and fixed.error_class == "instruction.absent"
+    # Built, features missing from the SASS, not run: what `eval` records for the same file without a GPU.
+    assert fixed.compiled and not fixed.features_in_sass and fixed.error_class == "infra.no_gpu"
     assert fixed.correct is None and not fixed.verified_on_gpu, "static-only runs measure no correctness"
     assert lost.error_class == "extraction.no_code_block"
     assert {a.condition for a in attempts} == {"arch"} and {a.family for a in attempts} == {"memory_bound"}
@@ -54,3 +55,30 @@ def test_attempts_of_an_eval_run_without_gpu(tmp_path: Path) -> None:
     attempts = attempts_from_run(out)
     assert {a.task for a in attempts} == {"rmsnorm", "softmax"}
     assert all(a.error_class == "infra.no_gpu" and a.compiled and a.correct is None for a in attempts)
+
+
+def test_a_static_turn_recorded_before_the_one_status_model_is_judged_as_today(tmp_path: Path) -> None:
+    """Old `run` directories hold a check report as a static turn's record: read by today's rule, so the same
+    kernel has the same class in an old run, a new run and an eval run."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_file
+    from ptxbench.llm.extract import Extraction, ExtractionStatus
+    from ptxbench.llm.feedback import Feedback, render_check_feedback
+    from ptxbench.llm.run import Turn
+    from ptxbench.llm.types import Completion
+    from ptxbench.results.attempts import turn_attempt
+    from ptxbench.tasks.loader import get_task
+
+    def old_turn(path: Path, task: str | None) -> Turn:
+        report = check_file(path, Arch.SM_90A, get_task(task) if task else None)
+        passed, stage, text = render_check_feedback(report)
+        return Turn(turn=0, completion=Completion(model="m", text=""),
+                    extraction=Extraction(status=ExtractionStatus.OK, source=path.read_text()),
+                    feedback=Feedback(passed=passed, stage=stage, text=text, record=report.model_dump(mode="json")))
+
+    base = {"run": "old", "arch": "sm_90a", "task": "transpose", "sample": "sample_000"}
+    plain = turn_attempt(old_turn(EXAMPLES / "transpose.cu", "transpose"), base)
+    assert (plain.error_class, plain.compiled, plain.features_in_sass, plain.correct) == (
+        "infra.no_gpu", True, False, None)
+    broken = turn_attempt(old_turn(FIXTURES / "cpp_syntax_error.cu", None), base)
+    assert (broken.error_class, broken.status, broken.verified_on_gpu) == ("compile.cpp_error", "COMPILE_ERROR", False)

@@ -12,6 +12,7 @@ from ptxbench.results.compare import (
     compare_command, compare_runs, comparison_table, leaderboard, leaderboard_command, leaderboard_table,
     sign_flip_p_value,
 )
+from ptxbench.results.measured import NotMeasured
 
 from .test_metrics import failed, make, synthetic_run
 
@@ -104,14 +105,18 @@ def test_leaderboard_scores_every_run_on_the_common_tasks() -> None:
 
 
 def test_unmeasured_runs_are_flagged_in_tables() -> None:
-    static = [make(t, i, run="static", correct=None, features_executed=None, speedup=None, error_class="unevaluated",
-                   verified_on_gpu=False) for t in ("t0", "t1") for i in range(3)]
+    static = [make(t, i, run="static", correct=None, features_executed=None, speedup=None, status=None,
+                   error_class="infra.no_gpu", verified_on_gpu=False) for t in ("t0", "t1") for i in range(3)]
     gpu = synthetic_run({"t0": 3, "t1": 3}, n=3, name="gpu")
-    comparison = compare_runs(static, gpu, bootstrap=100)
+    comparison = compare_runs(static, gpu, "compile", bootstrap=100)
     assert (comparison.n_unmeasured_a, comparison.n_unmeasured_b) == (6, 0)
     assert "static: 6 attempt(s) built but were never measured" in comparison_table(comparison)
+    with pytest.raises(NotMeasured, match="correct was not measured in static"):
+        compare_runs(static, gpu, "correct", bootstrap=0)
     rows = leaderboard({"static": static, "gpu": gpu}, bootstrap=0)
+    assert [(r.name, r.rate) for r in rows] == [("gpu", rows[0].rate), ("static", None)], "not measured: ranked last"
     assert rows[-1].n_unmeasured == 6 and "never measured" in leaderboard_table(rows)
+    assert "| 2 | static | – |" in leaderboard_table(rows)
 
 
 def test_commands_load_run_directories(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -158,9 +158,32 @@ def test_static_only_attempts_are_counted_as_unmeasured() -> None:
     no_code = make("t0", 3, compiled=False, correct=None, error_class="extraction.no_code_block")
     summary = only(summarize(static + [no_code], by=(), bootstrap=0))
     assert summary.n_unmeasured == 3 and not summary.comparable
-    assert summary.rates["correct"].value == 0.0 and summary.rates["compile"].value == pytest.approx(0.75)
+    assert summary.rates["correct"] is None, "no attempt measured correctness: not measured, never 0"
+    assert summary.rates["compile"].value == pytest.approx(0.75)
     assert not unmeasured(no_code)
     assert "never measured on a GPU" in summary_table([summary])
+
+
+def test_a_rate_is_not_measured_only_where_nothing_could_have_measured_it() -> None:
+    not_built = make("t1", 0, compiled=False, correct=None, visible_correct=None, heldout_correct=None,
+                     features_executed=None, speedup=None, status="COMPILE_ERROR", error_class="compile.cpp_error")
+    no_gpu = make("t0", 0, correct=None, visible_correct=None, heldout_correct=None, features_executed=None,
+                  speedup=None, status=None, error_class="infra.no_gpu", verified_on_gpu=False)
+    # Without a GPU, the task whose kernels all failed to build reads "not measured" like the other one: the
+    # run measured no correctness at all, so its column does not mix 0 with "not measured".
+    cpu = summarize([no_gpu, not_built], by=("task",), bootstrap=0)
+    assert [s.rates["correct"] for s in cpu] == [None, None]
+    assert [s.rates["compile"].value for s in cpu] == [1.0, 0.0]
+    # On a GPU run the same failed task's 0 is a measurement: correctness was measured in the run.
+    gpu = summarize([make("t0", 0), not_built], by=("task",), bootstrap=0)
+    assert [s.rates["correct"].value for s in gpu] == [1.0, 0.0]
+    # Correct but never timed (--no-time): fast_p is not measured, correctness is.
+    untimed = only(summarize([make("t0", 0, speedup=None), failed("t0", 1)], by=(), bootstrap=0))
+    assert untimed.rates["correct"].value == 0.5 and untimed.rates["fast_1.0"] is None
+    # Correct and timed, features unverified (no profiler): fast_p is a lower bound, said by n_unverified.
+    unprofiled = only(summarize([make("t0", 0, features_executed=None)], by=(), bootstrap=0))
+    assert unprofiled.rates["fast_1.0"].value == 0.0 and unprofiled.n_unverified == 1
+    assert unprofiled.rates["features_executed"] is None
 
 
 # ------------------------------------------------------------------------------------------ bootstrap

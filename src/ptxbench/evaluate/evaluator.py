@@ -41,6 +41,7 @@ from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import KernelProfile, RequirementExecution
 from ptxbench.evaluate.gpu_side import CANARY_VALUE, median_iqr
+from ptxbench.evaluate.static_only import verdict_before_running
 from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import (
     base_name,
@@ -664,21 +665,6 @@ class GpuEvaluator:
                         f"{workload.name}: {candidate_ms:.4f} ms is below the physical floor {floor_s * 1e3:.4f} ms "
                         "(datasheet bandwidth and tensor-core peak)")))
         return evaluation.model_copy(update={"timings": timings, "guards": unique(guards)})
-
-
-def verdict_before_running(evaluation: Evaluation) -> Evaluation | None:
-    """The verdict the build alone decides, GPU or not: a build that failed is the candidate's
-    COMPILE_ERROR, a binary that links a library is REJECTED; None when the candidate must be run.
-    ``evaluation`` carries the build and the static report (its status is not read)."""
-    result = evaluation.build
-    if result is None or not result.ok:
-        return evaluation.model_copy(update={"status": Status.COMPILE_ERROR, "infra_failure": None})
-    static = evaluation.static
-    linked = [v for v in static.policy_violations if "links" in v] if static else []
-    if linked:
-        return evaluation.model_copy(update={"status": Status.REJECTED, "infra_failure": None, "message": linked[0],
-                                             "guards": [GuardFinding(guard=Guard.LIBRARY_CALL, detail=linked[0])]})
-    return None
 
 
 def _own_kernels(evaluation: Evaluation) -> set[str]:

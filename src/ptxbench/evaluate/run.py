@@ -7,9 +7,14 @@ built on the CPU cores ahead of the GPUs. This process alone writes the run dire
 atomically and ``result.json`` last, so a stopped run resumes under either backend: the backend and
 the GPUs are recorded in the header's environment, not in its configuration.
 
-On a machine without a GPU the run still builds and reads the binaries, and records an
-infrastructure failure (NO_GPU) with the static report, never a candidate failure. A resumed run
-that has GPUs re-evaluates items stored as infrastructure failures; it skips every other result.
+On a machine without a GPU the run still builds and reads the binaries, and records what the build
+decides (``static_only``): COMPILE_ERROR, REJECTED for a linked library, else an infrastructure failure
+(NO_GPU) with the static report, never a candidate failure. A resumed run that has GPUs re-evaluates items
+stored as infrastructure failures; it skips every other result.
+
+Every sample of a generation run is an item, also one whose answer held no code: it is recorded with its
+extraction failure (nothing to build), so ``eval`` of a ``generate`` run counts the same samples as ``run``
+does, and each item carries the generation run's labels (model, provider, context, sample).
 
 Candidate code may write the run directory (same user, no read-only mount). The driver writes and reads
 it through a ``RunLedger`` that keeps every such file's text in memory; once the GPU hosts are closed it
@@ -28,16 +33,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
-from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, verdict_before_running
+from ptxbench.errors import CandidateError, PtxbenchError
+from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
-from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
+from ptxbench.evaluate.static_only import static_verdict
+from ptxbench.evaluate.status import Evaluation, Generation, InfraFailure
 from ptxbench.evaluate.verdict import decide
+from ptxbench.llm.extract import ExtractionStatus
 from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RUN_LOCAL_OPTIONS, RunAudit, RunDir, RunHeader, RunLedger
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
@@ -45,39 +52,53 @@ from ptxbench.toolchain.discover import find_toolchain
 
 
 class Candidate(BaseModel):
-    """One thing to evaluate: its task, its source, and the item name it is stored under."""
+    """One thing to evaluate: its task, its source, and the item name it is stored under. A sample whose
+    answer held no code is a candidate too, with ``extraction`` saying why and no source."""
 
     task: Task
     item: str
     source: str
     origin: str
+    extraction: ExtractionStatus | None = Field(default=None, description="Why there is no source (None: there is)")
+    notes: list[str] = Field(default_factory=list, description="What extraction noticed")
+    generation: Generation | None = Field(default=None, description="The labels of the run that sampled it")
 
 
 def candidates_from_run(path: Path) -> list[Candidate]:
-    """The final candidate of every item of a `generate`/`run` directory."""
+    """Every sample of a `generate`/`run` directory: its final candidate (the last turn with code), or,
+    where no turn had code, the last turn's extraction failure, so that no sample drops out of a count."""
     from ptxbench.llm.run import ItemResult
     from ptxbench.tasks.loader import get_task
 
+    rundir = RunDir.load(path)
+    model = rundir.header.config.get("model")
     found = []
-    for result_file in RunDir.load(path).results():
+    for result_file in rundir.results():
         record = ItemResult.model_validate_json(result_file.read_text())
-        source = record.final_source
-        if source is not None:
-            found.append(Candidate(task=get_task(record.task), item=f"sample_{record.sample:03d}", source=source,
-                                   origin=str(result_file.parent)))
+        final = next((t for t in reversed(record.turns) if t.extraction.ok), record.turns[-1])
+        labels = Generation(run=rundir.path.name, model=model, provider=_provider(model),
+                            condition=record.context.value, sample=record.sample, turn=final.turn)
+        found.append(Candidate(task=get_task(record.task), item=result_file.parent.name,
+                               source=final.extraction.source, origin=str(result_file.parent),
+                               extraction=None if final.extraction.ok else final.extraction.status,
+                               notes=final.extraction.notes, generation=labels))
     return found
+
+
+def _provider(model: str | None) -> str | None:
+    return model.partition(":")[0] if model else None
 
 
 def candidates_from_generations(path: Path) -> list[Candidate]:
     """Completions made elsewhere, one JSON object per line with ``task``, ``completion`` and optionally
-    ``sample`` (the replay provider's format); a line with no usable code is skipped with its reason."""
+    ``sample``, ``turn`` (the replay provider's format), ``model`` and ``context``. Each (task, sample) is one
+    candidate: its last turn with code, else its last turn's extraction failure."""
     import json
 
-    from ptxbench.errors import CandidateError
     from ptxbench.llm.extract import extract_candidate
     from ptxbench.tasks.loader import get_task
 
-    found = []
+    samples: dict[tuple[str, int], list[tuple[int, Candidate]]] = {}
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
@@ -85,12 +106,20 @@ def candidates_from_generations(path: Path) -> list[Candidate]:
             record = json.loads(line)
             task = get_task(record["task"])
             text = record["completion"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            sample, turn = int(record.get("sample", number - 1)), int(record.get("turn", 0))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise CandidateError(f"{path}:{number}: not a generation record ({exc})") from None
+        model = record.get("model")
+        labels = Generation(run=path.name, model=model, provider=_provider(model), condition=record.get("context"),
+                            sample=sample, turn=turn)
         extraction = extract_candidate(text, task.entry_point)
-        if extraction.ok:
-            found.append(Candidate(task=task, item=f"sample_{int(record.get('sample', number - 1)):03d}",
-                                   source=extraction.source, origin=f"{path}:{number}"))
+        samples.setdefault((task.id, sample), []).append((turn, Candidate(
+            task=task, item=f"sample_{sample:03d}", source=extraction.source, origin=f"{path}:{number}",
+            extraction=None if extraction.ok else extraction.status, notes=extraction.notes, generation=labels)))
+    found = []
+    for turns in samples.values():
+        turns.sort(key=lambda pair: pair[0])
+        found.append(next((c for _, c in reversed(turns) if c.extraction is None), turns[-1][1]))
     return found
 
 
@@ -118,19 +147,35 @@ def _driver_version() -> str | None:
 
 
 def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
-    """Without a GPU: what the build alone decides (a failed build is the candidate's COMPILE_ERROR, as on a
-    GPU machine), else NO_GPU, the harness's, with the static report."""
+    """Without a GPU: what the build alone decides, else NO_GPU, the harness's, with the static report."""
     report = check_source(candidate.source, arch, candidate.task, candidate.origin)
-    built = Evaluation(candidate=candidate.origin, task=candidate.task.id, task_hash=candidate.task.content_hash,
-                       arch=arch, infra_failure=InfraFailure.NO_GPU, build=report.build, static=report.static,
-                       message="no CUDA GPU visible: built and read statically only; not run")
-    decided = verdict_before_running(built)
-    if decided is None:
-        return built
-    if decided.status is Status.COMPILE_ERROR:
-        summary = report.build.diagnosis.summary if report.build.diagnosis else "the build failed"
-        return decided.model_copy(update={"message": summary})
-    return decided
+    return static_verdict(report, candidate.task.content_hash, candidate.generation)
+
+
+def _without_code(candidate: Candidate, arch: Arch) -> Evaluation:
+    """A sample whose answer held no candidate: the model's extraction failure, with nothing built."""
+    kind = candidate.extraction.value.replace("_", " ") if candidate.extraction else "none"
+    return Evaluation(candidate=candidate.origin, task=candidate.task.id, task_hash=candidate.task.content_hash,
+                      arch=arch, extraction=candidate.extraction, generation=candidate.generation,
+                      message="; ".join(candidate.notes) or f"the answer held no candidate: {kind}")
+
+
+def _labelled(candidate: Candidate, evaluation: Evaluation) -> Evaluation:
+    """The evaluation with the labels of the run that sampled the candidate (a GPU host does not know them)."""
+    if candidate.generation is None or evaluation.generation is not None:
+        return evaluation
+    return evaluation.model_copy(update={"generation": candidate.generation})
+
+
+def _distinct(candidates: list[Candidate]) -> None:
+    """Two different candidates stored under one item would leave one out of every count: refused."""
+    seen: dict[tuple[str, str], str] = {}
+    for candidate in candidates:
+        key = (candidate.task.id, candidate.item)
+        earlier = seen.setdefault(key, candidate.origin)
+        if earlier != candidate.origin:
+            raise CandidateError(f"{earlier} and {candidate.origin} would both be stored as items/{key[0]}/{key[1]}: "
+                                 "evaluate them into separate --out directories")
 
 
 Backend = Literal["local", "ray"]
@@ -160,6 +205,7 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
     if every GPU was retired.
     """
     options = options or EvalOptions()
+    _distinct(candidates)
     spec = HostSpec(options=options, handler=handler, reference_device=reference_device)
     if regrade:
         return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
@@ -200,7 +246,7 @@ def _header(arch: Arch, options: EvalOptions, environment: dict) -> RunHeader:
 
 def _prebuild(candidates: list[Candidate], arch: Arch) -> None:
     """Every core compiles ahead in the background; the evaluator then finds its build in the cache."""
-    requests = [build_request(c.source, arch, c.task) for c in candidates]
+    requests = [build_request(c.source, arch, c.task) for c in candidates if c.extraction is None]
     threading.Thread(target=build_many, args=(requests,), daemon=True).start()
 
 
@@ -223,7 +269,8 @@ def _to_evaluate(stored: Evaluation | None) -> bool:
 def _record(ledger: RunLedger, candidate: Candidate, evaluation: Evaluation, placement: dict | None = None) -> None:
     """The item's files, ``result.json`` last: its presence marks the item done."""
     folder = ledger.rundir.item(candidate.task.id, candidate.item)
-    ledger.write_text(folder / "candidate.cu", candidate.source)
+    if candidate.extraction is None:
+        ledger.write_text(folder / "candidate.cu", candidate.source)
     if evaluation.build is not None:
         ledger.write_text(folder / "build.log", evaluation.build.log)
     if placement is not None:
@@ -251,7 +298,7 @@ def _sequential(candidates: list[Candidate], arch: Arch, rundir: RunDir, *, regr
                 evaluation = Evaluation.model_validate({**evaluation.model_dump(), "status": decide(evaluation)})
                 ledger.write_model(rundir.item(candidate.task.id, candidate.item) / RESULT_FILE, evaluation)
         else:
-            evaluation = _static_only(candidate, arch)
+            evaluation = _without_code(candidate, arch) if candidate.extraction else _static_only(candidate, arch)
             _record(ledger, candidate, evaluation)
         results.append(evaluation)
         if on_done:
@@ -275,8 +322,16 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
         rundir = RunDir.open(out, _header(arch, options, environment))
         ledger = RunLedger(rundir)
         results: dict[int, Evaluation] = {}
+
+        def finish(index: int, evaluation: Evaluation, placement: dict) -> None:
+            evaluation = _labelled(candidates[index], evaluation)
+            _record(ledger, candidates[index], evaluation, placement)
+            results[index] = evaluation
+            if on_done:
+                on_done(evaluation)
+
         jobs: list[Job] = []
-        first_of: dict[Path, int] = {}  # two candidates stored under one item: the first is evaluated
+        first_of: dict[Path, int] = {}  # the same candidate given twice is evaluated once (_distinct)
         for index, candidate in enumerate(candidates):
             folder = rundir.item(candidate.task.id, candidate.item)
             if folder in first_of:
@@ -287,27 +342,23 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
                 results[index] = stored
                 if on_done:
                     on_done(stored)
+            elif candidate.extraction is not None:  # nothing to build or run: recorded here
+                finish(index, _without_code(candidate, arch), {"backend": backend, "slot": None})
             else:
                 jobs.append(Job(index, HostJob(task=candidate.task, arch=arch, source=candidate.source,
                                                origin=candidate.origin)))
         no_gpu_left: list[int] = []
 
-        def finish(job: Job, evaluation: Evaluation, placement: dict) -> None:
-            _record(ledger, candidates[job.index], evaluation, placement)
-            results[job.index] = evaluation
-            if on_done:
-                on_done(evaluation)
-
         def on_result(job: Job, outcome: HostOutcome, slot: str) -> None:
             assert outcome.evaluation is not None
-            finish(job, outcome.evaluation, {"backend": backend, "slot": slot, "seconds": outcome.seconds,
+            finish(job.index, outcome.evaluation, {"backend": backend, "slot": slot, "seconds": outcome.seconds,
                                              "where": outcome.where, "interrupted_by": job.faults})
 
         def on_give_up(job: Job, failure: InfraFailure, reason: str) -> None:
             candidate = candidates[job.index]
             if failure is InfraFailure.NO_GPU:
                 no_gpu_left.append(job.index)
-            finish(job, Evaluation(candidate=candidate.origin, task=candidate.task.id,
+            finish(job.index, Evaluation(candidate=candidate.origin, task=candidate.task.id,
                                    task_hash=candidate.task.content_hash, arch=arch, infra_failure=failure,
                                    message=reason),
                    {"backend": backend, "slot": None, "interrupted_by": job.faults})

@@ -3,7 +3,9 @@
 The status says what happened to the candidate; infrastructure failures (no GPU, a tool missing, the
 harness itself failing) are kept apart, so they are never counted against a model. Evidence exists
 only where the status allows it: no timing unless every correctness check passed, no "feature
-used" without executed counts.
+used" without executed counts. A model's answer that held no code is an evaluation too, with its
+extraction failure instead of a status (nothing was built), so every sample a model was asked for is
+in every count; a candidate a model wrote carries its generation run's labels (model, context, sample).
 """
 
 from __future__ import annotations
@@ -15,11 +17,14 @@ from pydantic import Field, model_validator
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.compare import Comparison
 from ptxbench.evaluate.executed import RequirementExecution
+from ptxbench.llm.extract import ExtractionStatus
 from ptxbench.records import Record
 from ptxbench.static.report import StaticReport
 from ptxbench.toolchain.compile import BuildResult
 
-EVALUATION_VERSION = 1
+EVALUATION_VERSION = 2
+"""2: ``extraction`` (an answer without a candidate is an item) and ``generation`` (the labels of the run that
+sampled the candidate); version 1 records read as they are, without either."""
 
 
 class Status(str, Enum):
@@ -109,6 +114,19 @@ class Timing(Record):
         return self.baseline_ms / self.candidate_ms if self.baseline_ms and self.candidate_ms > 0 else None
 
 
+class Generation(Record):
+    """Where a model's candidate came from: the labels of the generation run (``generate`` or ``run``) that
+    sampled it, carried into its evaluation so an ``eval`` of that run groups by model and context as the
+    generation run itself does."""
+
+    run: str = Field(description="The generation run's directory name (or the generations file's name)")
+    model: str | None = Field(default=None, description="'provider:name', as given to --model")
+    provider: str | None = None
+    condition: str | None = Field(default=None, description="Context condition (none | arch | full)")
+    sample: int = Field(description="The sample's index within its task")
+    turn: int = Field(default=0, description="The turn whose answer this is (the last one with code)")
+
+
 class Evaluation(Record):
     version: int = EVALUATION_VERSION
     candidate: str
@@ -117,6 +135,10 @@ class Evaluation(Record):
     arch: Arch
     status: Status | None = None
     infra_failure: InfraFailure | None = None
+    extraction: ExtractionStatus | None = Field(default=None, description=(
+        "Why the model's answer held no candidate (no code block, no entry point, empty, provider error): "
+        "the model's failure, decided before anything is built; None for every candidate that has code"))
+    generation: Generation | None = Field(default=None, description="The labels of the run that sampled it")
     message: str = ""
     build: BuildResult | None = None
     static: StaticReport | None = None
@@ -145,8 +167,13 @@ class Evaluation(Record):
 
     @model_validator(mode="after")
     def _consistent(self) -> "Evaluation":
-        if (self.status is None) == (self.infra_failure is None):
-            raise ValueError("an evaluation has exactly one of a status and an infrastructure failure")
+        if sum(x is not None for x in (self.status, self.infra_failure, self.extraction)) != 1:
+            raise ValueError("an evaluation has exactly one of a status, an infrastructure failure and an "
+                             "extraction failure")
+        if self.extraction is ExtractionStatus.OK:
+            raise ValueError("extraction holds why there is no candidate; a candidate that was extracted has none")
+        if self.extraction is not None and (self.build is not None or self.trials):
+            raise ValueError("an answer without a candidate was never built or run")
         if self.status is Status.COMPILE_ERROR and (self.trials or self.timings):
             raise ValueError("a candidate that did not compile has no trials or timings")
         if self.timings and not self.correct:

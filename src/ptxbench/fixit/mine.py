@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import Field
 
 from ptxbench.records import Record
-from ptxbench.results.attempts import Attempt, turn_attempt
+from ptxbench.results.attempts import Attempt, turns_of_run
 from ptxbench.results.rundir import RunDir
 
 FIXIT_RECORD_VERSION = 1
@@ -53,20 +53,8 @@ def repairable(attempt: Attempt) -> bool:
 
 
 def _turns(run_dir: Path):  # type: ignore[no-untyped-def]
-    """(attempt, turn) for every turn of every sample of a generate/run directory."""
-    from ptxbench.llm.run import ItemResult
-
-    rundir = RunDir.load(run_dir)
-    if rundir.header.kind == "eval":
-        return
-    for result_file in rundir.results():
-        result = ItemResult.model_validate_json(result_file.read_text())
-        for turn in result.turns:
-            base = {"run": rundir.path.name, "model": rundir.header.config.get("model"),
-                    "condition": result.context.value, "arch": result.arch.value, "task": result.task,
-                    "family": None, "sample": result_file.parent.name, "turn": turn.turn,
-                    "last_turn": turn is result.turns[-1]}
-            yield turn_attempt(turn, base), turn
+    """(attempt, turn) for every turn of every sample of a generate/run directory, as metrics see them."""
+    return turns_of_run(run_dir)
 
 
 def _eval_failures(run_dir: Path) -> list[FailureCase]:

@@ -78,15 +78,22 @@ def render_check_feedback(report: CheckReport) -> tuple[bool, str, str]:
 
 
 class StaticEvaluator:
-    """Build and read the binary; never runs the candidate. Its verdicts are marked as not GPU-verified."""
+    """Build and read the binary; never runs the candidate. Its verdicts are marked as not GPU-verified.
+
+    The model is told what the binary shows (the compiler's error, the features missing from the SASS);
+    the record is the evaluation ``eval`` makes of the same file without a GPU (``static_only``), so a
+    turn and an evaluated file get the same verdict and error class."""
 
     def __init__(self, timeout_s: float = 120.0) -> None:
         self.timeout_s = timeout_s
 
     def evaluate(self, task: Task, arch: Arch, source: str) -> Feedback:
+        from ptxbench.evaluate.static_only import static_verdict
+
         report = check_source(source, arch, task, timeout_s=self.timeout_s)
         passed, stage, text = render_check_feedback(report)
-        return Feedback(passed=passed, stage=stage, text=text, record=report.model_dump(mode="json"))
+        evaluation = static_verdict(report, task.content_hash)
+        return Feedback(passed=passed, stage=stage, text=text, record=evaluation.model_dump(mode="json"))
 
 
 def render_evaluation_feedback(evaluation: "Evaluation") -> tuple[bool, str, str]:
@@ -99,6 +106,8 @@ def render_evaluation_feedback(evaluation: "Evaluation") -> tuple[bool, str, str
         report = CheckReport(candidate=evaluation.candidate, source_sha256="", arch=evaluation.arch, task=evaluation.task,
                              build=evaluation.build, static=None, duration_s=0.0)
         return render_check_feedback(report)
+    if evaluation.extraction is not None:
+        return False, "extraction", f"The answer held no candidate ({evaluation.extraction.value}): {evaluation.message}"
     if status is None:
         return False, "gpu", f"The harness could not evaluate the file ({evaluation.infra_failure}): {evaluation.message}"
     lines = [f"Status: {status.value}. {evaluation.message}"]

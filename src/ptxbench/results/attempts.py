@@ -3,26 +3,38 @@
 Metrics, reports and Fixit read attempts, never the run directory's internals: an ``eval`` run
 contributes one attempt per candidate, a ``generate``/``run`` run one per turn of every sample. Every
 failure carries one class of the error taxonomy (``taxonomy.py``).
+
+One status model for every path: a turn graded without a GPU, a file evaluated without one, and run
+directories written before this rule (whose static turns hold a check report) are all judged by
+``static_only``, and every evaluation, whichever path made it, becomes an attempt through
+``_from_evaluation``; an answer without code is an attempt with its extraction failure on every path. An
+``eval`` of a generation run carries that run's labels (model, provider, context), so both group alike.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from ptxbench.records import Record
 from ptxbench.results.rundir import RESULT_FILE, RunDir
-from ptxbench.results.taxonomy import classify_check, classify_evaluation, classify_extraction
+from ptxbench.results.taxonomy import classify_evaluation, classify_extraction
 
-ATTEMPT_VERSION = 1
+if TYPE_CHECKING:
+    from ptxbench.llm.run import Turn
+
+ATTEMPT_VERSION = 2
+"""2: ``provider``; an answer without code and a verdict the build decided have no correctness (None)."""
 
 
 class Attempt(Record):
     version: int = ATTEMPT_VERSION
     run: str = Field(description="The run directory's name")
-    model: str | None = None
+    model: str | None = Field(default=None, description="'provider:name' of the model that wrote the candidate")
+    provider: str | None = None
     condition: str | None = Field(default=None, description="Context condition (none | arch | full)")
     arch: str
     task: str
@@ -59,15 +71,19 @@ def _family(task_id: str) -> str | None:
 
 
 def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
+    from ptxbench.evaluate.static_only import decided_by_build
     from ptxbench.evaluate.status import Evaluation
 
     evaluation = Evaluation.model_validate(record)
+    if evaluation.extraction is not None:
+        return Attempt(**base, error_class=classify_evaluation(evaluation))
     static = evaluation.static
     roles = {}
     for trial in evaluation.trials:
         roles.setdefault(trial.role, True)
         roles[trial.role] = roles[trial.role] and trial.passed
-    measured = evaluation.status is not None and evaluation.status.value not in ("COMPILE_ERROR",)
+    # Correctness is measured only where the candidate ran on a GPU: not for a verdict the build decided.
+    ran = evaluation.status is not None and not decided_by_build(evaluation)
     # Right answers obtained by gaming the harness (a library, another stream, mutated inputs, stray
     # writes) are not correct; a kernel that is right but skips the requested features still is.
     cheated = any(g.guard.value != "feature_not_executed" for g in evaluation.guards)
@@ -77,50 +93,67 @@ def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
         compiled=bool(evaluation.build and evaluation.build.ok),
         features_in_ptx=_in_ptx(static),
         features_in_sass=bool(static and static.requirements_in_sass),
-        correct=(evaluation.correct and not cheated) if measured else None,
-        visible_correct=roles.get("visible") if measured else None,
-        heldout_correct=roles.get("heldout") if measured else None,
+        correct=(evaluation.correct and not cheated) if ran else None,
+        visible_correct=roles.get("visible") if ran else None,
+        heldout_correct=roles.get("heldout") if ran else None,
         features_executed=None if evaluation.features is None else all(f.satisfied for f in evaluation.features),
         speedup=timed.speedup if timed else None,
         roofline_pct=timed.roofline_pct if timed else None,
         status=evaluation.status.value if evaluation.status else None,
         error_class=classify_evaluation(evaluation),
-        verified_on_gpu=evaluation.status is not None,
+        verified_on_gpu=ran,
     )
 
 
 def _from_check(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
+    """A turn graded statically before its record was an evaluation: judged by the same rule as today."""
     from ptxbench.check import CheckReport
+    from ptxbench.evaluate.static_only import static_verdict
 
-    report = CheckReport.model_validate(record)
-    return Attempt(**base, compiled=report.build.ok, features_in_ptx=_in_ptx(report.static),
-                   features_in_sass=bool(report.static and report.static.requirements_in_sass),
-                   error_class=classify_check(report))
+    evaluation = static_verdict(CheckReport.model_validate(record), task_hash="")
+    return _from_evaluation(evaluation.model_dump(mode="json"), base)
+
+
+def _labels(generation: Any) -> dict[str, Any]:
+    """The grouping labels an evaluation carries from the generation run that sampled its candidate."""
+    if generation is None:
+        return {}
+    return {"model": generation.model, "provider": generation.provider, "condition": generation.condition}
+
+
+def turns_of_run(path: Path | str) -> Iterator[tuple[Attempt, "Turn"]]:
+    """(attempt, turn) for every turn of every sample of a ``generate``/``run`` directory (none for ``eval``)."""
+    from ptxbench.llm.run import ItemResult
+
+    rundir = RunDir.load(path)
+    if rundir.header.kind == "eval":
+        return
+    model = rundir.header.config.get("model")
+    for result_file in rundir.results():
+        result = ItemResult.model_validate_json(result_file.read_text())
+        task_id = result_file.parent.parent.name
+        for turn in result.turns:
+            base = {"run": rundir.path.name, "model": model, "provider": model.partition(":")[0] if model else None,
+                    "condition": result.context.value, "arch": result.arch.value, "task": task_id,
+                    "family": _family(task_id), "sample": result_file.parent.name, "turn": turn.turn,
+                    "last_turn": turn is result.turns[-1]}
+            yield turn_attempt(turn, base), turn
 
 
 def attempts_from_run(path: Path | str) -> list[Attempt]:
     """Every attempt stored in a run directory (items without a result are still running: skipped)."""
     rundir = RunDir.load(path)
-    config = rundir.header.config
+    if rundir.header.kind != "eval":
+        return [attempt for attempt, _ in turns_of_run(path)]
+    from ptxbench.evaluate.status import Evaluation
+
     attempts: list[Attempt] = []
     for result_file in rundir.results():
         task_id, item = result_file.parent.parent.name, result_file.parent.name
-        if rundir.header.kind == "eval":
-            from ptxbench.evaluate.status import Evaluation
-
-            record = Evaluation.model_validate_json(result_file.read_text()).model_dump(mode="json")
-            base = {"run": rundir.path.name, "arch": config.get("arch", "sm_90a"), "task": task_id,
-                    "family": _family(task_id), "sample": item}
-            attempts.append(_from_evaluation(record, base))
-            continue
-        from ptxbench.llm.run import ItemResult
-
-        result = ItemResult.model_validate_json(result_file.read_text())
-        for turn in result.turns:
-            base = {"run": rundir.path.name, "model": config.get("model"), "condition": result.context.value,
-                    "arch": result.arch.value, "task": task_id, "family": _family(task_id), "sample": item,
-                    "turn": turn.turn, "last_turn": turn is result.turns[-1]}
-            attempts.append(turn_attempt(turn, base))
+        evaluation = Evaluation.model_validate_json(result_file.read_text())
+        base = {"run": rundir.path.name, "arch": rundir.header.config.get("arch", "sm_90a"), "task": task_id,
+                "family": _family(task_id), "sample": item, **_labels(evaluation.generation)}
+        attempts.append(_from_evaluation(evaluation.model_dump(mode="json"), base))
     return attempts
 
 
@@ -134,4 +167,4 @@ def turn_attempt(turn: Any, base: dict[str, Any]) -> Attempt:
     return _from_check(feedback.record, base)
 
 
-__all__ = ["Attempt", "attempts_from_run", "RESULT_FILE"]
+__all__ = ["Attempt", "attempts_from_run", "turns_of_run", "RESULT_FILE"]

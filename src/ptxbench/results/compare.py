@@ -17,8 +17,10 @@ from pydantic import Field, computed_field
 
 from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt, attempts_from_run
+from ptxbench.results.measured import NotMeasured, is_measured
 from ptxbench.results.metrics import (
-    CONFIDENCE, Estimate, Problem, check_metric, fast_metric, format_rate, summarize, task_rates, unmeasured,
+    CONFIDENCE, Estimate, MetricSummary, Problem, check_metric, fast_metric, format_rate, last_turns, summarize,
+    task_rates, unmeasured,
 )
 
 EXACT_LIMIT = 16
@@ -97,6 +99,10 @@ def compare_runs(a: list[Attempt], b: list[Attempt], metric: str = "correct", k:
     import numpy as np
 
     check_metric(metric)
+    for label, attempts in ((label_a or _label(a, "A"), a), (label_b or _label(b, "B"), b)):
+        if not is_measured(last_turns(attempts), metric):
+            raise NotMeasured(f"{metric} was not measured in {label} (nothing in it reached that stage: a run "
+                              "without a GPU measures no correctness, one that only sampled builds nothing)")
     rates_a, rates_b = task_rates(a, metric, k), task_rates(b, metric, k)
     paired: list[Problem] = sorted(set(rates_a) & set(rates_b))
     if not paired:
@@ -140,7 +146,7 @@ class LeaderboardRow(Record):
     name: str
     metric: str
     k: int
-    rate: Estimate
+    rate: Estimate | None = Field(description="None: the run measured the metric for no attempt (ranked last)")
     n_tasks: int
     n_samples: int
     n_unmeasured: int
@@ -168,7 +174,11 @@ def leaderboard(runs: dict[str, list[Attempt]], metric: str = "fast_1.0", k: int
             raise ValueError(f"run {name!r} has no attempts{where}")
         (summary,) = summarize(chosen, by=(), k=k, ps=ps, bootstrap=bootstrap, seed=seed)
         scored.append((name, summary))
-    scored.sort(key=lambda item: (-item[1].rates[metric].value, item[0]))
+    def order(item: tuple[str, MetricSummary]) -> tuple[bool, float, str]:
+        rate = item[1].rates[metric]
+        return rate is None, -(rate.value if rate is not None else 0.0), item[0]
+
+    scored.sort(key=order)
     return [LeaderboardRow(rank=i + 1, name=name, metric=metric, k=k, rate=summary.rates[metric],
                            n_tasks=summary.n_tasks, n_samples=summary.n_samples, n_unmeasured=summary.n_unmeasured)
             for i, (name, summary) in enumerate(scored)]

@@ -7,9 +7,11 @@ it is scored apart. Every ``@k`` rate is the unbiased pass@k estimator per probl
 problems of a group, so a task with many samples weighs no more than one with few.
 
 Failures count against every rate: the denominator is all samples, including those that never
-compiled. ``None`` (correctness not measured, features not verified by the profiler) never counts as
-a pass, so a static-only run scores zero on ``correct`` and ``fast_p`` and says so in
-``MetricSummary.n_unmeasured`` rather than looking like a weak GPU run.
+compiled or whose answer held no code. ``None`` (correctness not measured, features not verified by the
+profiler) never counts as a pass. A rate that nothing in its group measured (``measured.py``: correctness
+in a run without a GPU, compilation in a run that only sampled) is None, shown as "–" and null in JSON,
+never 0; a rate measured for some attempts counts the others as failures and says how many in
+``MetricSummary.n_unmeasured``, rather than looking like a weak GPU run.
 
 Confidence intervals are 95 % percentile bootstrap intervals. Samples are resampled within each
 problem (the question: how much would the numbers move with other draws from the same model on
@@ -29,6 +31,7 @@ from pydantic import Field
 
 from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt
+from ptxbench.results.measured import State, is_measured, state
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,15 +99,14 @@ def check_metric(metric: str) -> None:
 
 
 def unmeasured(attempt: Attempt) -> bool:
-    """Correctness could have been measured on a GPU but was not.
+    """Correctness could have been measured on a GPU but was not (``measured.state`` is unknown).
 
-    ``correct is None`` alone is not enough: an extraction or compile failure also has no
-    correctness, but it is a genuine failure whatever the machine, so it does not make a run
-    incomparable. What does is an attempt that built (or was never evaluated, or met an
+    ``correct is None`` alone is not enough: an answer without code, a build failure or a verdict the
+    build decided also has no correctness, but it is a genuine failure whatever the machine, so it does
+    not make a run incomparable. What does is an attempt that built (or was never evaluated, or met an
     infrastructure failure) and still has no verdict.
     """
-    return attempt.correct is None and (
-        attempt.compiled or attempt.error_class == "unevaluated" or attempt.error_class.startswith("infra."))
+    return state(attempt, "correct") is State.UNKNOWN
 
 
 def _sample_key(attempt: Attempt) -> tuple[str | None, ...]:
@@ -163,7 +165,9 @@ class MetricSummary(Record):
     n_unmeasured: int = Field(description="Attempts that built but were never measured on a GPU (see `unmeasured`)")
     n_unverified: int = Field(description="Correct attempts whose executed features are unverified (no profiler); "
                                           "fast_p counts them as failures")
-    rates: dict[str, Estimate] = Field(description="metric -> unbiased pass@k averaged over problems")
+    rates: dict[str, Estimate | None] = Field(description=(
+        "metric -> unbiased pass@k averaged over problems; None where no attempt of the group measured it "
+        "(see measured.py): not measured, never 0"))
     speedup_geomean: Estimate | None = Field(description="Geometric mean speedup over correct samples")
     roofline_pct_mean: Estimate | None = Field(description="Mean % of roofline over correct samples")
     generalization: Estimate | None = Field(description="P(held-out correct | visible correct), both measured")
@@ -227,7 +231,8 @@ def _interval(point: float, replicates: "np.ndarray | None") -> Estimate | None:
 
 
 def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[Attempt], k: int,
-                     metrics: list[str], bootstrap: int, seed: int, resample_tasks: bool) -> MetricSummary:
+                     metrics: list[str], bootstrap: int, seed: int, resample_tasks: bool,
+                     scope: list[Attempt]) -> MetricSummary:
     import numpy as np
 
     samples = last_turns(attempts)
@@ -258,12 +263,12 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
     def estimate(j: int) -> Estimate | None:
         return _interval(float(point[j]), None if replicates is None else replicates[:, j])
 
-    rates = {metric: estimate(j) for j, metric in enumerate(metrics)}
+    rates = {metric: estimate(j) if is_measured(samples, metric, scope) else None for j, metric in enumerate(metrics)}
     return MetricSummary(
         group=group, k=k, n_attempts=len(attempts), n_samples=len(samples), n_tasks=len(problems),
         n_unmeasured=sum(unmeasured(a) for a in attempts),
         n_unverified=sum(a.correct is True and a.features_executed is None for a in attempts),
-        rates={m: r for m, r in rates.items() if r is not None},
+        rates=rates,
         speedup_geomean=estimate(n_rates), roofline_pct_mean=estimate(n_rates + 1),
         generalization=estimate(n_rates + 2))
 
@@ -286,7 +291,8 @@ def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int =
     groups: dict[tuple[str | int | bool | None, ...], list[Attempt]] = defaultdict(list)
     for attempt in attempts:
         groups[tuple(getattr(attempt, name) for name in by)].append(attempt)
-    return [_summarize_group(dict(zip(by, key)), groups[key], k, metrics, bootstrap, seed, resample_tasks)
+    scope = last_turns(attempts)
+    return [_summarize_group(dict(zip(by, key)), groups[key], k, metrics, bootstrap, seed, resample_tasks, scope)
             for key in sorted(groups, key=_sortable)]
 
 
@@ -377,8 +383,9 @@ def summary_table(summaries: Sequence[MetricSummary]) -> str:
     notes = []
     unmeasured_total = sum(s.n_unmeasured for s in summaries)
     if unmeasured_total:
-        notes.append(f"> {unmeasured_total} attempt(s) built but were never measured on a GPU: correct and fast "
-                     "rates count them as failures, so these rows are not comparable with a GPU run.")
+        notes.append(f"> {unmeasured_total} attempt(s) were never measured on a GPU: a rate shown counts them as "
+                     "failures, a rate that no attempt measured reads – (not measured), so these rows are not "
+                     "comparable with a GPU run.")
     unverified_total = sum(s.n_unverified for s in summaries)
     if unverified_total:
         notes.append(f"> {unverified_total} correct attempt(s) have unverified executed features (no profiler): "

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
 from ptxbench.results.attempts import Attempt, attempts_from_run
+from ptxbench.results.measured import State, is_measured, state, unknown
 from ptxbench.results.rundir import RunDir, RunHeader
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ STAGES = {
     "instruction": ("#3a7fc8", "required instructions missing or idle"),
     "guard": ("#8c6d3f", "rejected by a guard"),
     "infra": ("#9aa0a6", "harness could not judge (not the candidate's fault)"),
-    "unevaluated": ("#c4c8cc", "compiled, never run"),
+    "unevaluated": ("#c4c8cc", "sampled, never evaluated"),
 }
 _FUNNEL_COLOURS = ("#9db9dc", "#7ba2d1", "#5c8cc6", "#3f76b8", "#2a8a5e", "#1f6e47")
 _INK, _MUTED, _GRID = "#1f2328", "#6a737d", "#e4e7eb"
@@ -105,22 +106,24 @@ def counted(attempts: list[Attempt]) -> list[Attempt]:
 
 
 def funnel(attempts: list[Attempt]) -> list[FunnelStage]:
-    """The instruction funnel; each stage keeps only the attempts that passed all before it."""
+    """The instruction funnel; each stage keeps only the attempts that passed all before it. A stage is
+    measured as ``measured.is_measured`` says, the rule ``metrics`` follows too."""
     any_gpu = any(a.correct is not None for a in attempts)
-    any_profiled = any(a.features_executed is not None for a in attempts)
     no_gpu = "not measured: no attempt ran on a GPU"
-    checks: list[tuple[str, str, Callable[[Attempt], bool | None], bool, str, str]] = [
-        ("compiled", "compiled", lambda a: a.compiled, True, "", ""),
-        ("in_ptx", "features in PTX", lambda a: a.features_in_ptx, True, "", ""),
-        ("in_sass", "features in SASS", lambda a: a.features_in_sass, True, "", ""),
-        ("correct", "correct", lambda a: a.correct, any_gpu, no_gpu, "judged"),
-        ("executed", "features executed", lambda a: a.features_executed, any_profiled,
+    unbuilt = "not measured: nothing was built"
+    checks: list[tuple[str, str, str, Callable[[Attempt], bool | None], str, str]] = [
+        ("compiled", "compiled", "compile", lambda a: a.compiled, unbuilt, "built"),
+        ("in_ptx", "features in PTX", "features_in_ptx", lambda a: a.features_in_ptx, unbuilt, "read"),
+        ("in_sass", "features in SASS", "features_in_sass", lambda a: a.features_in_sass, unbuilt, "read"),
+        ("correct", "correct", "correct", lambda a: a.correct, no_gpu, "judged"),
+        ("executed", "features executed", "features_executed", lambda a: a.features_executed,
          "unverified: no profiler ran" if any_gpu else no_gpu, "verified"),
     ]
     stages = [FunnelStage("attempts", "attempts", len(attempts), len(attempts), True)]
     survivors = list(attempts)
-    for key, label, check, was_measured, missing, verb in checks:
-        judged = sum(check(a) is not None for a in survivors)
+    for key, label, metric, check, missing, verb in checks:
+        was_measured = is_measured(attempts, metric)
+        judged = sum(state(a, metric) is not State.UNKNOWN for a in survivors)
         note = missing if not was_measured else ""
         if was_measured and judged < len(survivors):
             note = f"{verb} for {judged} of {len(survivors)}"
@@ -159,12 +162,14 @@ def stage_of(error_class: str) -> str:
 class Measured(NamedTuple):
     """What the run measured, for the notices and for the cells that would otherwise read 0."""
 
+    built: bool
+    """Some attempt was built (a ``generate`` run builds nothing)."""
     gpu: bool
     """Some attempt's correctness was measured on a GPU."""
     profiled: bool
     """Some attempt's executed instructions were counted (Nsight Compute)."""
     unjudged: int
-    """Compiled attempts whose correctness was not measured."""
+    """Attempts whose correctness is unknown (``measured.unknown``): built, or never built, and not run."""
     unverified: int
     """Correct attempts whose executed instructions were not counted."""
     infra: Counter[str]
@@ -172,9 +177,10 @@ class Measured(NamedTuple):
 
 def measured(attempts: list[Attempt]) -> Measured:
     return Measured(
+        built=is_measured(attempts, "compile"),
         gpu=any(a.correct is not None for a in attempts),
         profiled=any(a.features_executed is not None for a in attempts),
-        unjudged=sum(a.compiled and a.correct is None for a in attempts),
+        unjudged=unknown(attempts, "correct"),
         unverified=sum(bool(a.correct) and a.features_executed is None for a in attempts),
         infra=Counter(a.error_class for a in attempts if stage_of(a.error_class) == "infra"),
     )
@@ -210,28 +216,38 @@ def _times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
-def _correct_cell(rows: list[Attempt]) -> str:
-    count = sum(bool(a.correct) for a in rows)
-    compiled = sum(a.compiled for a in rows)
-    unjudged = sum(a.compiled and a.correct is None for a in rows)
-    if compiled and unjudged == compiled:
+def _count_cell(rows: list[Attempt], metric: str, scope: list[Attempt], count: int, unknown_word: str) -> str:
+    """A count of ``rows``, or "not measured" where nothing measured it (``measured.is_measured``, with the
+    whole table as ``scope``, the rule ``metrics`` follows); attempts left unknown are said beside the count."""
+    if not is_measured(rows, metric, scope):
         return "not measured"
-    return f"{count} ({unjudged} not judged)" if unjudged else str(count)
+    left = unknown(rows, metric)
+    return f"{count} ({left} {unknown_word})" if left else str(count)
 
 
-def _executed_cell(rows: list[Attempt]) -> str:
-    correct = [a for a in rows if a.correct]
+def _compiled_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    return _count_cell(rows, "compile", scope, sum(a.compiled for a in rows), "not built")
+
+
+def _sass_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    return _count_cell(rows, "features_in_sass", scope, sum(a.features_in_sass for a in rows), "not built")
+
+
+def _correct_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    return _count_cell(rows, "correct", scope, sum(bool(a.correct) for a in rows), "not judged")
+
+
+def _executed_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    if not is_measured(rows, "features_executed", scope):
+        # Correct attempts whose execution no profiler counted: unverified; else nothing of the row ran.
+        return "unverified" if any(a.correct for a in rows) else "not measured"
     count = sum(bool(a.features_executed) for a in rows)
-    if any(a.compiled for a in rows) and all(a.correct is None for a in rows if a.compiled):
-        return "not measured"
-    unverified = sum(a.features_executed is None for a in correct)
-    if correct and unverified == len(correct):
-        return "unverified"
+    unverified = sum(bool(a.correct) and a.features_executed is None for a in rows)  # the rest: "not judged"
     return f"{count} ({unverified} unverified)" if unverified else str(count)
 
 
-def _fast_cell(rows: list[Attempt], p: float = 1.0) -> str:
-    if any(a.compiled for a in rows) and all(a.correct is None for a in rows if a.compiled):
+def _fast_cell(rows: list[Attempt], scope: list[Attempt], p: float = 1.0) -> str:
+    if not is_measured(rows, "fast_1.0", scope):
         return "not measured"
     strict = sum(a.fast(p) for a in rows)
     bound = round(fast_bound_share(rows, p) * len(rows))
@@ -246,14 +262,14 @@ def _top_error(rows: list[Attempt]) -> str:
     return f"{name} ({count})"
 
 
-def _task_row(label: str, family: str, rows: list[Attempt], baseline_warning: str | None = None) -> list[str]:
+def _task_row(label: str, family: str, rows: list[Attempt], scope: list[Attempt],
+              baseline_warning: str | None = None) -> list[str]:
     times = speedups(rows)
     speed = _times(statistics.median(times) if times else None)
     if baseline_warning is not None:
         speed = f"{speed} (⚠ {baseline_warning})"
-    return [label, family, str(len(rows)), str(sum(a.compiled for a in rows)),
-            str(sum(a.features_in_sass for a in rows)), _correct_cell(rows), _executed_cell(rows),
-            _fast_cell(rows), speed, _top_error(rows)]
+    return [label, family, str(len(rows)), _compiled_cell(rows, scope), _sass_cell(rows, scope),
+            _correct_cell(rows, scope), _executed_cell(rows, scope), _fast_cell(rows, scope), speed, _top_error(rows)]
 
 
 def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
@@ -274,9 +290,10 @@ def task_table(attempts: list[Attempt]) -> Table:
     for attempt in attempts:
         by_task.setdefault(attempt.task, []).append(attempt)
     warnings = weak_baseline_warnings(by_task)
-    rows = [_task_row(task, rows[0].family or "—", rows, warnings.get(task)) for task, rows in sorted(by_task.items())]
+    rows = [_task_row(task, rows[0].family or "—", rows, attempts, warnings.get(task))
+            for task, rows in sorted(by_task.items())]
     if len(by_task) > 1:
-        rows.append(_task_row("all tasks", "", attempts))
+        rows.append(_task_row("all tasks", "", attempts, attempts))
     return Table(["task", "family", "attempts", "compiled", "in SASS", "correct", "executed", "fast_1.0",
                   "median speedup", "top error class"], rows,
                  [False, False, True, True, True, True, True, True, True, False])
@@ -291,9 +308,10 @@ def funnel_table(stages: list[FunnelStage]) -> Table:
 
 def fast_table(attempts: list[Attempt], info: Measured) -> Table:
     grouped = groups(attempts)
-    if not info.gpu:
+    if not is_measured(attempts, "fast_1.0"):
+        why = "not measured: no GPU" if not info.gpu else "not measured: not timed"
         return Table(["group", "attempts", "fast_p"],
-                     [[label, str(len(rows_)), "not measured: no GPU"] for label, rows_ in grouped.items()],
+                     [[label, str(len(rows_)), why] for label, rows_ in grouped.items()],
                      [False, True, False])
     rows = []
     for label, rows_ in grouped.items():
@@ -332,8 +350,8 @@ def turn_table(attempts: list[Attempt]) -> Table | None:
     for index, turn in enumerate(turns):
         rows_ = [a for a in attempts if a.turn == turn]
         best = (f"{correct_by[index].rate:.0%} / {fast_by[index].rate:.0%}" if measured else "not measured")
-        rows.append([str(turn), str(len(rows_)), str(sum(a.compiled for a in rows_)),
-                     str(sum(a.features_in_sass for a in rows_)), _correct_cell(rows_), _fast_cell(rows_), best])
+        rows.append([str(turn), str(len(rows_)), _compiled_cell(rows_, attempts), _sass_cell(rows_, attempts),
+                     _correct_cell(rows_, attempts), _fast_cell(rows_, attempts), best])
     return Table(["turn", "attempts", "compiled", "in SASS", "correct", "fast_1.0",
                   "best of turns so far (correct / fast_1.0)"], rows, [True] * 7)
 
@@ -355,14 +373,19 @@ def notices(attempts: list[Attempt], info: Measured) -> list[tuple[str, str]]:
     out = []
     if not attempts:
         return [("No finished attempts.", "No item of this run has a result yet, so there is nothing to count.")]
-    if not info.gpu:
+    if not info.built:
+        out.append(("Nothing built.",
+                    "No candidate in this run was built (a `generate` run samples only), so compilation, the "
+                    "static instruction check, correctness and speed are all not measured: evaluate the run "
+                    "(`ptxbench eval RUN`) to measure them."))
+    elif not info.gpu:
         out.append(("Not measured on a GPU.",
                     "No attempt in this run was executed on a GPU, so correctness, speed and executed instructions "
                     "are not measured: only compilation and the static instruction check (required features "
                     "requested in the PTX, present in the SASS) are. fast_p is undefined here, not zero."))
     elif info.unjudged:
         out.append(("Correctness partly measured.",
-                    f"{_n(info.unjudged, 'compiled attempt')} not judged for correctness (the GPU evaluation "
+                    f"{_n(info.unjudged, 'attempt')} not judged for correctness (the GPU evaluation "
                     "did not run for them): counted as attempts, not as correct."))
     if info.gpu and not info.profiled:
         out.append(("Executed features unverified.",
@@ -712,20 +735,28 @@ def _headline(attempts: list[Attempt], info: Measured) -> list[tuple[str, str, s
     stages = {s.key: s for s in funnel(attempts)}
     times = speedups(attempts)
     correct = sum(bool(a.correct) for a in attempts)
-    cards = [("attempts", str(total), scope_sentence(attempts, short=True)),
-             ("compiled", _pct(stages["compiled"].count, total), f"{stages['compiled'].count} of {total}"),
-             ("features in SASS", _pct(sum(a.features_in_sass for a in attempts), total),
-              f"{sum(a.features_in_sass for a in attempts)} of {total}")]
-    if info.gpu:
+    cards = [("attempts", str(total), scope_sentence(attempts, short=True))]
+    if info.built:
+        cards += [("compiled", _pct(stages["compiled"].count, total), f"{stages['compiled'].count} of {total}"),
+                  ("features in SASS", _pct(sum(a.features_in_sass for a in attempts), total),
+                   f"{sum(a.features_in_sass for a in attempts)} of {total}")]
+    else:
+        cards += [("compiled", "not measured", "nothing built in this run"),
+                  ("features in SASS", "not measured", "nothing built in this run")]
+    why = "no GPU in this run" if info.built else "nothing built in this run"
+    if is_measured(attempts, "correct"):
         cards.append(("correct", _pct(correct, total), f"{correct} of {total}"))
+    else:
+        cards.append(("correct", "not measured", why))
+    if is_measured(attempts, "fast_1.0"):
         strict, bound = fast_share(attempts, 1.0), fast_bound_share(attempts, 1.0)
         detail = "features unverified" if not info.profiled else f"{sum(a.fast(1.0) for a in attempts)} of {total}"
         cards.append(("fast_1.0", _pct(strict, 1) if bound == strict else f"≤ {_pct(bound, 1)}", detail))
+    else:
+        cards.append(("fast_1.0", "not measured", why if not info.gpu else "not timed"))
+    if info.gpu:
         cards.append(("median speedup", _times(statistics.median(times)) if times else "—",
                       f"over {len(times)} correct" if times else "no correct attempt timed"))
-    else:
-        cards.append(("correct", "not measured", "no GPU in this run"))
-        cards.append(("fast_1.0", "not measured", "no GPU in this run"))
     return cards
 
 

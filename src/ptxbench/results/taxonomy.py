@@ -13,7 +13,6 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ptxbench.check import CheckReport
     from ptxbench.evaluate.status import Evaluation
     from ptxbench.llm.extract import Extraction
     from ptxbench.llm.feedback import Feedback
@@ -46,19 +45,11 @@ def classify_extraction(extraction: "Extraction", feedback: "Feedback | None") -
     return f"extraction.{extraction.status.value}"
 
 
-def classify_check(report: "CheckReport") -> str:
-    """Static-only attempts: compile failures, or required features missing from the SASS."""
-    if not report.build.ok:
-        failure = report.build.diagnosis.failure.value if report.build.diagnosis else "cpp_error"
-        return f"compile.{failure}"
-    if report.static is not None and not report.static.requirements_in_sass:
-        return "instruction.absent"
-    return "unevaluated"
-
-
 def classify_evaluation(evaluation: "Evaluation") -> str:
     from ptxbench.evaluate.status import Guard, Status
 
+    if evaluation.extraction is not None:
+        return f"extraction.{evaluation.extraction.value}"
     if evaluation.infra_failure is not None:
         return f"infra.{evaluation.infra_failure.value.lower()}"
     status = evaluation.status
