@@ -71,6 +71,8 @@ def report_for(path: str, source: str, arch: Arch, task: Task | None, result: Bu
     if result.ok and cubin is not None and ptx is not None:
         static = static_report(source, arch, ptx.read_text(), cubin, result.log,
                                shared_object=result.artifact(".so"), task=task)
+    if Path(path).suffix in CANDIDATE_SUFFIXES:  # a file of the user's: the compiler's messages name it
+        result = result.named(path)
     return CheckReport(candidate=path, source_sha256=hashlib.sha256(source.encode()).hexdigest(), arch=arch,
                        task=task.id if task else None, build=result, static=static,
                        duration_s=time.monotonic() - started)
