@@ -49,10 +49,15 @@ def read_candidate(path: Path | str) -> str:
     path = Path(path)
     if path.suffix not in CANDIDATE_SUFFIXES:
         raise CandidateError(f"{path}: a candidate is one CUDA C++ file ({', '.join(CANDIDATE_SUFFIXES)})")
+    not_text = CandidateError(f"{path}: not a text file (a candidate is one CUDA C++ source)")
     try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise not_text from None
+    except OSError as exc:
         raise CandidateError(f"cannot read candidate {path}: {exc}") from None
+    if "\0" in source:  # valid UTF-8 but with NUL bytes: still an object file, an archive, an image
+        raise not_text
     if not source.strip():
         raise CandidateError(f"{path}: the file is empty")
     return inline_wrapper_header(source)

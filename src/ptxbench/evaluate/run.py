@@ -28,11 +28,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
-from ptxbench.errors import PtxbenchError
+from ptxbench.errors import PtxbenchError, field_problems
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, verdict_before_running
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
@@ -58,9 +58,17 @@ def candidates_from_run(path: Path) -> list[Candidate]:
     from ptxbench.llm.run import ItemResult
     from ptxbench.tasks.loader import get_task
 
+    rundir = RunDir.load(path)
+    if rundir.header.kind == "eval":
+        raise PtxbenchError(f"{path} is an eval run directory: it holds evaluations, not generated candidates. eval "
+                            "takes candidate files or folders, a generate or run directory, or a generations .jsonl; "
+                            f"to recompute its verdicts, rerun the eval that made it with --regrade --out {path}")
     found = []
-    for result_file in RunDir.load(path).results():
-        record = ItemResult.model_validate_json(result_file.read_text())
+    for result_file in rundir.results():
+        try:
+            record = ItemResult.model_validate_json(result_file.read_text())
+        except ValidationError as exc:
+            raise PtxbenchError(f"{result_file}: not the result of a generated item ({field_problems(exc)})") from None
         source = record.final_source
         if source is not None:
             found.append(Candidate(task=get_task(record.task), item=f"sample_{record.sample:03d}", source=source,

@@ -137,9 +137,11 @@ def load_one_shot(spec: str | None) -> OneShot | None:
     from ptxbench.check import read_candidate
     from ptxbench.tasks.loader import get_task
 
+    from ptxbench.errors import OptionError
+
     task_id, _, path = spec.partition(":")
-    if not path:
-        raise ValueError("--one-shot takes TASK:PATH (a task id and a solution file for it)")
+    if not task_id or not path:
+        raise OptionError(f"--one-shot takes TASK:FILE (a task id, a colon, a solution file for that task), not {spec!r}")
     return OneShot(task=get_task(task_id), source=read_candidate(Path(path)))
 
 
@@ -165,6 +167,24 @@ async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete
         return result
 
     return list(await asyncio.gather(*(one(t, s) for t in tasks for s in range(config.samples))))
+
+
+def provider_errors(results: list[ItemResult], shown: int = 3, width: int = 200) -> list[tuple[str, int]]:
+    """Why requests failed at the provider, from each item's last turn: the most common reasons first
+    with their counts (at most ``shown``, each cut to ``width`` characters). Messages that differ only in
+    numbers or quoted names (the item, a request id) count as one reason, shown by its first message
+    after "e.g."."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        error = result.turns[-1].completion.error if result.turns else None
+        if error:
+            groups.setdefault(re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", error), []).append(error)
+    common = sorted(groups.values(), key=len, reverse=True)[:shown]
+    reasons = [("e.g. " if len(set(messages)) > 1 else "") + messages[0] for messages in common]
+    return [(reason if len(reason) <= width else reason[:width - 1] + "…", len(messages))
+            for reason, messages in zip(reasons, common)]
 
 
 def header_for(config: RunConfig) -> RunHeader:
