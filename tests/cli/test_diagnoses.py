@@ -188,3 +188,12 @@ def test_eval_of_an_eval_run_directory_says_what_it_is(tmp_path: Path) -> None:
         "files or folders, a generate or run directory, or a generations .jsonl; to recompute its verdicts, rerun "
         "the eval that made it with --regrade --out run")
 
+
+def test_readme_header_and_prompt_agree_on_what_the_entry_point_returns() -> None:
+    prompt = cli("prompt", "softmax")
+    assert prompt.returncode == 0
+    assert 'extern "C" int softmax(' in prompt.stdout
+    assert "return an int: cudaGetLastError() or\n// another cudaError_t value (0 = cudaSuccess)" in prompt.stdout
+    readme = one_line((REPO / "README.md").read_text())
+    assert "it returns an `int`, a `cudaError_t` value (0 = `cudaSuccess`" in readme
+    assert "returns a `cudaError_t`" not in readme
