@@ -69,6 +69,8 @@ def test_eval_keeps_the_users_file_and_line_in_the_build_log(tmp_path: Path) -> 
     evaluation = json.loads(result.read_text())
     assert evaluation["status"] == "COMPILE_ERROR"
     assert evaluation["build"]["diagnosis"]["first_error"].startswith("softmax.cu(10): error: identifier")
+    assert evaluation["message"] == ('the C++/CUDA source does not compile. First error: softmax.cu(10): error: '
+                                     'identifier "undeclared_after_header" is undefined')
     assert "candidate.cu" not in (result.parent / "build.log").read_text()
 
 

@@ -164,3 +164,14 @@ def test_builds_are_cached_by_content(tmp_path) -> None:  # type: ignore[no-unty
     assert first.ok and not first.cached and second.cached and second.key == first.key
     other = build(request.model_copy(update={"arch": Arch.SM_100A}), cache_dir=tmp_path)
     assert other.key != first.key and not other.cached
+
+
+def test_a_one_line_verdict_carries_the_first_error_where_the_summary_is_generic_advice() -> None:
+    from ptxbench.toolchain.diagnose import Diagnosis
+
+    cpp = Diagnosis(failure=CompileFailure.CPP_ERROR, summary="the C++/CUDA source does not compile.",
+                    first_error='k.cu(3): error: identifier "x" is undefined')
+    assert cpp.message == 'the C++/CUDA source does not compile. First error: k.cu(3): error: identifier "x" is undefined'
+    named = Diagnosis(failure=CompileFailure.MISSING_ENTRY_POINT, summary="no entry point 'softmax': ...",
+                      first_error="missing entry point softmax")
+    assert named.message == named.summary

@@ -136,7 +136,7 @@ def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
     if decided is None:
         return built
     if decided.status is Status.COMPILE_ERROR:
-        summary = report.build.diagnosis.summary if report.build.diagnosis else "the build failed"
+        summary = report.build.diagnosis.message if report.build.diagnosis else "the build failed"
         return decided.model_copy(update={"message": summary})
     return decided
 

@@ -31,6 +31,18 @@ class Diagnosis(BaseModel):
     summary: str
     first_error: str = ""
 
+    @property
+    def message(self) -> str:
+        """For a one-line verdict that shows nothing else (an eval row): the summary, and where it is
+        generic advice, the compiler's first error, which says what to fix."""
+        if self.failure not in _GENERIC or not self.first_error:
+            return self.summary
+        return f"{self.summary} First error: {self.first_error}"
+
+
+# Classes whose summary is advice that does not say where the error is.
+_GENERIC = frozenset({CompileFailure.CPP_ERROR, CompileFailure.PTX_SYNTAX, CompileFailure.PTX_OPERAND,
+                      CompileFailure.RESOURCE_LIMIT, CompileFailure.LINK_ERROR})
 
 # Order matters: the first class whose pattern matches any error line wins.
 _PATTERNS: list[tuple[CompileFailure, re.Pattern[str]]] = [
@@ -142,7 +154,7 @@ def _advice(failure: CompileFailure, errors: list[str], arch: Arch, ptx_text: st
         "labels (scope them with braces) and register declarations.",
         CompileFailure.LINK_ERROR: "the link failed: only the CUDA runtime is linked; define every function "
         "you call and use no libraries.",
-        CompileFailure.CPP_ERROR: "the C++/CUDA source does not compile: see the first error.",
+        CompileFailure.CPP_ERROR: "the C++/CUDA source does not compile.",
     }.get(failure, "")
 
 
