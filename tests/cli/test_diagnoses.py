@@ -86,6 +86,15 @@ def test_check_on_plain_sm90_says_to_use_sm90a(tmp_path: Path) -> None:
     assert 'first error: kernel.cu(8): error: namespace "ptx" has no member "wgmma_fence"' in shown
 
 
+def test_a_ptxas_refusal_on_plain_sm90_names_the_users_line_and_the_fix(tmp_path: Path) -> None:
+    _copy("wgmma_unguarded.cu", tmp_path, "kernel.cu")
+    done = cli("check", "kernel.cu", "--arch", "sm_90", cwd=tmp_path)
+    assert done.returncode == 1
+    shown = one_line(done.stdout)
+    assert "build failed: unsupported_on_target" in shown and "(ptxbench check --arch sm_90a)" in shown
+    assert ("Instruction 'wgmma.fence' not supported on .target 'sm_90' (source: kernel.cu(8))") in shown
+
+
 def test_check_on_plain_sm90_of_the_wgmma_reference_gives_the_hint(tmp_path: Path) -> None:
     reference = REPO / "kernels" / "reference" / "sm_90a" / "gemm_bf16.cu"
     done = cli("check", str(reference), "--task", "auto", "--arch", "sm_90")

@@ -175,3 +175,22 @@ def test_a_one_line_verdict_carries_the_first_error_where_the_summary_is_generic
     named = Diagnosis(failure=CompileFailure.MISSING_ENTRY_POINT, summary="no entry point 'softmax': ...",
                       first_error="missing entry point softmax")
     assert named.message == named.summary
+
+
+def test_a_ptxas_error_names_the_users_source_line() -> None:
+    path = FIXTURES / "ptx_syntax_error.cu"
+    diagnosis = check_file(path, Arch.SM_90A).build.diagnosis
+    assert diagnosis is not None and diagnosis.failure is CompileFailure.PTX_SYNTAX
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "frobnicate" in text)
+    assert diagnosis.first_error.endswith(f"instruction: 'frobnicate' (source: {path}({line}))")
+
+
+def test_a_ptxas_error_in_an_inlined_wrapper_names_the_call_site() -> None:
+    from ptxbench.toolchain.diagnose import _with_source_line
+
+    ptx = ("\t.loc\t1 7 0\n\t.loc\t2 402 72, function_name $L__info_string0, inlined_at 1 8 5\n"
+           "\t// begin inline asm\n\twgmma.fence.sync.aligned;\n"
+           '\t.file\t1 "/build/x/candidate.cu"\n\t.file\t2 "/build/x/ptx_wrappers.cuh"\n')
+    error = "ptxas candidate.ptx, line 4; error   : Instruction 'wgmma.fence' not supported on .target 'sm_90'"
+    assert _with_source_line(error, ptx) == f"{error} (source: ptx_wrappers.cuh(402), inlined at candidate.cu(8))"
+    assert _with_source_line(error, None) == error and _with_source_line("no ptx line", ptx) == "no ptx line"

@@ -91,9 +91,31 @@ def diagnose(log: str, arch: Arch, ptx_text: str | None = None) -> Diagnosis:
             if failure is CompileFailure.UNSUPPORTED_ON_TARGET and not arch.is_arch_specific and \
                     arch.specific.value not in summary:
                 summary += " " + _plain_target_hint(arch)
-            return Diagnosis(failure=failure, summary=summary, first_error=hit)
+            return Diagnosis(failure=failure, summary=summary, first_error=_with_source_line(hit, ptx_text))
     return Diagnosis(failure=CompileFailure.CPP_ERROR, summary="the build failed; see the log",
                      first_error=errors[0] if errors else "")
+
+
+_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+(?:.*\binlined_at\s+(\d+)\s+(\d+))?")
+_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', re.MULTILINE)
+
+
+def _with_source_line(error: str, ptx_text: str | None) -> str:
+    """A ptxas error ("candidate.ptx, line 35") with the source line the PTX came from, read from the
+    ``.loc`` directives that ``-lineinfo`` puts before each statement: the PTX is the harness's file,
+    the source line is the user's ("(source: candidate.cu(8))", inlined wrappers named at their call)."""
+    match = _PTX_LINE.search(error)
+    if match is None or not ptx_text:
+        return error
+    lines = ptx_text.splitlines()[:int(match.group(1))]
+    loc = next((m for line in reversed(lines) if (m := _LOC.match(line))), None)
+    if loc is None:
+        return error
+    files = {number: name.rsplit("/", 1)[-1] for number, name in _FILE.findall(ptx_text)}
+    where = f"{files.get(loc.group(1), '?')}({loc.group(2)})"
+    if loc.group(3) is not None:
+        where += f", inlined at {files.get(loc.group(3), '?')}({loc.group(4)})"
+    return f"{error} (source: {where})"
 
 
 def _plain_target_hint(arch: Arch) -> str:
