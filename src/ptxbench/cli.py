@@ -233,10 +233,12 @@ def evaluate(
     from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
     from ptxbench.evaluate.run import (
         GpusRetired,
+        candidates_from_eval_run,
         candidates_from_generations,
         candidates_from_run,
         evaluate_candidates,
         gpu_available,
+        is_eval_run,
     )
     from ptxbench.tasks.loader import get_task
 
@@ -267,7 +269,12 @@ def evaluate(
         _fail("give candidate files or folders to evaluate (or --gold for the bundled reference kernels)")
     candidates = []
     for path in paths:
-        if (path / "run.json").is_file():
+        if regrade and is_eval_run(path):  # `eval RUN --regrade`: an eval run's verdicts recomputed in place
+            if len(paths) > 1 or out not in (Path("runs/eval"), path):
+                _fail(f"--regrade recomputes the eval run {path} in place: give it alone, with no other --out")
+            candidates += candidates_from_eval_run(path)
+            out = path
+        elif (path / "run.json").is_file():
             candidates += candidates_from_run(path)
         elif path.suffix == ".jsonl":
             candidates += candidates_from_generations(path)

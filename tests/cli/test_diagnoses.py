@@ -196,8 +196,16 @@ def test_eval_of_an_eval_run_directory_says_what_it_is(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert _error_line(done.stderr) == (
         "error: run is an eval run directory: it holds evaluations, not generated candidates. eval takes candidate "
-        "files or folders, a generate or run directory, or a generations .jsonl; to recompute its verdicts, rerun "
-        "the eval that made it with --regrade --out run")
+        "files or folders, a generate or run directory, or a generations .jsonl; to recompute this run's verdicts "
+        "from its evidence: ptxbench eval run --regrade")
+    assert not (tmp_path / "again").exists()
+    regraded = cli("eval", "run", "--regrade", cwd=tmp_path)  # what the message says to do
+    assert regraded.returncode == 0, regraded.stderr
+    assert "COMPILE_ERROR" in regraded.stdout and not (tmp_path / "runs").exists(), "regraded in place"
+    elsewhere = cli("eval", "run", "--regrade", "--out", "other", cwd=tmp_path)
+    assert elsewhere.returncode == 2
+    assert _error_line(elsewhere.stderr) == ("error: --regrade recomputes the eval run run in place: give it alone, "
+                                            "with no other --out")
 
 
 def test_readme_header_and_prompt_agree_on_what_the_entry_point_returns() -> None:

@@ -62,7 +62,7 @@ def candidates_from_run(path: Path) -> list[Candidate]:
     if rundir.header.kind == "eval":
         raise PtxbenchError(f"{path} is an eval run directory: it holds evaluations, not generated candidates. eval "
                             "takes candidate files or folders, a generate or run directory, or a generations .jsonl; "
-                            f"to recompute its verdicts, rerun the eval that made it with --regrade --out {path}")
+                            f"to recompute this run's verdicts from its evidence: ptxbench eval {path} --regrade")
     found = []
     for result_file in rundir.results():
         try:
@@ -73,6 +73,27 @@ def candidates_from_run(path: Path) -> list[Candidate]:
         if source is not None:
             found.append(Candidate(task=get_task(record.task), item=f"sample_{record.sample:03d}", source=source,
                                    origin=str(result_file.parent)))
+    return found
+
+
+def is_eval_run(path: Path) -> bool:
+    return (path / HEADER_FILE).is_file() and RunDir.load(path).header.kind == "eval"
+
+
+def candidates_from_eval_run(path: Path) -> list[Candidate]:
+    """The candidates an eval run directory stored, each under its own item: what ``eval RUN --regrade``
+    recomputes in place."""
+    from ptxbench.tasks.loader import get_task
+
+    found = []
+    for result_file in RunDir.load(path).results():
+        try:
+            evaluation = Evaluation.model_validate_json(result_file.read_text())
+        except ValidationError as exc:
+            raise PtxbenchError(f"{result_file}: not an evaluation ({field_problems(exc)})") from None
+        folder = result_file.parent
+        found.append(Candidate(task=get_task(evaluation.task), item=folder.name,
+                               source=(folder / "candidate.cu").read_text(), origin=evaluation.candidate))
     return found
 
 
