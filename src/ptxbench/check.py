@@ -45,7 +45,9 @@ class CheckReport(BaseModel):
         return self.static.requirements_in_sass and not self.static.policy_violations
 
 
-def read_candidate(path: Path | str) -> str:
+def read_candidate(path: Path | str, *, to_compile: bool = True) -> str:
+    """The candidate file's text as the harness compiles it (the wrapper header inlined); with
+    ``to_compile=False``, as it is shown (a one-shot example), without the ``#line`` directives."""
     path = Path(path)
     if path.suffix not in CANDIDATE_SUFFIXES:
         raise CandidateError(f"{path}: a candidate is one CUDA C++ file ({', '.join(CANDIDATE_SUFFIXES)})")
@@ -60,7 +62,7 @@ def read_candidate(path: Path | str) -> str:
         raise not_text
     if not source.strip():
         raise CandidateError(f"{path}: the file is empty")
-    return inline_wrapper_header(source)
+    return inline_wrapper_header(source, line_directives=to_compile)
 
 
 def build_request(source: str, arch: Arch, task: Task | None, name: str = "candidate") -> BuildRequest:

@@ -205,3 +205,12 @@ def test_wrapper_targets_are_read_from_the_headers_guards() -> None:
     assert pack.wrapper_targets("setmaxnreg_inc") == {Arch.SM_90A, Arch.SM_100A}
     assert pack.wrapper_targets("tmem_addr") == {Arch.SM_100A}
     assert pack.wrapper_targets("smem_u32") is None and pack.wrapper_targets("no_such_wrapper") is None
+
+
+def test_a_one_shot_example_is_shown_without_line_directives(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.llm.run import load_one_shot
+
+    example = tmp_path / "rmsnorm.cu"
+    example.write_text('#include "ptx_wrappers.cuh"\nint x;\n')
+    shown = load_one_shot(f"rmsnorm:{example}")
+    assert shown is not None and "namespace ptx {" in shown.source and "#line" not in shown.source

@@ -127,13 +127,14 @@ _SECTION = re.compile(r"// =+\n// (?P<arch>sm_\w+) only:.*?#endif  // (?P=arch) 
 _WRAPPER_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:ptxbench/)?ptx_wrappers\.cuh[>"][^\n]*$', re.MULTILINE)
 
 
-def inline_wrapper_header(source: str) -> str:
+def inline_wrapper_header(source: str, *, line_directives: bool = True) -> str:
     """``source`` with ``#include "ptx_wrappers.cuh"`` replaced by the bundled header's text.
 
     Candidates are single files built in an empty folder; this lets a file on disk (the reference
     kernels, a one-shot example) use the header while the stored candidate stays exactly what was
     compiled. Only the bundled header is ever read, never a path the file names. ``#line`` directives
-    keep the compiler's diagnostics in the file's own line numbers (and the header's, inside it).
+    keep the compiler's diagnostics in the file's own line numbers (and the header's, inside it); text
+    that is only shown (a one-shot example in a prompt) goes without them.
     """
     from ptxbench.toolchain.compile import SOURCE_NAME
 
@@ -143,8 +144,11 @@ def inline_wrapper_header(source: str) -> str:
     # "#pragma once" in what is now the main file would draw a warning; a comment keeps the line numbers
     text = _read(HEADER_NAME).replace("#pragma once\n", "// (#pragma once: inlined into the main file)\n", 1)
     resumes_at = source.count("\n", 0, match.start()) + 2  # the line after the #include, in the file's numbering
-    block = (f"// ---- {HEADER_NAME} (inlined by PTXBench) ----\n#line 1 \"{HEADER_NAME}\"\n{text.rstrip()}\n"
-             f"// ---- end of {HEADER_NAME} ----\n#line {resumes_at} \"{SOURCE_NAME}\"")
+    enter, leave = ("", "")
+    if line_directives:
+        enter, leave = f"#line 1 \"{HEADER_NAME}\"\n", f"\n#line {resumes_at} \"{SOURCE_NAME}\""
+    block = (f"// ---- {HEADER_NAME} (inlined by PTXBench) ----\n{enter}{text.rstrip()}\n"
+             f"// ---- end of {HEADER_NAME} ----{leave}")
     return source[:match.start()] + block + source[match.end():]
 
 

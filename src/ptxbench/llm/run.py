@@ -142,7 +142,7 @@ def load_one_shot(spec: str | None) -> OneShot | None:
     task_id, _, path = spec.partition(":")
     if not task_id or not path:
         raise OptionError(f"--one-shot takes TASK:FILE (a task id, a colon, a solution file for that task), not {spec!r}")
-    return OneShot(task=get_task(task_id), source=read_candidate(Path(path)))
+    return OneShot(task=get_task(task_id), source=read_candidate(Path(path), to_compile=False))
 
 
 async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete, evaluator: Evaluator | None,
