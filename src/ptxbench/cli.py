@@ -50,9 +50,14 @@ def _context_condition(value: str) -> str:
 
 
 def _one_shot_spec(value: Optional[str]) -> Optional[str]:
-    task, colon, path = (value or "").partition(":")
-    if value is not None and not (task and colon and path):
-        _fail(f"--one-shot takes TASK:FILE (a task id, a colon, a solution file for that task), not {value!r}")
+    """Checked before anything runs, so a malformed spec leaves no run directory behind."""
+    if value is not None:
+        from ptxbench.llm.run import one_shot_parts
+
+        try:
+            one_shot_parts(value)
+        except PtxbenchError as exc:
+            _fail(str(exc))
     return value
 
 

@@ -154,10 +154,12 @@ def inline_wrapper_header(source: str, *, line_directives: bool = True) -> str:
 
 # A target-only section of the header, as the compiler sees it: its condition names the targets whose
 # feature macro enables it for device code.
-_GUARDED = re.compile(r"^#if (?P<condition>[^\n]*__CUDA_ARCH_FEAT_[^\n]*)\n(?P<body>.*?)^#endif\b", re.DOTALL | re.MULTILINE)
+_GUARDED = re.compile(r"^#if (?P<condition>[^\n]*__CUDA_ARCH_FEAT_[^\n]*)\n(?P<body>.*?)^#endif\b",
+                      re.DOTALL | re.MULTILINE)
 _FEATURE_MACRO = re.compile(r"__CUDA_ARCH_FEAT_SM(\d+)_ALL")
 
 
+@cache
 def wrapper_targets(name: str) -> frozenset[Arch] | None:
     """The targets whose device code sees ``name`` of ``ptx_wrappers.cuh``, when the header defines it
     only in target-only sections; None when it is not there or visible everywhere (the common part)."""

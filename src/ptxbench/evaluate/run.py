@@ -77,6 +77,7 @@ def candidates_from_run(path: Path) -> list[Candidate]:
 
 
 def is_eval_run(path: Path) -> bool:
+    """Whether ``path`` is a run directory that ``ptxbench eval`` wrote (its items hold evaluations)."""
     return (path / HEADER_FILE).is_file() and RunDir.load(path).header.kind == "eval"
 
 

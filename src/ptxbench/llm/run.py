@@ -131,18 +131,24 @@ async def run_item(task: Task, sample: int, config: RunConfig, complete: Callabl
     return result
 
 
+def one_shot_parts(spec: str) -> tuple[str, Path]:
+    """The task id and the solution file of a ``TASK:FILE`` one-shot spec."""
+    from ptxbench.errors import OptionError
+
+    task_id, _, path = spec.partition(":")
+    if not task_id or not path:
+        raise OptionError(f"--one-shot takes TASK:FILE (a task id, a colon, a solution file for that task), not {spec!r}")
+    return task_id, Path(path)
+
+
 def load_one_shot(spec: str | None) -> OneShot | None:
     if not spec:
         return None
     from ptxbench.check import read_candidate
     from ptxbench.tasks.loader import get_task
 
-    from ptxbench.errors import OptionError
-
-    task_id, _, path = spec.partition(":")
-    if not task_id or not path:
-        raise OptionError(f"--one-shot takes TASK:FILE (a task id, a colon, a solution file for that task), not {spec!r}")
-    return OneShot(task=get_task(task_id), source=read_candidate(Path(path), to_compile=False))
+    task_id, path = one_shot_parts(spec)
+    return OneShot(task=get_task(task_id), source=read_candidate(path, to_compile=False))
 
 
 async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete, evaluator: Evaluator | None,
