@@ -45,17 +45,24 @@ class CheckReport(BaseModel):
         return self.static.requirements_in_sass and not self.static.policy_violations
 
 
-def read_candidate(path: Path | str) -> str:
+def read_candidate(path: Path | str, *, to_compile: bool = True) -> str:
+    """The candidate file's text as the harness compiles it (the wrapper header inlined); with
+    ``to_compile=False``, as it is shown (a one-shot example), without the ``#line`` directives."""
     path = Path(path)
     if path.suffix not in CANDIDATE_SUFFIXES:
         raise CandidateError(f"{path}: a candidate is one CUDA C++ file ({', '.join(CANDIDATE_SUFFIXES)})")
+    not_text = CandidateError(f"{path}: not a text file (a candidate is one CUDA C++ source)")
     try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        source = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise not_text from None
+    except OSError as exc:
         raise CandidateError(f"cannot read candidate {path}: {exc}") from None
+    if "\0" in source:  # valid UTF-8 but with NUL bytes: still an object file, an archive, an image
+        raise not_text
     if not source.strip():
         raise CandidateError(f"{path}: the file is empty")
-    return inline_wrapper_header(source)
+    return inline_wrapper_header(source, line_directives=to_compile)
 
 
 def build_request(source: str, arch: Arch, task: Task | None, name: str = "candidate") -> BuildRequest:
@@ -71,6 +78,8 @@ def report_for(path: str, source: str, arch: Arch, task: Task | None, result: Bu
     if result.ok and cubin is not None and ptx is not None:
         static = static_report(source, arch, ptx.read_text(), cubin, result.log,
                                shared_object=result.artifact(".so"), task=task)
+    if Path(path).suffix in CANDIDATE_SUFFIXES:  # a file of the user's: the compiler's messages name it
+        result = result.named(path)
     return CheckReport(candidate=path, source_sha256=hashlib.sha256(source.encode()).hexdigest(), arch=arch,
                        task=task.id if task else None, build=result, static=static,
                        duration_s=time.monotonic() - started)

@@ -36,6 +36,42 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _benchmark_arch(arch: Arch) -> Arch:
+    """Generation and evaluation target a benchmark arch; a plain one (sm_90) is for `check` to diagnose."""
+    if not arch.is_arch_specific:
+        _fail(f"--arch {arch.value} is the plain target, without the arch-specific features the tasks require: "
+              f"use --arch {arch.specific.value} (`ptxbench check --arch {arch.value}` shows why a kernel fails there)")
+    return arch
+
+
+def _context_condition(value: str) -> str:
+    from ptxbench.llm.prompts import ContextCondition
+
+    choices = [c.value for c in ContextCondition]
+    if value not in choices:
+        _fail(f"--context is {', '.join(choices[:-1])} or {choices[-1]}, not {value!r}")
+    return value
+
+
+def _one_shot_spec(value: Optional[str]) -> Optional[str]:
+    """Checked before anything runs, so a malformed spec leaves no run directory behind."""
+    if value is not None:
+        from ptxbench.llm.run import one_shot_parts
+
+        try:
+            one_shot_parts(value)
+        except PtxbenchError as exc:
+            _fail(str(exc))
+    return value
+
+
+_TARGET = typer.Option(Arch.SM_90A, "--arch", callback=_benchmark_arch,
+                       metavar="<" + "|".join(a.value for a in Arch if a.is_arch_specific) + ">")
+_CONTEXT = typer.Option("none", "--context", callback=_context_condition, metavar="<none|arch|full>",
+                        help="The task alone; + the target's feature table; + the guide and the wrapper header")
+_ONE_SHOT = typer.Option(None, "--one-shot", callback=_one_shot_spec, help="TASK:FILE worked example")
+
+
 def _version(shown: bool) -> None:
     if shown:
         from ptxbench import __version__
@@ -124,9 +160,7 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
 
 @app.command()
 def prompt(task: str = typer.Argument(..., help="Task id or path to a task .toml"),
-           arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
-           context: str = typer.Option("none", "--context", help="none | arch | full"),
-           one_shot: Optional[str] = typer.Option(None, "--one-shot", help="TASK:PATH worked example"),
+           arch: Arch = _TARGET, context: str = _CONTEXT, one_shot: Optional[str] = _ONE_SHOT,
            as_json: bool = typer.Option(False, "--json", help="The messages as JSON, exactly as sent")) -> None:
     """Print exactly what a model is given for TASK (the opening conversation of every sample)."""
     from ptxbench.llm.prompts import ContextCondition, build_conversation
@@ -175,7 +209,7 @@ def evaluate(
     paths: Optional[list[Path]] = typer.Argument(None, help="Candidate .cu files, directories of them, a generate/run "
                                                  "directory, or a generations .jsonl file"),
     task: Optional[str] = typer.Option("auto", "--task", help="Task id for every file; 'auto': the file's name"),
-    arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
+    arch: Arch = _TARGET,
     out: Path = typer.Option(Path("runs/eval"), "--out", help="Run directory (resumed if it exists)"),
     trials: int = typer.Option(3, "--trials", min=1, help="Fresh input sets per workload"),
     timing: bool = typer.Option(True, "--time/--no-time", help="Time against the vendor baseline"),
@@ -198,10 +232,12 @@ def evaluate(
     from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
     from ptxbench.evaluate.run import (
         GpusRetired,
+        candidates_from_eval_run,
         candidates_from_generations,
         candidates_from_run,
         evaluate_candidates,
         gpu_available,
+        is_eval_run,
     )
     from ptxbench.render import EvalProgress, all_rejected_note
     from ptxbench.tasks.loader import get_task
@@ -233,7 +269,12 @@ def evaluate(
         _fail("give candidate files or folders to evaluate (or --gold for the bundled reference kernels)")
     candidates = []
     for path in paths:
-        if (path / "run.json").is_file():
+        if regrade and is_eval_run(path):  # `eval RUN --regrade`: an eval run's verdicts recomputed in place
+            if len(paths) > 1 or out not in (Path("runs/eval"), path):
+                _fail(f"--regrade recomputes the eval run {path} in place: give it alone, with no other --out")
+            candidates += candidates_from_eval_run(path)
+            out = path
+        elif (path / "run.json").is_file():
             candidates += candidates_from_run(path)
         elif path.suffix == ".jsonl":
             candidates += candidates_from_generations(path)
@@ -505,7 +546,7 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
                 temperature: float, top_p: Optional[float], max_tokens: int, concurrency: int, out: Optional[Path],
                 base_url: Optional[str], adapter: Optional[str], one_shot: Optional[str], dry_run: bool) -> None:
     from ptxbench.llm.prompts import ContextCondition
-    from ptxbench.llm.run import RunConfig, execute, plan
+    from ptxbench.llm.run import RunConfig, execute, plan, provider_errors
     from ptxbench.llm.types import SamplingParams
     from ptxbench.tasks.loader import bundled_suite, get_task
 
@@ -544,23 +585,24 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
     cost = "unknown" if any(c is None for c in spent) else f"${sum(c for c in spent if c is not None):,.4f}"
     stage = "the GPU evaluation" if any(r.verified_on_gpu for r in results) else "the static stage"
     verdict = f"{passed}/{len(results)} passed {stage}" if evaluate else f"{len(results)} items sampled"
-    console.print(f"{verdict}; provider errors: {errors}; cost {cost}; run directory: {target}", highlight=False)
+    reasons = "; ".join(f"{count}× {reason}" for reason, count in provider_errors(results))
+    failed = f"{errors} ({reasons})" if errors else "0"
+    console.print(f"{verdict}; provider errors: {failed}; cost {cost}; run directory: {target}", highlight=False)
 
 
 _MODEL = typer.Option(..., "--model", help="provider:name, e.g. openai:gpt-5, anthropic:claude-sonnet-4-5, "
                       "vllm:NAME (with --base-url), hf:PATH_OR_ID, replay:FILE.jsonl")
 _TASKS = typer.Option("all", "--tasks", help="Comma-separated task ids, or 'all'")
-_CONTEXT = typer.Option("none", "--context", help="none | arch | full")
 
 
 @app.command()
-def generate(model: str = _MODEL, tasks: str = _TASKS, arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
+def generate(model: str = _MODEL, tasks: str = _TASKS, arch: Arch = _TARGET,
              samples: int = typer.Option(1, "--samples", min=1), context: str = _CONTEXT,
              temperature: float = typer.Option(0.7, "--temperature", min=0.0),
              top_p: Optional[float] = typer.Option(None, "--top-p"), max_tokens: int = typer.Option(16384, "--max-tokens"),
              concurrency: int = typer.Option(4, "--concurrency", min=1), out: Optional[Path] = typer.Option(None, "--out"),
              base_url: Optional[str] = typer.Option(None, "--base-url"), adapter: Optional[str] = typer.Option(None, "--adapter"),
-             one_shot: Optional[str] = typer.Option(None, "--one-shot", help="TASK:PATH worked example"),
+             one_shot: Optional[str] = _ONE_SHOT,
              dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be sent and its cost; send nothing")) -> None:
     """Sample candidates from a model (no evaluation)."""
     _generation("generate", model, tasks, arch, samples, 1, context, temperature, top_p, max_tokens, concurrency, out,
@@ -568,13 +610,13 @@ def generate(model: str = _MODEL, tasks: str = _TASKS, arch: Arch = typer.Option
 
 
 @app.command()
-def run(model: str = _MODEL, tasks: str = _TASKS, arch: Arch = typer.Option(Arch.SM_90A, "--arch"),
+def run(model: str = _MODEL, tasks: str = _TASKS, arch: Arch = _TARGET,
         samples: int = typer.Option(1, "--samples", min=1), turns: int = typer.Option(1, "--turns", min=1),
         context: str = _CONTEXT, temperature: float = typer.Option(0.7, "--temperature", min=0.0),
         top_p: Optional[float] = typer.Option(None, "--top-p"), max_tokens: int = typer.Option(16384, "--max-tokens"),
         concurrency: int = typer.Option(4, "--concurrency", min=1), out: Optional[Path] = typer.Option(None, "--out"),
         base_url: Optional[str] = typer.Option(None, "--base-url"), adapter: Optional[str] = typer.Option(None, "--adapter"),
-        one_shot: Optional[str] = typer.Option(None, "--one-shot", help="TASK:PATH worked example"),
+        one_shot: Optional[str] = _ONE_SHOT,
         dry_run: bool = typer.Option(False, "--dry-run", help="Print what would be sent and its cost; send nothing")) -> None:
     """Generate and evaluate, refining over --turns with the evaluator's feedback (the main job)."""
     _generation("run", model, tasks, arch, samples, turns, context, temperature, top_p, max_tokens, concurrency, out,
@@ -621,9 +663,22 @@ def _task_for(path: Path, task: str | None, get_task):  # type: ignore[no-untype
     return get_task(path.stem if task == "auto" else task)
 
 
+def _bare_flags(command) -> None:  # type: ignore[no-untyped-def]
+    """typer's help labels every on/off flag ``<bool>``, as if it took a value, which it refuses
+    (``--dry-run true``): show the flags of ``command`` and its subcommands bare, as what they are."""
+    help_option = command.get_help_option(command.context_class(command))
+    for param in [*command.params, *([help_option] if help_option is not None else [])]:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    for subcommand in getattr(command, "commands", {}).values():
+        _bare_flags(subcommand)
+
+
 def main() -> None:
     try:
-        app()
+        command = typer.main.get_command(app)
+        _bare_flags(command)
+        command()
     except PtxbenchError as exc:
         errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)

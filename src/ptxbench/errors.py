@@ -1,5 +1,12 @@
 """Errors a user can act on. Each message says what is wrong and, where there is one, the fix."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class PtxbenchError(Exception):
     """Base for errors shown to the user as one clear line (the CLI prints them without a traceback)."""
@@ -31,3 +38,23 @@ class ProviderSdkMissing(ProviderError):
 
 class ApiKeyMissing(ProviderError):
     """A hosted provider has no API key; the message names the environment variable to set."""
+
+
+class OptionError(PtxbenchError, ValueError):
+    """An option's value is malformed or cannot be used (``--one-shot`` without ``TASK:FILE``); the message
+    gives the expected form."""
+
+
+def field_problems(error: ValidationError) -> str:
+    """What is wrong with a record, naming each field ("missing field 'completion'"), not pydantic's bare
+    "Field required"."""
+    problems = []
+    for problem in error.errors():
+        field = ".".join(str(part) for part in problem["loc"])
+        if not field:
+            problems.append(problem["msg"])
+        elif problem["type"] == "missing":
+            problems.append(f"missing field {field!r}")
+        else:
+            problems.append(f"field {field!r}: {problem['msg']}")
+    return "; ".join(problems)

@@ -10,7 +10,7 @@ from ptxbench.arch.registry import Arch, load_registry
 from ptxbench.contract.signature import HEADER_NAME, header
 from ptxbench.tasks.model import Task
 
-PROMPT_VERSION = 1
+PROMPT_VERSION = 2  # 2: the header says the entry point returns an int (a cudaError_t value)
 
 
 def _sizes(sizes: dict[str, int]) -> str:

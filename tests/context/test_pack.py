@@ -183,3 +183,34 @@ def test_wrapper_include_is_inlined_from_the_bundle_only(tmp_path) -> None:  # t
     plain = "#include <cuda_runtime.h>\nint y;\n"
     assert inline_wrapper_header(plain) == plain
     assert "namespace ptx {" in inline_wrapper_header("#include <ptxbench/ptx_wrappers.cuh>\n")
+
+
+def test_inlined_wrapper_header_keeps_the_files_line_numbers() -> None:
+    from ptxbench.context.pack import inline_wrapper_header
+
+    source = "// one\n#include \"ptx_wrappers.cuh\"\nint three;\nint four;\n"
+    lines = inline_wrapper_header(source).splitlines()
+    assert lines[0] == "// one" and lines[2] == '#line 1 "ptx_wrappers.cuh"'
+    header = pack._read(pack.HEADER_NAME).splitlines()
+    inlined = lines[3:3 + len(header)]
+    assert len(inlined) == len(header) and all(a == b for a, b in zip(inlined, header) if b != "#pragma once"), \
+        "the header's own lines, numbered as in its file"
+    resume = lines.index('#line 3 "candidate.cu"')
+    assert lines[resume + 1:] == ["int three;", "int four;"]
+    assert not any(line.strip() == "#pragma once" for line in lines)
+
+
+def test_wrapper_targets_are_read_from_the_headers_guards() -> None:
+    assert pack.wrapper_targets("wgmma_fence") == {Arch.SM_90A}
+    assert pack.wrapper_targets("setmaxnreg_inc") == {Arch.SM_90A, Arch.SM_100A}
+    assert pack.wrapper_targets("tmem_addr") == {Arch.SM_100A}
+    assert pack.wrapper_targets("smem_u32") is None and pack.wrapper_targets("no_such_wrapper") is None
+
+
+def test_a_one_shot_example_is_shown_without_line_directives(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.llm.run import load_one_shot
+
+    example = tmp_path / "rmsnorm.cu"
+    example.write_text('#include "ptx_wrappers.cuh"\nint x;\n')
+    shown = load_one_shot(f"rmsnorm:{example}")
+    assert shown is not None and "namespace ptx {" in shown.source and "#line" not in shown.source

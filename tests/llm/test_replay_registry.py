@@ -64,7 +64,10 @@ def test_replay_rejects_bad_files(tmp_path: Path) -> None:
     assert get_provider(f"replay:{dup}", model="m2").entries  # type: ignore[attr-defined]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"task": "t", "sample": 0}\n')
-    with pytest.raises(ProviderError, match="bad.jsonl:1"):
+    with pytest.raises(ProviderError, match="bad.jsonl:1: not a replay entry: missing field 'completion'$"):
+        get_provider(f"replay:{bad}")
+    bad.write_text('{"task": "t", "sample": -1, "completion": "a"}\n')
+    with pytest.raises(ProviderError, match="bad.jsonl:1: not a replay entry: field 'sample': Input should be greater"):
         get_provider(f"replay:{bad}")
     with pytest.raises(ProviderError, match="cannot read"):
         get_provider(f"replay:{tmp_path / 'absent.jsonl'}")
@@ -107,3 +110,23 @@ def test_pricing() -> None:
     assert cost("openai:some-future-model", usage) is None
     assert cost("vllm:Qwen/Qwen3-8B", usage) == 0.0 and cost("hf:/models/x", usage) == 0.0
     assert cost("replay:runs.jsonl", usage) is None
+
+
+def test_provider_errors_are_grouped_by_reason_most_common_first() -> None:
+    from ptxbench.llm.run import ItemResult, Turn, provider_errors
+    from ptxbench.llm.extract import Extraction, ExtractionStatus
+    from ptxbench.llm.types import Completion
+
+    def item(sample: int, error: str | None) -> ItemResult:
+        turn = Turn(turn=0, completion=Completion(model="m", text="", error=error),
+                    extraction=Extraction(status=ExtractionStatus.PROVIDER_ERROR))
+        return ItemResult(task="softmax", task_hash="h", sample=sample, arch="sm_90a", context="none",
+                          prompt_version="v", turns=[turn], passed=False)
+
+    results = [item(0, "timeout after 900 s"), item(1, "no replayed answer for sample=1"),
+               item(2, "no replayed answer for sample=2"), item(3, None), item(4, "timeout after 900 s"),
+               item(5, "no replayed answer for sample=5"), item(6, "HTTP 401: bad key")]
+    assert provider_errors(results) == [("e.g. no replayed answer for sample=1", 3), ("timeout after 900 s", 2),
+                                        ("HTTP 401: bad key", 1)]
+    assert provider_errors(results, shown=1, width=10) == [("e.g. no r…", 3)]
+    assert provider_errors([item(0, None)]) == []

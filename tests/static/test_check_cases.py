@@ -88,3 +88,18 @@ def test_sass_the_compiler_adds_by_itself_is_not_credited_to_the_candidate() -> 
     (kernel,) = report.static.kernels
     assert kernel.sass.get("ELECT", 0) >= 1
     assert "tma.load" in kernel.features and "elect.sync" not in kernel.features
+
+
+def test_a_file_that_is_not_text_is_refused_in_one_sentence(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pytest
+
+    from ptxbench.check import read_candidate
+    from ptxbench.errors import CandidateError
+
+    for name, data in (("elf.cu", b"\x7fELF\x02\x01\x01\x00\xff\xfe"), ("nul.cu", b"int x;\x00\n")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(CandidateError) as raised:
+            read_candidate(tmp_path / name)
+        assert str(raised.value) == f"{tmp_path / name}: not a text file (a candidate is one CUDA C++ source)"
+    (tmp_path / "crlf.cu").write_bytes(b"int x;\r\nint y;\r\n")
+    assert read_candidate(tmp_path / "crlf.cu") == "int x;\nint y;\n"

@@ -127,18 +127,51 @@ _SECTION = re.compile(r"// =+\n// (?P<arch>sm_\w+) only:.*?#endif  // (?P=arch) 
 _WRAPPER_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:ptxbench/)?ptx_wrappers\.cuh[>"][^\n]*$', re.MULTILINE)
 
 
-def inline_wrapper_header(source: str) -> str:
+def inline_wrapper_header(source: str, *, line_directives: bool = True) -> str:
     """``source`` with ``#include "ptx_wrappers.cuh"`` replaced by the bundled header's text.
 
     Candidates are single files built in an empty folder; this lets a file on disk (the reference
     kernels, a one-shot example) use the header while the stored candidate stays exactly what was
-    compiled. Only the bundled header is ever read, never a path the file names.
+    compiled. Only the bundled header is ever read, never a path the file names. ``#line`` directives
+    keep the compiler's diagnostics in the file's own line numbers (and the header's, inside it); text
+    that is only shown (a one-shot example in a prompt) goes without them.
     """
-    if _WRAPPER_INCLUDE.search(source) is None:
+    from ptxbench.toolchain.compile import SOURCE_NAME
+
+    match = _WRAPPER_INCLUDE.search(source)
+    if match is None:
         return source
-    text = _read(HEADER_NAME).replace("#pragma once\n", "", 1)  # now part of the main file
-    block = f"// ---- {HEADER_NAME} (inlined by PTXBench) ----\n{text.rstrip()}\n// ---- end of {HEADER_NAME} ----"
-    return _WRAPPER_INCLUDE.sub(lambda _: block, source, count=1)
+    # "#pragma once" in what is now the main file would draw a warning; a comment keeps the line numbers
+    text = _read(HEADER_NAME).replace("#pragma once\n", "// (#pragma once: inlined into the main file)\n", 1)
+    resumes_at = source.count("\n", 0, match.start()) + 2  # the line after the #include, in the file's numbering
+    enter, leave = ("", "")
+    if line_directives:
+        enter, leave = f"#line 1 \"{HEADER_NAME}\"\n", f"\n#line {resumes_at} \"{SOURCE_NAME}\""
+    block = (f"// ---- {HEADER_NAME} (inlined by PTXBench) ----\n{enter}{text.rstrip()}\n"
+             f"// ---- end of {HEADER_NAME} ----{leave}")
+    return source[:match.start()] + block + source[match.end():]
+
+
+# A target-only section of the header, as the compiler sees it: its condition names the targets whose
+# feature macro enables it for device code.
+_GUARDED = re.compile(r"^#if (?P<condition>[^\n]*__CUDA_ARCH_FEAT_[^\n]*)\n(?P<body>.*?)^#endif\b",
+                      re.DOTALL | re.MULTILINE)
+_FEATURE_MACRO = re.compile(r"__CUDA_ARCH_FEAT_SM(\d+)_ALL")
+
+
+@cache
+def wrapper_targets(name: str) -> frozenset[Arch] | None:
+    """The targets whose device code sees ``name`` of ``ptx_wrappers.cuh``, when the header defines it
+    only in target-only sections; None when it is not there or visible everywhere (the common part)."""
+    text = _read(HEADER_NAME)
+    mentioned = re.compile(rf"\b{re.escape(name)}\b")
+    targets: set[Arch] = set()
+    for section in _GUARDED.finditer(text):
+        if mentioned.search(section.group("body")):
+            targets |= {Arch(f"sm_{n}a") for n in _FEATURE_MACRO.findall(section.group("condition"))}
+    if not targets or mentioned.search(_GUARDED.sub("", text)):
+        return None
+    return frozenset(targets)
 
 
 def wrapper_header(arch: Arch) -> str:

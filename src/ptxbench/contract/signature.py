@@ -5,9 +5,9 @@ A candidate defines, with C linkage and destination-passing style::
     extern "C" int <task id>(const T* input..., T* output..., int64_t size..., cudaStream_t stream);
 
 inputs in task order, then the outputs the harness allocated (and poisoned), then every axis, then
-the stream all work must go on; it returns a ``cudaError_t`` (0 = success). The header declares this
-prototype and is force-included when the harness compiles, so a definition that does not match it is
-a compile error rather than silent memory corruption.
+the stream all work must go on; it returns an ``int``, a ``cudaError_t`` value (0 = ``cudaSuccess``).
+The header declares this prototype and is force-included when the harness compiles, so a definition
+that does not match it is a compile error rather than silent memory corruption.
 """
 
 from __future__ import annotations
@@ -74,8 +74,9 @@ def header(task: Task) -> str:
 {chr(10).join(axis_lines)}
 //
 // Contract: launch all work on `stream` (no other stream, no synchronisation of the device, no host
-// copies of the data, no allocation that outlives the call); return cudaGetLastError() or another
-// cudaError_t (0 = success). No cuBLAS, cuDNN, CUTLASS or other libraries: write the kernels.
+// copies of the data, no allocation that outlives the call); return an int: cudaGetLastError() or
+// another cudaError_t value (0 = cudaSuccess). No cuBLAS, cuDNN, CUTLASS or other libraries: write
+// the kernels.
 #pragma once
 {includes}
 

@@ -211,7 +211,7 @@ class GpuEvaluator:
         result = report.build
         evaluation = Evaluation(candidate=name, task=task.id, task_hash=task.content_hash, arch=arch,
                                 status=Status.COMPILE_ERROR, build=result, static=report.static,
-                                message=result.diagnosis.summary if result.diagnosis else "")
+                                message=result.diagnosis.message if result.diagnosis else "")
         decided = verdict_before_running(evaluation)
         if decided is not None:
             return decided

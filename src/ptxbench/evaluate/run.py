@@ -33,11 +33,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
-from ptxbench.errors import CandidateError, PtxbenchError
+from ptxbench.errors import CandidateError, PtxbenchError, field_problems
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
@@ -71,10 +71,17 @@ def candidates_from_run(path: Path) -> list[Candidate]:
     from ptxbench.tasks.loader import get_task
 
     rundir = RunDir.load(path)
+    if rundir.header.kind == "eval":
+        raise PtxbenchError(f"{path} is an eval run directory: it holds evaluations, not generated candidates. eval "
+                            "takes candidate files or folders, a generate or run directory, or a generations .jsonl; "
+                            f"to recompute this run's verdicts from its evidence: ptxbench eval {path} --regrade")
     model = rundir.header.config.get("model")
     found = []
     for result_file in rundir.results():
-        record = ItemResult.model_validate_json(result_file.read_text())
+        try:
+            record = ItemResult.model_validate_json(result_file.read_text())
+        except ValidationError as exc:
+            raise PtxbenchError(f"{result_file}: not the result of a generated item ({field_problems(exc)})") from None
         final = next((t for t in reversed(record.turns) if t.extraction.ok), record.turns[-1])
         labels = Generation(run=rundir.path.name, model=model, provider=_provider(model),
                             condition=record.context.value, sample=record.sample, turn=final.turn)

@@ -26,7 +26,7 @@ def verdict_before_running(evaluation: Evaluation) -> Evaluation | None:
     ``evaluation`` carries the build and the static report (its status is not read)."""
     result = evaluation.build
     if result is None or not result.ok:
-        summary = result.diagnosis.summary if result is not None and result.diagnosis else "the build failed"
+        summary = result.diagnosis.message if result is not None and result.diagnosis else "the build failed"
         return evaluation.model_copy(update={"status": Status.COMPILE_ERROR, "infra_failure": None,
                                              "message": evaluation.message or summary})
     static = evaluation.static

@@ -13,6 +13,7 @@ from enum import Enum
 from pydantic import BaseModel
 
 from ptxbench.arch.registry import Arch
+from ptxbench.errors import OptionError
 from ptxbench.llm.types import Message
 from ptxbench.prompt import PROMPT_VERSION, render_task_prompt
 from ptxbench.tasks.model import Task
@@ -63,7 +64,7 @@ def build_conversation(task: Task, arch: Arch, condition: ContextCondition = Con
     context = context_text(arch, condition)
     if one_shot is not None:
         if one_shot.task.id == task.id:
-            raise ValueError("a one-shot example must come from another task")
+            raise OptionError(f"a one-shot example must come from another task than {task.id!r}")
         messages.append(Message(role="user", content=render_task_prompt(one_shot.task, arch)))
         messages.append(Message(role="assistant", content=f"```cuda\n{one_shot.source.rstrip()}\n```"))
     body = render_task_prompt(task, arch)

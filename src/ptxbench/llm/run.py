@@ -131,16 +131,24 @@ async def run_item(task: Task, sample: int, config: RunConfig, complete: Callabl
     return result
 
 
+def one_shot_parts(spec: str) -> tuple[str, Path]:
+    """The task id and the solution file of a ``TASK:FILE`` one-shot spec."""
+    from ptxbench.errors import OptionError
+
+    task_id, _, path = spec.partition(":")
+    if not task_id or not path:
+        raise OptionError(f"--one-shot takes TASK:FILE (a task id, a colon, a solution file for that task), not {spec!r}")
+    return task_id, Path(path)
+
+
 def load_one_shot(spec: str | None) -> OneShot | None:
     if not spec:
         return None
     from ptxbench.check import read_candidate
     from ptxbench.tasks.loader import get_task
 
-    task_id, _, path = spec.partition(":")
-    if not path:
-        raise ValueError("--one-shot takes TASK:PATH (a task id and a solution file for it)")
-    return OneShot(task=get_task(task_id), source=read_candidate(Path(path)))
+    task_id, path = one_shot_parts(spec)
+    return OneShot(task=get_task(task_id), source=read_candidate(path, to_compile=False))
 
 
 async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete, evaluator: Evaluator | None,
@@ -165,6 +173,24 @@ async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete
         return result
 
     return list(await asyncio.gather(*(one(t, s) for t in tasks for s in range(config.samples))))
+
+
+def provider_errors(results: list[ItemResult], shown: int = 3, width: int = 200) -> list[tuple[str, int]]:
+    """Why requests failed at the provider, from each item's last turn: the most common reasons first
+    with their counts (at most ``shown``, each cut to ``width`` characters). Messages that differ only in
+    numbers or quoted names (the item, a request id) count as one reason, shown by its first message
+    after "e.g."."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        error = result.turns[-1].completion.error if result.turns else None
+        if error:
+            groups.setdefault(re.sub(r"\d+|'[^']*'|\"[^\"]*\"", "#", error), []).append(error)
+    common = sorted(groups.values(), key=len, reverse=True)[:shown]
+    reasons = [("e.g. " if len(set(messages)) > 1 else "") + messages[0] for messages in common]
+    return [(reason if len(reason) <= width else reason[:width - 1] + "…", len(messages))
+            for reason, messages in zip(reasons, common)]
 
 
 def header_for(config: RunConfig) -> RunHeader:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -29,9 +30,12 @@ from ptxbench.arch.registry import Arch
 from ptxbench.integrity import file_sha256, sign, verify
 from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis, diagnose
 from ptxbench.toolchain.discover import find_toolchain
+from ptxbench.toolchain.entry_point import check_entry_point
 
-COMPILE_RESULT_VERSION = 1
+COMPILE_RESULT_VERSION = 2  # 2: diagnoses of missing entry points, target hints, user line numbers
 DEFAULT_TIMEOUT_S = 120.0
+SOURCE_NAME = "candidate.cu"  # what the compiler calls every candidate; BuildResult.named puts the user's name back
+_SOURCE_MENTION = re.compile(rf"\b{re.escape(SOURCE_NAME)}\b")
 
 # Harness-owned flags. The candidate chooses none of them: no libraries, no -arch shorthand.
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo", "-cudart", "shared",
@@ -75,6 +79,16 @@ class BuildResult(BaseModel):
         """The kept artifact ending in ``suffix`` ('.so', '.ptx', '.cubin'), if the build made it."""
         path = Path(self.directory) / f"candidate{suffix}"
         return path if path.is_file() else None
+
+    def named(self, name: str) -> "BuildResult":
+        """This result with the compiler's messages naming ``name`` (the user's file) instead of
+        ``candidate.cu``; the cached result itself stays independent of any file name."""
+        rename = lambda text: _SOURCE_MENTION.sub(lambda _: name, text)  # noqa: E731
+        diagnosis = self.diagnosis
+        if diagnosis is not None:
+            diagnosis = diagnosis.model_copy(update={"summary": rename(diagnosis.summary),
+                                                     "first_error": rename(diagnosis.first_error)})
+        return self.model_copy(update={"log": rename(self.log), "diagnosis": diagnosis})
 
 
 def default_cache_dir() -> Path:
@@ -247,7 +261,7 @@ def _checked_record(directory: Path, key: str) -> tuple[BuildResult | None, str]
 
 
 def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s: float) -> BuildResult:
-    source = work / "candidate.cu"
+    source = work / SOURCE_NAME
     source.write_text(request.source)
     command = [nvcc, *BASE_FLAGS, *request.arch.gencode, "--keep", "--keep-dir", str(work),
                "-o", str(work / "candidate.so")]
@@ -276,24 +290,9 @@ def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s:
     ptx = work / "candidate.ptx"
     diagnosis = diagnose(log, request.arch, ptx.read_text() if ptx.is_file() else None) if returncode != 0 else None
     if diagnosis is None and request.entry_point:
-        diagnosis = _check_entry_point(work / "candidate.so", request.entry_point)
+        diagnosis = check_entry_point(work / "candidate.so", request.entry_point, request.header_name)
     return BuildResult(ok=diagnosis is None, arch=request.arch, key=key, command=command, log=log,
                        duration_s=duration, diagnosis=diagnosis, directory=str(work))
-
-
-def _check_entry_point(shared_object: Path, entry_point: str) -> Diagnosis | None:
-    """The entry point must be exported with C linkage (a mismatched signature yields a C++ overload)."""
-    from ptxbench.static.elf import dynamic_symbols
-
-    symbols = dynamic_symbols(shared_object)
-    if entry_point in symbols:
-        return None
-    near = sorted(s for s in symbols if entry_point in s)
-    detail = f" (found C++-mangled {near[0]}: the definition's parameters differ from the header's prototype)" if near else ""
-    return Diagnosis(failure=CompileFailure.MISSING_ENTRY_POINT,
-                     summary=f'no extern "C" function {entry_point!r} is exported{detail}; define it exactly as '
-                     "declared in ptxbench_task.h",
-                     first_error=f"missing entry point {entry_point}")
 
 
 def build_many(requests: Iterable[BuildRequest], *, jobs: int | None = None, **kwargs: object) -> list[BuildResult]:

@@ -31,6 +31,18 @@ class Diagnosis(BaseModel):
     summary: str
     first_error: str = ""
 
+    @property
+    def message(self) -> str:
+        """For a one-line verdict that shows nothing else (an eval row): the summary, and where it is
+        generic advice, the compiler's first error, which says what to fix."""
+        if self.failure not in _GENERIC or not self.first_error:
+            return self.summary
+        return f"{self.summary} First error: {self.first_error}"
+
+
+# Classes whose summary is advice that does not say where the error is.
+_GENERIC = frozenset({CompileFailure.CPP_ERROR, CompileFailure.PTX_SYNTAX, CompileFailure.PTX_OPERAND,
+                      CompileFailure.RESOURCE_LIMIT, CompileFailure.LINK_ERROR})
 
 # Order matters: the first class whose pattern matches any error line wins.
 _PATTERNS: list[tuple[CompileFailure, re.Pattern[str]]] = [
@@ -55,6 +67,7 @@ _PATTERNS: list[tuple[CompileFailure, re.Pattern[str]]] = [
 
 _ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|undefined reference", re.IGNORECASE)
 _PTX_LINE = re.compile(r"\.ptx, line (\d+)")
+_MISSING_NAME = re.compile(r'(?:has no member|identifier) "(\w+)"')  # EDG: namespace "ptx" has no member "X"
 _UNSUPPORTED_INSTRUCTION = re.compile(r"Instruction '([^']+)' (?:not supported|cannot be compiled)")
 
 
@@ -72,9 +85,79 @@ def diagnose(log: str, arch: Arch, ptx_text: str | None = None) -> Diagnosis:
     for failure, pattern in _PATTERNS:
         hit = next((line for line in errors if pattern.search(line)), None)
         if hit is not None:
-            return Diagnosis(failure=failure, summary=_advice(failure, errors, arch, ptx_text), first_error=hit)
+            if failure is CompileFailure.CPP_ERROR and (target := _target_only(errors, arch)) is not None:
+                return target
+            summary = _advice(failure, errors, arch, ptx_text)
+            if failure is CompileFailure.UNSUPPORTED_ON_TARGET and not arch.is_arch_specific and \
+                    arch.specific.value not in summary:
+                summary += " " + _plain_target_hint(arch)
+            return Diagnosis(failure=failure, summary=summary, first_error=_with_source_line(hit, ptx_text))
     return Diagnosis(failure=CompileFailure.CPP_ERROR, summary="the build failed; see the log",
                      first_error=errors[0] if errors else "")
+
+
+_LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+(?:.*\binlined_at\s+(\d+)\s+(\d+))?")
+_FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]*)"', re.MULTILINE)
+
+
+def _with_source_line(error: str, ptx_text: str | None) -> str:
+    """A ptxas error ("candidate.ptx, line 35") with the source line the PTX came from, read from the
+    ``.loc`` directives that ``-lineinfo`` puts before each statement: the PTX is the harness's file,
+    the source line is the user's ("(source: candidate.cu(8))", inlined wrappers named at their call)."""
+    match = _PTX_LINE.search(error)
+    if match is None or not ptx_text:
+        return error
+    lines = ptx_text.splitlines()[:int(match.group(1))]
+    loc = next((m for line in reversed(lines) if (m := _LOC.match(line))), None)
+    if loc is None:
+        return error
+    files = {number: name.rsplit("/", 1)[-1] for number, name in _FILE.findall(ptx_text)}
+    where = f"{files.get(loc.group(1), '?')}({loc.group(2)})"
+    if loc.group(3) is not None:
+        where += f", inlined at {files.get(loc.group(3), '?')}({loc.group(4)})"
+    return f"{error} (source: {where})"
+
+
+def _plain_target_hint(arch: Arch) -> str:
+    return (f"{arch.value} is the plain target, without the arch-specific features; the benchmark builds for "
+            f"{arch.specific.value} (ptxbench check --arch {arch.specific.value}).")
+
+
+def _target_only(errors: list[str], arch: Arch) -> Diagnosis | None:
+    """A C++ error that is really the target's: the code calls wrappers that ``ptx_wrappers.cuh`` defines
+    only for other targets (on sm_90 its wgmma section is compiled out, so ``ptx::wgmma_fence`` is "no
+    member"), or, on a plain target, the errors name the arch-specific one (``#error needs sm_90a``)."""
+    from ptxbench.context.pack import HEADER_NAME, wrapper_targets
+
+    missing: dict[str, frozenset[Arch]] = {}
+    for line in errors:
+        for name in _MISSING_NAME.findall(line):
+            targets = wrapper_targets(name)
+            if targets is not None and arch not in targets:
+                missing.setdefault(name, targets)
+    first = next((line for line in errors if any(f'"{name}"' in line for name in missing)), None)
+    if first is not None:
+        names = list(missing)
+        listed = ", ".join(f"ptx::{n}" for n in names[:2]) + (f" and {len(names) - 2} more" if len(names) > 2 else "")
+        families: dict[str, set[Arch]] = {}  # wgmma_fence -> wgmma, in the order the errors name them
+        for name, targets in missing.items():
+            families.setdefault(name.split("_")[0], set()).update(targets)
+        defined = ", ".join(f"{family} for {' and '.join(t.value for t in Arch if t in targets)} only"
+                            for family, targets in families.items())
+        hints = list(dict.fromkeys(h for family in families for h in _target_hints([family], arch)))
+        if not arch.is_arch_specific:  # every family's advice is the same there: build for the a-target
+            hints = hints[:1] or [_plain_target_hint(arch)]
+        summary = f"{listed} not available on {arch.value} ({HEADER_NAME} defines {defined})." + \
+            "".join(f" {h}" for h in hints)
+        return Diagnosis(failure=CompileFailure.UNSUPPORTED_ON_TARGET, summary=summary, first_error=first)
+    if not arch.is_arch_specific:
+        specific = re.compile(rf"\b(?:{arch.specific.value}|compute_{arch.specific.value[3:]})\b|__CUDA_ARCH_FEAT_")
+        named = next((line for line in errors if specific.search(line)), None)
+        if named is not None:
+            return Diagnosis(failure=CompileFailure.UNSUPPORTED_ON_TARGET, first_error=named,
+                             summary=f"the code needs {arch.specific.value} (its errors name it), which {arch.value} "
+                             f"is not. {_plain_target_hint(arch)}")
+    return None
 
 
 def _advice(failure: CompileFailure, errors: list[str], arch: Arch, ptx_text: str | None) -> str:
@@ -93,7 +176,7 @@ def _advice(failure: CompileFailure, errors: list[str], arch: Arch, ptx_text: st
         "labels (scope them with braces) and register declarations.",
         CompileFailure.LINK_ERROR: "the link failed: only the CUDA runtime is linked; define every function "
         "you call and use no libraries.",
-        CompileFailure.CPP_ERROR: "the C++/CUDA source does not compile: see the first error.",
+        CompileFailure.CPP_ERROR: "the C++/CUDA source does not compile.",
     }.get(failure, "")
 
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ptxbench.errors import ProviderError
+from ptxbench.errors import ProviderError, field_problems
 from ptxbench.llm.providers.base import check_model
 from ptxbench.llm.types import Completion, CompletionRequest, Usage
 
@@ -50,7 +50,7 @@ def load_entries(path: Path, model: str | None = None) -> dict[ReplayKey, Replay
         try:
             entry = ReplayEntry.model_validate_json(line)
         except ValidationError as e:
-            raise ProviderError(f"{path}:{number}: not a replay entry: {e.errors()[0]['msg']}") from e
+            raise ProviderError(f"{path}:{number}: not a replay entry: {field_problems(e)}") from e
         if model is not None and entry.model != model:
             continue
         key = ReplayKey(entry.task, entry.sample, entry.turn)
