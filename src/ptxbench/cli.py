@@ -299,8 +299,7 @@ def evaluate(
             results, retired = exc.results, exc
     table = Table("candidate", "task", "status", "detail")
     for result in results:
-        verdict = (result.status.value if result.status else f"extraction: {result.extraction.value}"
-                   if result.extraction else f"infra: {result.infra_failure.value}")
+        verdict = result.verdict
         detail = result.message
         if result.status is None and result.static is not None:  # no GPU: say what the binary shows
             detail = "static only: " + "; ".join(f"{r.requirement.label} {r.stage.value.replace('_', ' ')}"

@@ -159,7 +159,7 @@ class EvalProgress:
 def progress_line(finished: int, total: int, evaluation: Evaluation, seconds: float, width: int = 80) -> str:
     """'[3/7] softmax.cu: REJECTED (12.3 s) mbarrier: ...', cut to ``width``; the task is named
     too where the candidate's name is not the task's ('gemm_bf16/sample_002')."""
-    verdict = evaluation.status.value if evaluation.status else f"infra {evaluation.infra_failure.value}"  # type: ignore[union-attr]
+    verdict = evaluation.verdict
     name = Path(evaluation.candidate).name
     item = name if Path(name).stem == evaluation.task else f"{evaluation.task}/{name}"
     line = f"[{finished}/{total}] {item}: {verdict} ({seconds:.1f} s) {_reason(evaluation)}".rstrip()

@@ -97,7 +97,7 @@ def test_eval_in_a_pipe_prints_a_line_per_finished_candidate(tmp_path: Path) -> 
     progress = [line for line in lines if line.startswith("[")]
     assert [line.split(":")[0] for line in progress] == ["[1/2] softmax.cu", "[2/2] transpose.cu"], result.stdout
     for line in progress:  # status, seconds, a reason, in one line that fits the log
-        assert re.fullmatch(r"\[\d/2\] \w+\.cu: infra NO_GPU \(\d+\.\d s\) no CUDA GPU visible.*", line), line
+        assert re.fullmatch(r"\[\d/2\] \w+\.cu: infra: NO_GPU \(\d+\.\d s\) no CUDA GPU visible.*", line), line
         assert len(line) <= COLUMNS
     assert lines.index(progress[-1]) < next(i for i, line in enumerate(lines) if line.startswith("┏")), \
         "the lines come as candidates finish, before the final table"

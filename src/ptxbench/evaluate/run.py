@@ -96,6 +96,32 @@ def _provider(model: str | None) -> str | None:
     return model.partition(":")[0] if model else None
 
 
+def is_eval_run(path: Path) -> bool:
+    """Whether ``path`` is a run directory that ``ptxbench eval`` wrote (its items hold evaluations)."""
+    return (path / HEADER_FILE).is_file() and RunDir.load(path).header.kind == "eval"
+
+
+def candidates_from_eval_run(path: Path) -> list[Candidate]:
+    """The candidates an eval run directory stored, each under its own item, with the labels and the
+    extraction failure (a sample without code) they were evaluated with: what ``eval RUN --regrade``
+    recomputes in place."""
+    from ptxbench.tasks.loader import get_task
+
+    found = []
+    for result_file in RunDir.load(path).results():
+        try:
+            evaluation = Evaluation.model_validate_json(result_file.read_text())
+        except ValidationError as exc:
+            raise PtxbenchError(f"{result_file}: not an evaluation ({field_problems(exc)})") from None
+        folder = result_file.parent
+        source_file = folder / "candidate.cu"
+        found.append(Candidate(task=get_task(evaluation.task), item=folder.name,
+                               source=source_file.read_text() if source_file.is_file() else "",
+                               origin=evaluation.candidate, extraction=evaluation.extraction,
+                               generation=evaluation.generation))
+    return found
+
+
 def candidates_from_generations(path: Path) -> list[Candidate]:
     """Completions made elsewhere, one JSON object per line with ``task``, ``completion`` and optionally
     ``sample``, ``turn`` (the replay provider's format), ``model`` and ``context``. Each (task, sample) is one

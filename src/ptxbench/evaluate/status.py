@@ -165,6 +165,16 @@ class Evaluation(Record):
     def features_verified(self) -> bool:
         return self.features is not None
 
+    @property
+    def verdict(self) -> str:
+        """The outcome in a few words, whichever of the three it is: 'PASSED', 'infra: NO_GPU',
+        'extraction: no_code_block'."""
+        if self.status is not None:
+            return self.status.value
+        if self.extraction is not None:
+            return f"extraction: {self.extraction.value}"
+        return f"infra: {self.infra_failure.value if self.infra_failure else '?'}"
+
     @model_validator(mode="after")
     def _consistent(self) -> "Evaluation":
         if sum(x is not None for x in (self.status, self.infra_failure, self.extraction)) != 1:
