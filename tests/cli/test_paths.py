@@ -71,7 +71,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def test_eval_of_a_generate_run_counts_the_answer_without_code_as_run_does(runs: dict[str, Path]) -> None:
     shown = _ok("eval", str(runs["gen-full"]), "--out", str(runs["eval-full"]))  # resumed: nothing is redone
-    assert shown.count("sample_00") == 3 and "no_code_block" in shown
+    progress = [line for line in shown.splitlines() if line.startswith("[")]  # one line per candidate, piped
+    assert len(progress) == 3 and sum("sample_00" in line for line in progress) == 3
+    table = "\n".join(line for line in shown.splitlines() if not line.startswith("["))
+    assert table.count("sample_00") == 3 and "no_code_block" in table
     for run in (runs["eval-full"], runs["run"]):
         (summary,) = _summary(run)
         assert (summary["n_samples"], summary["rates"]["compile"]["value"]) == (3, pytest.approx(1 / 3)), run
