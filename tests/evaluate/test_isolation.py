@@ -58,21 +58,30 @@ def test_protected_paths_are_read_from_the_harness_environment() -> None:
     assert isolation.protected_paths_from({}) == []
 
 
-# Loads the module by its path as profile_one.py does (no ptxbench import), protects argv[1], then tries
-# to write there, to remount it writable by the syscall itself, and to write beside it.
-_PROBE = """
+# The probes' preamble: isolation.py loaded by its path as profile_one.py loads it (no ptxbench import), and
+# one attempt at a file operation, reported as "done" or the error's class and number.
+_LOAD_ISOLATION = """
 import ctypes, importlib.util, os, sys
 spec = importlib.util.spec_from_file_location("isolation", sys.argv[1])
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
-assert "ptxbench" not in sys.modules
-print(module.protect_paths([sys.argv[2], "/no/such/path"]))
+"""
+_ATTEMPT = """
 def attempt(action):
     try:
         action()
         return "done"
     except OSError as exc:
         return type(exc).__name__ + str(exc.errno)
+"""
+
+
+# Loads the module by its path as profile_one.py does (no ptxbench import), protects argv[1], then tries
+# to write there, to remount it writable by the syscall itself, and to write beside it.
+_PROBE = _LOAD_ISOLATION + """
+assert "ptxbench" not in sys.modules
+print(module.protect_paths([sys.argv[2], "/no/such/path"]))
+""" + _ATTEMPT + """
 print(attempt(lambda: open(os.path.join(sys.argv[2], "written"), "w").close()))
 libc = ctypes.CDLL(None, use_errno=True)
 remount = libc.mount(None, sys.argv[2].encode(), None, ctypes.c_ulong(4096 | 32), None)
@@ -220,18 +229,9 @@ def test_naming_protected_paths_creates_them_and_is_undone(tmp_path: Path, monke
 # scratch space (argv[4]), and into the harness (its parent, with every capability) through /proc: without
 # CAP_SYS_PTRACE and with fewer capabilities than its parent, the kernel refuses /proc/<ppid>/root (as it
 # refuses ptrace and /proc/<ppid>/mem, which the kernel of this CPU machine's sandbox does not model alike).
-_MACHINE_PROBE = """
-import ctypes, importlib.util, os, sys
-spec = importlib.util.spec_from_file_location("isolation", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
+_MACHINE_PROBE = _LOAD_ISOLATION + """
 print(module.protect_paths([sys.argv[2]]))
-def attempt(action):
-    try:
-        action()
-        return "done"
-    except OSError as exc:
-        return type(exc).__name__ + str(exc.errno)
+""" + _ATTEMPT + """
 print(attempt(lambda: open(os.path.join(sys.argv[3], "written"), "w").close()))
 print(attempt(lambda: open(os.path.join(sys.argv[4], "written"), "w").close()))
 parent_view = f"/proc/{os.getppid()}/root" + sys.argv[3]
