@@ -57,7 +57,7 @@ def read_candidate(path: Path | str, *, to_compile: bool = True) -> str:
     except UnicodeDecodeError:
         raise not_text from None
     except OSError as exc:
-        raise CandidateError(f"cannot read candidate {path}: {exc}") from None
+        raise CandidateError(f"cannot read candidate {path}: {exc.strerror or exc}") from None
     if "\0" in source:  # valid UTF-8 but with NUL bytes: still an object file, an archive, an image
         raise not_text
     if not source.strip():

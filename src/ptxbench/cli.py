@@ -309,7 +309,7 @@ def evaluate(
     rejected = all_rejected_note(results, arch)
     if rejected is not None:
         console.print(rejected, highlight=False, markup=False)
-    console.print(f"run directory: {out}", highlight=False)
+    _run_directory(out)
     if retired is not None:
         _fail(str(retired))
 
@@ -566,14 +566,13 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
         console.print(f"dry run: {shown.items} items, at most {shown.max_requests} requests; first prompt ≈ "
                       f"{shown.input_tokens_first_turn:,} tokens; cost at most {cost}. Nothing was sent.")
         return
-    from rich.progress import Progress
+    from ptxbench.render import GenerationProgress
 
     evaluator = _evaluator_for_refinement() if evaluate else None
     target = out or Path("runs") / f"{command}-{model.replace(':', '-').replace('/', '_')}-{arch.value}-{context}"
-    with Progress(console=console, transient=True) as progress:
-        bar = progress.add_task(f"{command} → {target}", total=len(chosen) * samples)
+    with GenerationProgress(console, len(chosen) * samples, f"{command} → {target}") as progress:
         try:
-            results = execute(chosen, config, target, evaluator=evaluator, on_done=lambda _: progress.advance(bar))
+            results = execute(chosen, config, target, evaluator=evaluator, on_done=progress.done)
         finally:
             gpu = getattr(evaluator, "evaluator", None)
             if gpu is not None:
@@ -586,7 +585,14 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
     verdict = f"{passed}/{len(results)} passed {stage}" if evaluate else f"{len(results)} items sampled"
     reasons = "; ".join(f"{count}× {reason}" for reason, count in provider_errors(results))
     failed = f"{errors} ({reasons})" if errors else "0"
-    console.print(f"{verdict}; provider errors: {failed}; cost {cost}; run directory: {target}", highlight=False)
+    console.print(f"{verdict}; provider errors: {failed}; cost {cost}", highlight=False, markup=False)
+    _run_directory(target)
+
+
+def _run_directory(path: Path) -> None:
+    """The run's folder on a line of its own, never wrapped (a pipe is 80 columns): a path cut in two cannot
+    be copied back into the next command."""
+    console.print(f"run directory: {path}", highlight=False, markup=False, soft_wrap=True)
 
 
 _MODEL = typer.Option(..., "--model", help="provider:name, e.g. openai:gpt-5, anthropic:claude-sonnet-4-5, "

@@ -19,9 +19,11 @@ from ptxbench.static.report import Stage
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+    from typing_extensions import Self
 
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.status import Evaluation
+    from ptxbench.llm.run import ItemResult
     from ptxbench.tasks.model import Task
 
 _STAGE_STYLE = {
@@ -117,10 +119,10 @@ def paragraphs(text: str) -> list[str]:
     return [block for block in blocks if block]
 
 
-class EvalProgress:
-    """Progress of an evaluation, per finished candidate: a bar on a terminal; in a pipe or a CI log, where a
-    bar shows nothing until the end, one plain line each (``progress_line``). ``done`` may be called from
-    the threads that collect the GPUs' results."""
+class ItemProgress:
+    """Progress of a command, per finished item (an evaluated candidate, a sampled or refined sample): a bar on
+    a terminal; in a pipe or a CI log, where a bar shows nothing until the end, one plain line each
+    (``progress_line``). ``item_done`` may be called from the threads that collect the GPUs' results."""
 
     def __init__(self, console: Console, total: int, title: str) -> None:
         self.console, self.total, self.title = console, total, title
@@ -129,7 +131,7 @@ class EvalProgress:
         self._last = time.monotonic()
         self._bar: Progress | None = None
 
-    def __enter__(self) -> EvalProgress:
+    def __enter__(self) -> Self:
         if self.console.is_terminal:
             from rich.progress import Progress
 
@@ -143,26 +145,63 @@ class EvalProgress:
         if self._bar is not None:
             self._bar.__exit__(kind, error, trace)
 
-    def done(self, evaluation: Evaluation) -> None:
+    def item_done(self, item: str, verdict: str, reason: str, seconds: float | None = None,
+                  resumed: bool = False) -> None:
+        """One item finished; ``seconds`` it took (default: since the previous one), or ``resumed``: found done."""
         with self._lock:
             self.finished += 1
             now = time.monotonic()
-            seconds = evaluation.durations_s.get("total", now - self._last)  # else: the sequential path's time
+            taken = "resumed" if resumed else f"{now - self._last if seconds is None else seconds:.1f} s"
             self._last = now
             if self._bar is not None:
                 self._bar.advance(self._task)
             else:
-                self.console.print(progress_line(self.finished, self.total, evaluation, seconds, self.console.width),
-                                   highlight=False, markup=False, soft_wrap=True)
+                self.console.print(progress_line(self.finished, self.total, item, verdict, taken, reason,
+                                                 self.console.width), highlight=False, markup=False, soft_wrap=True)
 
 
-def progress_line(finished: int, total: int, evaluation: Evaluation, seconds: float, width: int = 80) -> str:
-    """'[3/7] softmax.cu: REJECTED (12.3 s) mbarrier: ...', cut to ``width``; the task is named
+class EvalProgress(ItemProgress):
+    """``ptxbench eval``'s progress: a line per evaluated candidate."""
+
+    def done(self, evaluation: Evaluation) -> None:
+        name = Path(evaluation.candidate).name
+        # The sequential path (no GPU, --regrade) has no stored total: the time since the previous candidate.
+        self.item_done(name if Path(name).stem == evaluation.task else f"{evaluation.task}/{name}",
+                       evaluation.verdict, _reason(evaluation), evaluation.durations_s.get("total"))
+
+
+class GenerationProgress(ItemProgress):
+    """``ptxbench generate`` and ``run``'s progress: a line per finished sample, with the verdict ``eval``
+    gives its last turn ('infra: NO_GPU', 'extraction: no_code_block'), or 'sampled' where nothing judged it."""
+
+    def done(self, result: ItemResult, seconds: float | None) -> None:
+        """``seconds`` the sample took; None for one found done in the run directory (resumed)."""
+        turns = len(result.turns)
+        verdict, reason = _generation_verdict(result)
+        self.item_done(f"{result.task}/sample_{result.sample:03d}", verdict + (f" after {turns} turns" if turns > 1 else ""),
+                       reason, seconds, resumed=seconds is None)
+
+
+def _generation_verdict(result: ItemResult) -> tuple[str, str]:
+    from ptxbench.evaluate.status import Evaluation
+
+    last = result.turns[-1]
+    feedback = last.feedback
+    if not last.extraction.ok:
+        return f"extraction: {last.extraction.status.value}", "; ".join(last.extraction.notes)
+    if feedback is None:
+        return "sampled", f"a candidate of {len(last.extraction.source.splitlines())} lines"
+    if "trials" in feedback.record:  # an evaluation, as `eval` records it (static or on a GPU)
+        evaluation = Evaluation.model_validate(feedback.record)
+        return evaluation.verdict, _reason(evaluation)
+    # a static turn written before its record was an evaluation: what the model was told
+    return f"{feedback.stage}: {'passed' if feedback.passed else 'failed'}", feedback.text.splitlines()[0]
+
+
+def progress_line(finished: int, total: int, item: str, verdict: str, taken: str, reason: str, width: int = 80) -> str:
+    """'[3/7] softmax.cu: REJECTED (12.3 s) mbarrier: ...', cut to ``width``. ``item`` names the task
     too where the candidate's name is not the task's ('gemm_bf16/sample_002')."""
-    verdict = evaluation.verdict
-    name = Path(evaluation.candidate).name
-    item = name if Path(name).stem == evaluation.task else f"{evaluation.task}/{name}"
-    line = f"[{finished}/{total}] {item}: {verdict} ({seconds:.1f} s) {_reason(evaluation)}".rstrip()
+    line = f"[{finished}/{total}] {item}: {verdict} ({taken}) {reason}".rstrip()
     return line if len(line) <= width else line[:width - 1].rstrip() + "…"
 
 

@@ -142,19 +142,27 @@ def one_shot_parts(spec: str) -> tuple[str, Path]:
 
 
 def load_one_shot(spec: str | None) -> OneShot | None:
+    """The worked example of a ``TASK:FILE`` spec; an unknown task or an unreadable file is an error naming
+    the option."""
     if not spec:
         return None
     from ptxbench.check import read_candidate
+    from ptxbench.errors import CandidateError, OptionError, TaskError
     from ptxbench.tasks.loader import get_task
 
     task_id, path = one_shot_parts(spec)
-    return OneShot(task=get_task(task_id), source=read_candidate(path, to_compile=False))
+    try:
+        return OneShot(task=get_task(task_id), source=read_candidate(path, to_compile=False))
+    except (TaskError, CandidateError) as exc:
+        raise OptionError(f"--one-shot {spec}: {exc}") from None
 
 
 async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete, evaluator: Evaluator | None,
-                  on_done: Callable[[ItemResult | None], None] | None = None) -> list[ItemResult]:
-    """Every (task, sample) item not already done, ``config.concurrency`` at a time."""
+                  on_done: Callable[[ItemResult, float | None], None] | None = None) -> list[ItemResult]:
+    """Every (task, sample) item not already done, ``config.concurrency`` at a time. ``on_done`` gets each
+    item as it finishes with the seconds it took (None for an item already done: resumed)."""
     import os
+    import time
 
     one_shot = load_one_shot(config.one_shot)
     item_slots = asyncio.Semaphore(config.concurrency)
@@ -164,12 +172,13 @@ async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete
         if rundir.is_done(task.id, item_name(sample)):
             done = ItemResult.model_validate_json((rundir.item(task.id, item_name(sample)) / RESULT_FILE).read_text())
             if on_done:
-                on_done(done)
+                on_done(done, None)
             return done
         async with item_slots:
+            started = time.monotonic()
             result = await run_item(task, sample, config, complete, evaluator, rundir, one_shot, build_slots)
         if on_done:
-            on_done(result)
+            on_done(result, time.monotonic() - started)
         return result
 
     return list(await asyncio.gather(*(one(t, s) for t in tasks for s in range(config.samples))))
@@ -258,7 +267,8 @@ def completer(provider, cache, timeout_s: float | None):  # type: ignore[no-unty
 
 
 def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir: Path | None = None,
-            evaluator: Evaluator | None = None, on_done: Callable[[ItemResult | None], None] | None = None) -> list[ItemResult]:
+            evaluator: Evaluator | None = None, on_done: Callable[[ItemResult, float | None], None] | None = None
+            ) -> list[ItemResult]:
     """Run (or resume) every item into ``out``; the main job behind ``ptxbench generate`` and ``run``.
 
     With ``config.evaluate`` and no evaluator given, candidates are graded by the static evaluator."""
@@ -268,8 +278,13 @@ def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir:
         from ptxbench.llm.feedback import StaticEvaluator
 
         evaluator = StaticEvaluator()
-    rundir = RunDir.open(out, header_for(config))
+    # What can be refused is checked before the run directory exists, so a refusal leaves none behind: the
+    # one-shot example against every task, then the provider (its name, key, replay file).
+    one_shot = load_one_shot(config.one_shot)
+    for task in tasks:
+        build_conversation(task, config.arch, config.context, one_shot)
     provider = provider_for(config.model, config.base_url, config.adapter)
+    rundir = RunDir.open(out, header_for(config))
     cache = CompletionCache(cache_dir) if cache_dir else default_completion_cache()
     complete = completer(provider, cache, config.request_timeout_s)
     return asyncio.run(run_all(tasks, config, rundir, complete, evaluator, on_done))

@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from ptxbench import __version__
 from ptxbench._io import write_atomic
-from ptxbench.errors import PtxbenchError
+from ptxbench.errors import PtxbenchError, field_problems
 from ptxbench.records import Record
 
 RUN_SCHEMA_VERSION = 1
@@ -48,6 +49,33 @@ class RunHeader(Record):
 
 class RunDirError(PtxbenchError):
     pass
+
+
+def read_header(file: Path) -> RunHeader:
+    """A run's header, or one line naming the file and what is wrong with it: unreadable, not JSON, not a
+    run header (a foreign or damaged file), or another schema version (a newer ptxbench wrote it)."""
+    try:
+        text = file.read_bytes().decode()
+    except OSError as exc:
+        raise RunDirError(f"{file}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise RunDirError(f"{file}: not a run header: not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise RunDirError(f"{file}: not a run header: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{file}: not a run header: a JSON {type(data).__name__}, not an object")
+    version = data.get("version", RUN_SCHEMA_VERSION)
+    if version != RUN_SCHEMA_VERSION:
+        written = f" by ptxbench {data['ptxbench']}" if isinstance(data.get("ptxbench"), str) else ""
+        newer = isinstance(version, int) and version > RUN_SCHEMA_VERSION
+        raise RunDirError(f"{file}: written{written} with run schema {version!r}; this ptxbench ({__version__}) "
+                          f"reads schema {RUN_SCHEMA_VERSION}" + ("; upgrade ptxbench to read it" if newer else ""))
+    try:
+        return RunHeader.model_validate(data)
+    except ValidationError as exc:
+        raise RunDirError(f"{file}: not a run header ({field_problems(exc)})") from None
 
 
 def _git_revision() -> str | None:
@@ -84,9 +112,7 @@ class RunDir:
         path = Path(path)
         existing = path / HEADER_FILE
         if existing.is_file():
-            previous = RunHeader.model_validate_json(existing.read_text())
-            if previous.version != RUN_SCHEMA_VERSION:
-                raise RunDirError(f"{path} was written by run schema {previous.version}; this is {RUN_SCHEMA_VERSION}")
+            previous = read_header(existing)
             before, now = _identity(previous.config), _identity(header.config)
             if previous.kind != header.kind or before != now:
                 changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
@@ -102,7 +128,7 @@ class RunDir:
         path = Path(path)
         if not (path / HEADER_FILE).is_file():
             raise RunDirError(f"{path} is not a run directory (no {HEADER_FILE})")
-        return cls(path, RunHeader.model_validate_json((path / HEADER_FILE).read_text()))
+        return cls(path, read_header(path / HEADER_FILE))
 
     def item(self, task_id: str, item: str) -> Path:
         return self.path / "items" / task_id / item

@@ -43,7 +43,7 @@ def load_entries(path: Path, model: str | None = None) -> dict[ReplayKey, Replay
     try:
         lines = path.read_text().splitlines()
     except OSError as e:
-        raise ProviderError(f"cannot read replay file {path}: {e}") from e
+        raise ProviderError(f"cannot read replay file {path}: {e.strerror or e}") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue

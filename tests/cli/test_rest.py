@@ -1,0 +1,190 @@
+"""The newcomer issue's last rough edges, through the command line at 80 columns with no TTY: `generate` and
+`run` report each finished sample in a pipe as `eval` does; a damaged or foreign run header is one line
+naming the file; a refused `--one-shot` or model leaves no run directory; the run directory's path is never
+cut; the README's commands work as it writes them.
+
+The model is a replay file (no network); the machine has no GPU, as in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ..conftest import EXAMPLES, FIXTURES, REPO
+from .newcomer import COLUMNS, cli, one_line
+
+PLAIN = (EXAMPLES / "transpose.cu").read_text()
+BROKEN = (FIXTURES / "cpp_syntax_error.cu").read_text() + '\nextern "C" int transpose();\n'
+ANSWERS = [f"```cuda\n{PLAIN}\n```", f"```cuda\n{BROKEN}\n```", "I would use TMA here, but I am not sure how."]
+LINE = re.compile(r"\[(\d)/(\d)\] (transpose/sample_\d{3}): (.+?) \((\d+\.\d s|resumed)\) ?(.*)")
+
+
+def _replay(folder: Path) -> Path:
+    """Answers for samples 0-2 of transpose; a sample 3 has none (the replay provider's error)."""
+    replay = folder / "answers.jsonl"
+    replay.write_text("".join(json.dumps({"task": "transpose", "sample": i, "completion": text}) + "\n"
+                              for i, text in enumerate(ANSWERS)))
+    return replay
+
+
+def _error_line(stderr: str) -> str:
+    """stderr holds exactly one message, with no traceback."""
+    assert "Traceback" not in stderr
+    text = one_line(stderr)
+    assert text.startswith("error: ") and text.count("error: ") == 1, stderr
+    return text
+
+
+def _progress(stdout: str) -> dict[str, tuple[str, str, str]]:
+    """The per-sample lines, in the order printed, checked for form: {item: (verdict, time, reason)}."""
+    lines = [line for line in stdout.splitlines() if line.startswith("[")]
+    found = {}
+    for number, line in enumerate(lines, 1):
+        match = LINE.fullmatch(line)
+        assert match is not None and int(match[1]) == number and int(match[2]) == len(lines), line
+        assert len(line) <= COLUMNS, line
+        found[match[3]] = (match[4], match[5], match[6])
+    return found
+
+
+# -- item 1: generate and run print a line per finished sample in a pipe, as eval does ------------------------
+
+
+def test_generate_in_a_pipe_prints_a_line_per_sample_before_its_summary(tmp_path: Path) -> None:
+    _replay(tmp_path)
+    args = ("generate", "--model", "replay:answers.jsonl", "--tasks", "transpose", "--samples", "4", "--out", "gen")
+    done = cli(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = _progress(done.stdout)
+    cut = shown["transpose/sample_003"][2]  # the provider's reason, cut to the line's 80 columns
+    assert cut.startswith("no replayed") and cut.endswith("…")
+    assert {item: (verdict, reason) for item, (verdict, _, reason) in shown.items()} == {
+        "transpose/sample_000": ("sampled", f"a candidate of {len(PLAIN.strip().splitlines())} lines"),
+        "transpose/sample_001": ("sampled", f"a candidate of {len(BROKEN.strip().splitlines())} lines"),
+        "transpose/sample_002": ("extraction: no_code_block", ""),
+        "transpose/sample_003": ("extraction: provider_error", cut)}
+    assert all(taken.endswith(" s") for _, taken, _ in shown.values())
+    summary = done.stdout.split("[4/4] ", 1)[1].splitlines()[1:]  # after the last sample's line
+    assert one_line("\n".join(summary[:-1])) == ("4 items sampled; provider errors: 1 (1× no replayed answer for "
+                                                 "ReplayKey(task='transpose', sample=3, turn=0) in replay:answers.jsonl); "
+                                                 "cost unknown")
+    assert summary[-1] == "run directory: gen"
+
+    again = cli(*args, cwd=tmp_path)  # a resumed run says so for each sample instead of a time
+    assert again.returncode == 0, again.stderr
+    assert {item: taken for item, (_, taken, _) in _progress(again.stdout).items()} == dict.fromkeys(shown, "resumed")
+
+
+def test_run_in_a_pipe_prints_each_samples_verdict_as_eval_gives_it(tmp_path: Path) -> None:
+    replay = _replay(tmp_path)
+    done = cli("run", "--model", f"replay:{replay}", "--tasks", "transpose", "--samples", "3", "--out", "run",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    verdicts = {item: verdict for item, (verdict, _, _) in _progress(done.stdout).items()}
+    assert verdicts == {"transpose/sample_000": "infra: NO_GPU", "transpose/sample_001": "COMPILE_ERROR",
+                        "transpose/sample_002": "extraction: no_code_block"}
+    lines = done.stdout.splitlines()
+    assert lines[-2:] == ["0/3 passed the static stage; provider errors: 0; cost unknown", "run directory: run"]
+
+    evaluated = cli("eval", "run", "--out", "eval", cwd=tmp_path)  # the same answers through eval
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert {item: verdict for item, (verdict, _, _) in _progress(evaluated.stdout).items()} == verdicts
+
+
+def test_run_names_the_turns_a_sample_took(tmp_path: Path) -> None:
+    replay = tmp_path / "answers.jsonl"  # a broken kernel, then the fix
+    replay.write_text("".join(json.dumps({"task": "transpose", "sample": 0, "turn": turn, "completion": text}) + "\n"
+                              for turn, text in enumerate(ANSWERS[1::-1])))
+    done = cli("run", "--model", f"replay:{replay}", "--tasks", "transpose", "--turns", "2", "--out", "run",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [verdict for verdict, _, _ in _progress(done.stdout).values()] == ["infra: NO_GPU after 2 turns"]
+
+
+# -- item 2: a damaged or foreign run.json is one line naming the file and what is wrong ---------------------
+
+DAMAGED = {
+    "not JSON": ("{'kind': 'eval'", "not a run header: not valid JSON (Expecting property name enclosed in double "
+                                    "quotes: line 1 column 2 (char 1))"),
+    "not UTF-8": (b"\xff\xfe\x00run", "not a run header: not UTF-8 text"),
+    "a list": ("[1, 2]", "not a run header: a JSON list, not an object"),
+    "foreign": (json.dumps({"name": "train", "steps": 100}), "not a run header (missing field 'kind'; missing field "
+                                                            "'config')"),
+    "bad kind": (json.dumps({"kind": "bench", "config": {}}), "not a run header (field 'kind': Input should be "
+                                                              "'generate', 'run', 'eval' or 'repair')"),
+    "newer": (json.dumps({"version": 2, "kind": "eval", "config": {}, "ptxbench": "9.0.0", "shards": 4}),
+              "written by ptxbench 9.0.0 with run schema 2; this ptxbench ({version}) reads schema 1; upgrade "
+              "ptxbench to read it"),
+}
+LOADING = [["eval", "RUN"], ["eval", "RUN", "--regrade"], ["report", "RUN"], ["metrics", "RUN"],
+           ["compare", "RUN", "RUN"], ["leaderboard", "RUN"]]
+
+
+@pytest.mark.parametrize("damage", list(DAMAGED))
+def test_a_damaged_or_foreign_run_header_is_one_line_naming_the_file(tmp_path: Path, damage: str) -> None:
+    from ptxbench import __version__
+
+    content, problem = DAMAGED[damage]
+    (tmp_path / "run").mkdir()
+    header = tmp_path / "run" / "run.json"
+    header.write_bytes(content if isinstance(content, bytes) else content.encode())
+    for command in LOADING:
+        done = cli(*[str(tmp_path / "run") if arg == "RUN" else arg for arg in command])
+        assert done.returncode == 2 and done.stdout == "", (command, done.stdout)
+        assert _error_line(done.stderr) == f"error: {header}: {problem.format(version=__version__)}", command
+
+
+def test_a_damaged_run_header_in_the_out_folder_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "run.json").write_text("{")
+    replay = _replay(tmp_path)
+    for command in (["eval", str(EXAMPLES / "transpose.cu")],
+                    ["generate", "--model", f"replay:{replay}", "--tasks", "transpose"]):
+        done = cli(*command, "--out", "out", cwd=tmp_path)
+        assert done.returncode == 2, command
+        assert _error_line(done.stderr).startswith("error: out/run.json: not a run header: not valid JSON ("), command
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run.json"], command
+
+
+# -- item 3: what a real run refuses, it refuses before creating its run directory --------------------------
+
+
+@pytest.mark.parametrize("command", ["generate", "run"])
+@pytest.mark.parametrize(("option", "message"), [
+    (["--one-shot", "softmax:missing.cu"],
+     "error: --one-shot softmax:missing.cu: cannot read candidate missing.cu: No such file or directory"),
+    (["--one-shot", "softmax:answers.jsonl"],
+     "error: --one-shot softmax:answers.jsonl: answers.jsonl: a candidate is one CUDA C++ file (.cu, .cuh, .cpp, .cc)"),
+    (["--one-shot", "nosuch:missing.cu"], "error: --one-shot nosuch:missing.cu: unknown task 'nosuch'; bundled tasks: "
+                                          "attention_bwd, attention_fwd, gemm_bf16, gemm_fp8, rmsnorm, softmax, transpose"),
+    (["--one-shot", f"transpose:{EXAMPLES / 'transpose.cu'}"],
+     "error: a one-shot example must come from another task than 'transpose'"),
+    (["--model", "replay:missing.jsonl"], "error: cannot read replay file missing.jsonl: No such file or directory"),
+    (["--model", "bogus:model"], "error: unknown provider 'bogus' in 'bogus:model'; known: openai, vllm, sglang, "
+                                 "ollama, anthropic, replay, hf"),
+])
+def test_a_refused_run_leaves_no_run_directory(tmp_path: Path, command: str, option: list[str], message: str) -> None:
+    replay = _replay(tmp_path)
+    done = cli(command, "--model", f"replay:{replay}", "--tasks", "transpose", "--out", "out", *option, cwd=tmp_path)
+    assert done.returncode == 2
+    assert _error_line(done.stderr) == message
+    assert not (tmp_path / "out").exists(), "nothing was created"
+
+
+# -- item 4: the run directory's path is printed whole, on its own line -------------------------------------
+
+
+def test_a_long_run_directory_stays_whole_on_its_line(tmp_path: Path) -> None:
+    out = tmp_path / ("a-run-directory-whose-path-is-longer-than-eighty-columns-" * 2)
+    assert len(f"run directory: {out}") > COLUMNS
+    replay = _replay(tmp_path)
+    for command in (["eval", str(EXAMPLES / "transpose.cu"), "--out", str(out / "eval")],
+                    ["generate", "--model", f"replay:{replay}", "--tasks", "transpose", "--out", str(out / "gen")],
+                    ["run", "--model", f"replay:{replay}", "--tasks", "transpose", "--out", str(out / "run")]):
+        done = cli(*command)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == f"run directory: {command[-1]}", command
