@@ -45,4 +45,30 @@ def write_jsonl(path: Path, records: "list[Any]") -> None:
 
 
 def read_jsonl(path: Path, model: "type[M]") -> "list[M]":
-    return [model.model_validate_json(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Pydantic records, one a line; a file that cannot be read or a line that is not such a record (another
+    step's file given by mistake) is one error naming the file, the line and what is wrong."""
+    from pydantic import ValidationError
+
+    from ptxbench.errors import PtxbenchError, field_problems
+
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise PtxbenchError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PtxbenchError(f"{path}: not a text file (expected one JSON record a line)") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(model.model_validate_json(line))  # type: ignore[attr-defined]
+        except ValidationError as exc:
+            raise PtxbenchError(f"{path}:{number}: not a {_words(model.__name__)} record "
+                                f"({field_problems(exc)})") from None
+    return records
+
+
+def _words(name: str) -> str:
+    """'RepairPair' -> 'repair pair'."""
+    return "".join(f" {c.lower()}" if c.isupper() else c for c in name).strip()

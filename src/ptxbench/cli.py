@@ -115,7 +115,8 @@ def tasks_list(as_json: bool = typer.Option(False, "--json")) -> None:
                           for t in suite], indent=2))
         return
     warned = {t.id for t in suite if _weak_baseline(t) is not None}
-    table = Table("id", "family", "title", "workloads (timed/visible/held-out)")
+    table = Table("id", "family", "title")  # the title takes the width the short columns leave (80 in a pipe)
+    table.add_column("workloads (timed / visible / held-out)", max_width=10)
     for task in suite:
         visible = len(task.shown()) - 1
         marked = f"{task.id} {_WEAK_MARK}" if task.id in warned else task.id
@@ -239,7 +240,7 @@ def evaluate(
         gpu_available,
         is_eval_run,
     )
-    from ptxbench.render import EvalProgress, all_rejected_note
+    from ptxbench.render import STAGE_LABEL, EvalProgress, all_rejected_note
     from ptxbench.tasks.loader import get_task
 
     if backend not in ("local", "ray"):
@@ -302,7 +303,7 @@ def evaluate(
         verdict = result.verdict
         detail = result.message
         if result.status is None and result.static is not None:  # no GPU: say what the binary shows
-            detail = "static only: " + "; ".join(f"{r.requirement.label} {r.stage.value.replace('_', ' ')}"
+            detail = "static only: " + "; ".join(f"{r.requirement.label} {STAGE_LABEL[r.stage]}"
                                                  for r in result.static.requirements)
         table.add_row(Path(result.candidate).name, result.task, verdict, detail[:160])
     console.print(table)

@@ -26,13 +26,16 @@ if TYPE_CHECKING:
     from ptxbench.llm.run import ItemResult
     from ptxbench.tasks.model import Task
 
-_STAGE_STYLE = {
-    Stage.IN_SASS: "[green]in SASS[/green]",
-    Stage.NOT_IN_SASS: "[yellow]PTX only[/yellow]",
-    Stage.ELIMINATED_BEFORE_PTX: "[yellow]source only[/yellow]",
-    Stage.UNSUPPORTED_ON_TARGET: "[red]unsupported[/red]",
-    Stage.NOT_WRITTEN: "[red]absent[/red]",
+STAGE_LABEL = {  # how far a required feature got, in the same words wherever it is shown (check, eval)
+    Stage.IN_SASS: "in SASS",
+    Stage.NOT_IN_SASS: "PTX only",
+    Stage.ELIMINATED_BEFORE_PTX: "source only",
+    Stage.UNSUPPORTED_ON_TARGET: "unsupported",
+    Stage.NOT_WRITTEN: "absent",
 }
+_STAGE_COLOUR = {Stage.IN_SASS: "green", Stage.NOT_IN_SASS: "yellow", Stage.ELIMINATED_BEFORE_PTX: "yellow",
+                 Stage.UNSUPPORTED_ON_TARGET: "red", Stage.NOT_WRITTEN: "red"}
+_STAGE_STYLE = {stage: f"[{_STAGE_COLOUR[stage]}]{label}[/{_STAGE_COLOUR[stage]}]" for stage, label in STAGE_LABEL.items()}
 
 
 def render_check(console: Console, report: CheckReport) -> None:
@@ -50,8 +53,9 @@ def render_check(console: Console, report: CheckReport) -> None:
     static = report.static
     if static is None:
         return
-    cached = " (cached)" if build.cached else ""
-    console.print(f"  built in {build.duration_s:.1f} s{cached}; checked in {report.duration_s:.1f} s")
+    # A cached build keeps the time it took when it was made: said as such, not as this run's time.
+    built = f"build cached (it took {build.duration_s:.1f} s)" if build.cached else f"built in {build.duration_s:.1f} s"
+    console.print(f"  {built}; checked in {report.duration_s:.1f} s")
     # One block per kernel, not a table: a kernel's name, features and top SASS do not share an 80-column
     # row, and a table squeezed into one wraps every cell mid-word (pipes and CI logs are 80 wide).
     for name, kernel in zip(short_kernel_names([k.demangled for k in static.kernels]), static.kernels):

@@ -188,3 +188,74 @@ def test_a_long_run_directory_stays_whole_on_its_line(tmp_path: Path) -> None:
         done = cli(*command)
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[-1] == f"run directory: {command[-1]}", command
+
+
+# -- item 5: the README's commands, walked as a stranger on a CPU machine -------------------------------------
+
+
+def test_tasks_list_fits_80_columns_with_every_word_whole() -> None:
+    done = cli("tasks", "list")
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout, done.stdout  # no header or title cut short
+    assert max(len(line) for line in done.stdout.splitlines()) <= COLUMNS
+    assert "held-out)" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two eval runs of one example each, on different tasks: nothing in common to pair."""
+    root = tmp_path_factory.mktemp("two")
+    for task in ("softmax", "transpose"):
+        done = cli("eval", str(EXAMPLES / f"{task}.cu"), "--out", task, cwd=root)
+        assert done.returncode == 0, done.stderr
+    return root
+
+
+@pytest.mark.parametrize(("command", "message"), [
+    (["metrics", "softmax", "-k", "2"], "error: pass@2 needs at least 2 samples per task; too few in: "
+                                        "sm_90a/softmax (1): use at most -k 1, or sample more"),
+    (["metrics", "softmax", "--by", "modle"], "error: cannot group by modle: not a field of an attempt (one of: "
+     "version, run, model, provider, condition, arch, task, family, sample, turn, last_turn, compiled, "
+     "features_in_ptx, features_in_sass, correct, visible_correct, heldout_correct, features_executed, speedup, "
+     "roofline_pct, status, error_class, verified_on_gpu)"),
+    (["compare", "softmax", "transpose", "--metric", "speed"], "error: unknown metric 'speed': one of compile, "
+     "features_in_ptx, features_in_sass, correct, features_executed or fast_<p>"),
+    (["leaderboard", "softmax", "--metric", "fast_x"], "error: unknown metric 'fast_x': fast_p needs a number, "
+                                                       "e.g. fast_1.0"),
+    (["compare", "softmax", "transpose", "--metric", "compile"], "error: softmax and transpose have no (arch, task) "
+                                                                "in common: a comparison pairs the runs task by task"),
+    (["leaderboard", "softmax", "transpose", "--metric", "compile"], "error: run 'softmax' has no attempts on the "
+                                                                     "tasks common to all runs"),
+])
+def test_a_metric_option_that_cannot_be_used_is_one_line(two_runs: Path, command: list[str], message: str) -> None:
+    done = cli(*command, cwd=two_runs)
+    assert done.returncode == 2 and done.stdout == ""
+    assert _error_line(done.stderr) == message
+
+
+def test_fixit_given_another_steps_file_names_the_file_line_and_fields(two_runs: Path, tmp_path: Path) -> None:
+    mined = cli("fixit", "mine", str(two_runs / "softmax"), "--out", "failures.jsonl", cwd=tmp_path)
+    assert mined.returncode == 0, mined.stderr
+    (tmp_path / "failures.jsonl").write_text('{"task": "softmax"}\n')  # not a repair pair
+    for command in (["fixit", "build", "failures.jsonl"], ["fixit", "explain", "failures.jsonl", "--teacher", "replay:x"]):
+        done = cli(*command, cwd=tmp_path)
+        assert done.returncode == 2
+        assert _error_line(done.stderr) == ("error: failures.jsonl:1: not a repair pair record (missing field 'failure'; "
+                                            "missing field 'fixed_source'; missing field 'verified'; missing field "
+                                            "'origin')")
+    missing = cli("fixit", "build", "pairs.jsonl", cwd=tmp_path)
+    assert _error_line(missing.stderr) == "error: cannot read pairs.jsonl: No such file or directory"
+
+
+def test_eval_without_a_gpu_names_each_requirements_stage_in_checks_words(two_runs: Path) -> None:
+    done = cli("eval", str(EXAMPLES / "softmax.cu"), "--out", "softmax", cwd=two_runs, env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    assert "static only: tma.load | bulk.copy absent; mbarrier absent" in done.stdout
+
+
+def test_check_says_a_cached_builds_time_is_from_when_it_was_built(tmp_path: Path) -> None:
+    env = {"PTXBENCH_CACHE": str(tmp_path / "cache")}
+    first = cli("check", str(EXAMPLES / "softmax.cu"), env=env)
+    again = cli("check", str(EXAMPLES / "softmax.cu"), env=env)
+    assert re.fullmatch(r"  built in \d+\.\d s; checked in \d+\.\d s", first.stdout.splitlines()[1]), first.stdout
+    assert re.fullmatch(r"  build cached \(it took \d+\.\d s\); checked in \d+\.\d s", again.stdout.splitlines()[1])

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from pydantic import Field, computed_field
 
+from ptxbench.errors import PtxbenchError
 from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt, attempts_from_run
 from ptxbench.results.measured import NotMeasured, is_measured
@@ -25,6 +26,10 @@ from ptxbench.results.metrics import (
 
 EXACT_LIMIT = 16
 """Up to this many non-zero differences the permutation test enumerates all 2^n sign flips."""
+
+
+class NothingInCommon(PtxbenchError, ValueError):
+    """The runs share no problem to pair them on (or one has no attempts there)."""
 
 
 class TaskRow(Record):
@@ -106,7 +111,8 @@ def compare_runs(a: list[Attempt], b: list[Attempt], metric: str = "correct", k:
     rates_a, rates_b = task_rates(a, metric, k), task_rates(b, metric, k)
     paired: list[Problem] = sorted(set(rates_a) & set(rates_b))
     if not paired:
-        raise ValueError("the two runs have no (arch, task) in common")
+        raise NothingInCommon(f"{label_a or _label(a, 'A')} and {label_b or _label(b, 'B')} have no (arch, task) in "
+                              "common: a comparison pairs the runs task by task")
     rows = [TaskRow(arch=arch, task=task, n_a=rates_a[(arch, task)].n, n_b=rates_b[(arch, task)].n,
                     rate_a=rates_a[(arch, task)].rate, rate_b=rates_b[(arch, task)].rate) for arch, task in paired]
     per_task = np.array([[row.rate_a, row.rate_b] for row in rows])
@@ -171,7 +177,7 @@ def leaderboard(runs: dict[str, list[Attempt]], metric: str = "fast_1.0", k: int
         chosen = [x for x in attempts if keep is None or (x.arch, x.task) in keep]
         if not chosen:
             where = " on the tasks common to all runs" if keep is not None else ""
-            raise ValueError(f"run {name!r} has no attempts{where}")
+            raise NothingInCommon(f"run {name!r} has no attempts{where}")
         (summary,) = summarize(chosen, by=(), k=k, ps=ps, bootstrap=bootstrap, seed=seed)
         scored.append((name, summary))
     def order(item: tuple[str, MetricSummary]) -> tuple[bool, float, str]:

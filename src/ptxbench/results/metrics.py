@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 from pydantic import Field
 
+from ptxbench.errors import OptionError
 from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt
 from ptxbench.results.measured import State, is_measured, state
@@ -88,13 +89,13 @@ def outcome(attempt: Attempt, metric: str) -> bool:
         try:
             p = float(metric.removeprefix("fast_"))
         except ValueError:
-            raise ValueError(f"unknown metric {metric!r}: fast_p needs a number, e.g. fast_1.0") from None
+            raise OptionError(f"unknown metric {metric!r}: fast_p needs a number, e.g. fast_1.0") from None
         return attempt.fast(p)
-    raise ValueError(f"unknown metric {metric!r}: one of {', '.join(BASE_METRICS)} or fast_<p>")
+    raise OptionError(f"unknown metric {metric!r}: one of {', '.join(BASE_METRICS)} or fast_<p>")
 
 
 def check_metric(metric: str) -> None:
-    """Raise ValueError early for a metric name that ``outcome`` would not understand."""
+    """Raise OptionError (a ValueError) early for a metric name that ``outcome`` would not understand."""
     outcome(Attempt(run="", arch="", task="", sample="", error_class="ok"), metric)
 
 
@@ -242,7 +243,9 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
     problems = sorted(blocks)
     short = [f"{arch}/{task} ({len(blocks[(arch, task)])})" for arch, task in problems if len(blocks[(arch, task)]) < k]
     if short:
-        raise ValueError(f"pass@{k} needs at least {k} samples per task; too few in: {', '.join(short)}")
+        fewest = min(len(blocks[p]) for p in problems)
+        raise OptionError(f"pass@{k} needs at least {k} samples per task; too few in: {', '.join(short)}: "
+                          f"use at most -k {fewest}, or sample more")
     arrays = [np.asarray(blocks[p], dtype=float) for p in problems]
     tables = [np.array([pass_at_k(len(a), c, k) for c in range(len(a) + 1)]) for a in arrays]
     n_rates = len(metrics)
@@ -284,7 +287,8 @@ def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int =
     """
     unknown = [name for name in by if name not in Attempt.model_fields]
     if unknown:
-        raise ValueError(f"cannot group by {', '.join(unknown)}: not a field of Attempt")
+        raise OptionError(f"cannot group by {', '.join(unknown)}: not a field of an attempt (one of: "
+                          f"{', '.join(Attempt.model_fields)})")
     if k < 1:
         raise ValueError(f"k must be >= 1 (got {k})")
     metrics = list(BASE_METRICS) + [fast_metric(p) for p in ps]
