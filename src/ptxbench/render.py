@@ -35,7 +35,7 @@ STAGE_LABEL = {  # how far a required feature got, in the same words wherever it
 }
 _STAGE_COLOUR = {Stage.IN_SASS: "green", Stage.NOT_IN_SASS: "yellow", Stage.ELIMINATED_BEFORE_PTX: "yellow",
                  Stage.UNSUPPORTED_ON_TARGET: "red", Stage.NOT_WRITTEN: "red"}
-_STAGE_STYLE = {stage: f"[{_STAGE_COLOUR[stage]}]{label}[/{_STAGE_COLOUR[stage]}]" for stage, label in STAGE_LABEL.items()}
+_STAGE_STYLE = {stage: f"[{colour}]{STAGE_LABEL[stage]}[/{colour}]" for stage, colour in _STAGE_COLOUR.items()}
 
 
 def render_check(console: Console, report: CheckReport) -> None:
@@ -180,10 +180,13 @@ class GenerationProgress(ItemProgress):
 
     def done(self, result: ItemResult, seconds: float | None) -> None:
         """``seconds`` the sample took; None for one found done in the run directory (resumed)."""
+        from ptxbench.llm.run import item_name
+
         turns = len(result.turns)
         verdict, reason = _generation_verdict(result)
-        self.item_done(f"{result.task}/sample_{result.sample:03d}", verdict + (f" after {turns} turns" if turns > 1 else ""),
-                       reason, seconds, resumed=seconds is None)
+        if turns > 1:
+            verdict += f" after {turns} turns"
+        self.item_done(f"{result.task}/{item_name(result.sample)}", verdict, reason, seconds, resumed=seconds is None)
 
 
 def _generation_verdict(result: ItemResult) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import EXAMPLES, FIXTURES, REPO
+from ..conftest import EXAMPLES, FIXTURES
 from .newcomer import COLUMNS, cli, one_line
 
 PLAIN = (EXAMPLES / "transpose.cu").read_text()
@@ -69,9 +69,9 @@ def test_generate_in_a_pipe_prints_a_line_per_sample_before_its_summary(tmp_path
         "transpose/sample_003": ("extraction: provider_error", cut)}
     assert all(taken.endswith(" s") for _, taken, _ in shown.values())
     summary = done.stdout.split("[4/4] ", 1)[1].splitlines()[1:]  # after the last sample's line
-    assert one_line("\n".join(summary[:-1])) == ("4 items sampled; provider errors: 1 (1× no replayed answer for "
-                                                 "ReplayKey(task='transpose', sample=3, turn=0) in replay:answers.jsonl); "
-                                                 "cost unknown")
+    assert one_line("\n".join(summary[:-1])) == (
+        "4 items sampled; provider errors: 1 (1× no replayed answer for ReplayKey(task='transpose', sample=3, turn=0) "
+        "in replay:answers.jsonl); cost unknown")
     assert summary[-1] == "run directory: gen"
 
     again = cli(*args, cwd=tmp_path)  # a resumed run says so for each sample instead of a time
@@ -160,7 +160,7 @@ def test_a_damaged_run_header_in_the_out_folder_is_refused_before_anything_is_wr
     (["--one-shot", "softmax:answers.jsonl"],
      "error: --one-shot softmax:answers.jsonl: answers.jsonl: a candidate is one CUDA C++ file (.cu, .cuh, .cpp, .cc)"),
     (["--one-shot", "nosuch:missing.cu"], "error: --one-shot nosuch:missing.cu: unknown task 'nosuch'; bundled tasks: "
-                                          "attention_bwd, attention_fwd, gemm_bf16, gemm_fp8, rmsnorm, softmax, transpose"),
+     "attention_bwd, attention_fwd, gemm_bf16, gemm_fp8, rmsnorm, softmax, transpose"),
     (["--one-shot", f"transpose:{EXAMPLES / 'transpose.cu'}"],
      "error: a one-shot example must come from another task than 'transpose'"),
     (["--model", "replay:missing.jsonl"], "error: cannot read replay file missing.jsonl: No such file or directory"),
@@ -233,16 +233,15 @@ def test_a_metric_option_that_cannot_be_used_is_one_line(two_runs: Path, command
     assert _error_line(done.stderr) == message
 
 
-def test_fixit_given_another_steps_file_names_the_file_line_and_fields(two_runs: Path, tmp_path: Path) -> None:
-    mined = cli("fixit", "mine", str(two_runs / "softmax"), "--out", "failures.jsonl", cwd=tmp_path)
-    assert mined.returncode == 0, mined.stderr
-    (tmp_path / "failures.jsonl").write_text('{"task": "softmax"}\n')  # not a repair pair
-    for command in (["fixit", "build", "failures.jsonl"], ["fixit", "explain", "failures.jsonl", "--teacher", "replay:x"]):
+def test_fixit_given_another_steps_file_names_the_file_line_and_fields(tmp_path: Path) -> None:
+    (tmp_path / "failures.jsonl").write_text('{"task": "softmax"}\n')  # mined failures, not repair pairs
+    explain = ["fixit", "explain", "failures.jsonl", "--teacher", "replay:x"]
+    for command in (["fixit", "build", "failures.jsonl"], explain):
         done = cli(*command, cwd=tmp_path)
         assert done.returncode == 2
-        assert _error_line(done.stderr) == ("error: failures.jsonl:1: not a repair pair record (missing field 'failure'; "
-                                            "missing field 'fixed_source'; missing field 'verified'; missing field "
-                                            "'origin')")
+        assert _error_line(done.stderr) == ("error: failures.jsonl:1: not a repair pair record (missing field "
+                                            "'failure'; missing field 'fixed_source'; missing field 'verified'; "
+                                            "missing field 'origin')")
     missing = cli("fixit", "build", "pairs.jsonl", cwd=tmp_path)
     assert _error_line(missing.stderr) == "error: cannot read pairs.jsonl: No such file or directory"
 
@@ -259,3 +258,32 @@ def test_check_says_a_cached_builds_time_is_from_when_it_was_built(tmp_path: Pat
     again = cli("check", str(EXAMPLES / "softmax.cu"), env=env)
     assert re.fullmatch(r"  built in \d+\.\d s; checked in \d+\.\d s", first.stdout.splitlines()[1]), first.stdout
     assert re.fullmatch(r"  build cached \(it took \d+\.\d s\); checked in \d+\.\d s", again.stdout.splitlines()[1])
+
+
+def _readme_commands() -> list[tuple[list[list[str]], list[str]]]:
+    """Each row of the README's Commands table: the command lines it names (``tasks list|show`` names two)
+    and the options it shows."""
+    from ..conftest import REPO
+
+    rows = []
+    for line in (REPO / "README.md").read_text().splitlines():
+        match = re.match(r"\| `ptxbench ([^`]+)`", line)
+        if match is None:
+            continue
+        usage = match[1].replace("\\|", "|")
+        words = usage.split()
+        names = [[words[0]]] if words[0] not in ("tasks", "cache", "fixit") else \
+            [[words[0], sub] for sub in re.findall(r"(?:^|\|)([a-z]+)", " ".join(words[1:]).split(" [")[0])]
+        for group, sub in re.findall(r"\b(cache) [a-z|\[\]\- A-Z]*?\|([a-z]+)$", usage):
+            names.append([group, sub])
+        rows.append((names, re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", usage)))
+    return rows
+
+
+def test_every_option_in_the_readme_commands_table_exists() -> None:
+    rows = _readme_commands()
+    assert len(rows) >= 15 and any(["cache", "clear"] in names for names, _ in rows)
+    for names, options in rows:
+        shown = " ".join(cli(*name, "--help", env={"COLUMNS": "200"}).stdout for name in names)
+        for option in options:
+            assert re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", shown), (names, option)
