@@ -150,6 +150,33 @@ def test_a_damaged_run_header_in_the_out_folder_is_refused_before_anything_is_wr
         assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run.json"], command
 
 
+def test_a_damaged_item_result_is_one_line_naming_the_file(two_runs: Path, tmp_path: Path) -> None:
+    import shutil
+
+    evaluated = shutil.copytree(two_runs / "softmax", tmp_path / "eval")
+    result = evaluated / "items" / "softmax" / "softmax" / "result.json"
+    result.write_text("{")
+    problem = f"error: {result}: not an evaluation (Invalid JSON: EOF while parsing an object at line 1 column 1)"
+    for command in (["report", str(evaluated)], ["metrics", str(evaluated)], ["compare", str(evaluated), str(evaluated)],
+                    ["fixit", "mine", str(evaluated), "--out", str(tmp_path / "failures.jsonl")]):
+        done = cli(*command)
+        assert done.returncode == 2 and _error_line(done.stderr) == problem, command
+    resumed = cli("eval", str(EXAMPLES / "softmax.cu"), "--out", str(evaluated))
+    assert _error_line(resumed.stderr) == f"{problem}; remove it to evaluate the item again"
+
+    _replay(tmp_path)
+    generated = cli("generate", "--model", "replay:answers.jsonl", "--tasks", "transpose", "--out", "gen", cwd=tmp_path)
+    assert generated.returncode == 0, generated.stderr
+    sample = tmp_path / "gen" / "items" / "transpose" / "sample_000" / "result.json"
+    sample.write_bytes(b"\xff")
+    problem = "error: gen/items/transpose/sample_000/result.json: not the result of a generated item (not UTF-8 text)"
+    for command in (["report", "gen"], ["metrics", "gen"], ["eval", "gen", "--out", "evaluated"]):
+        done = cli(*command, cwd=tmp_path)
+        assert done.returncode == 2 and _error_line(done.stderr) == problem, command
+    again = cli("generate", "--model", "replay:answers.jsonl", "--tasks", "transpose", "--out", "gen", cwd=tmp_path)
+    assert _error_line(again.stderr) == f"{problem}; remove it to sample the item again"
+
+
 # -- item 3: what a real run refuses, it refuses before creating its run directory --------------------------
 
 
@@ -164,11 +191,13 @@ def test_a_damaged_run_header_in_the_out_folder_is_refused_before_anything_is_wr
     (["--one-shot", f"transpose:{EXAMPLES / 'transpose.cu'}"],
      "error: a one-shot example must come from another task than 'transpose'"),
     (["--model", "replay:missing.jsonl"], "error: cannot read replay file missing.jsonl: No such file or directory"),
+    (["--model", "replay:binary.jsonl"], "error: replay file binary.jsonl: not a text file (one JSON object a line)"),
     (["--model", "bogus:model"], "error: unknown provider 'bogus' in 'bogus:model'; known: openai, vllm, sglang, "
                                  "ollama, anthropic, replay, hf"),
 ])
 def test_a_refused_run_leaves_no_run_directory(tmp_path: Path, command: str, option: list[str], message: str) -> None:
     replay = _replay(tmp_path)
+    (tmp_path / "binary.jsonl").write_bytes(b"\xff\xfe")
     done = cli(command, "--model", f"replay:{replay}", "--tasks", "transpose", "--out", "out", *option, cwd=tmp_path)
     assert done.returncode == 2
     assert _error_line(done.stderr) == message

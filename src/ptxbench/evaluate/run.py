@@ -33,11 +33,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
-from ptxbench.errors import CandidateError, PtxbenchError, field_problems
+from ptxbench.errors import CandidateError, PtxbenchError
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
@@ -45,7 +45,16 @@ from ptxbench.evaluate.static_only import static_verdict
 from ptxbench.evaluate.status import Evaluation, Generation, InfraFailure
 from ptxbench.evaluate.verdict import decide
 from ptxbench.llm.extract import ExtractionStatus
-from ptxbench.results.rundir import HEADER_FILE, RESULT_FILE, RUN_LOCAL_OPTIONS, RunAudit, RunDir, RunHeader, RunLedger
+from ptxbench.results.rundir import (
+    HEADER_FILE,
+    RESULT_FILE,
+    RUN_LOCAL_OPTIONS,
+    RunAudit,
+    RunDir,
+    RunHeader,
+    RunLedger,
+    read_result,
+)
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
@@ -78,10 +87,7 @@ def candidates_from_run(path: Path) -> list[Candidate]:
     model = rundir.header.config.get("model")
     found = []
     for result_file in rundir.results():
-        try:
-            record = ItemResult.model_validate_json(result_file.read_text())
-        except ValidationError as exc:
-            raise PtxbenchError(f"{result_file}: not the result of a generated item ({field_problems(exc)})") from None
+        record = read_result(result_file, ItemResult, "the result of a generated item")
         final = next((t for t in reversed(record.turns) if t.extraction.ok), record.turns[-1])
         labels = Generation(run=rundir.path.name, model=model, provider=_provider(model),
                             condition=record.context.value, sample=record.sample, turn=final.turn)
@@ -109,10 +115,7 @@ def candidates_from_eval_run(path: Path) -> list[Candidate]:
 
     found = []
     for result_file in RunDir.load(path).results():
-        try:
-            evaluation = Evaluation.model_validate_json(result_file.read_text())
-        except ValidationError as exc:
-            raise PtxbenchError(f"{result_file}: not an evaluation ({field_problems(exc)})") from None
+        evaluation = read_result(result_file, Evaluation, "an evaluation")
         folder = result_file.parent
         source_file = folder / "candidate.cu"
         found.append(Candidate(task=get_task(evaluation.task), item=folder.name,
@@ -291,7 +294,8 @@ def _stored(rundir: RunDir, candidate: Candidate, ledger: RunLedger | None = Non
     record = rundir.item(candidate.task.id, candidate.item) / RESULT_FILE
     if not record.is_file():
         return None
-    return Evaluation.model_validate_json(ledger.read_text(record) if ledger else record.read_text())
+    return read_result(record, Evaluation, "an evaluation", ledger.read_text if ledger else Path.read_text,
+                       fix="remove it to evaluate the item again")
 
 
 def _to_evaluate(stored: Evaluation | None) -> bool:

@@ -20,7 +20,7 @@ from ptxbench.llm.prompts import ContextCondition, OneShot, build_conversation, 
 from ptxbench.llm.types import Completion, CompletionRequest, Message, SamplingParams, Usage
 from ptxbench._io import write_atomic
 from ptxbench.records import Record
-from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
+from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, read_result, write_model
 from ptxbench.tasks.model import Task
 
 TRAJECTORY_VERSION = 1
@@ -170,7 +170,8 @@ async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete
 
     async def one(task: Task, sample: int) -> ItemResult:
         if rundir.is_done(task.id, item_name(sample)):
-            done = ItemResult.model_validate_json((rundir.item(task.id, item_name(sample)) / RESULT_FILE).read_text())
+            done = read_result(rundir.item(task.id, item_name(sample)) / RESULT_FILE, ItemResult,
+                               "the result of a generated item", fix="remove it to sample the item again")
             if on_done:
                 on_done(done, None)
             return done

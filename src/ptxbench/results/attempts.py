@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from ptxbench.records import Record
-from ptxbench.results.rundir import RESULT_FILE, RunDir
+from ptxbench.results.rundir import RESULT_FILE, RunDir, read_result
 from ptxbench.results.taxonomy import classify_evaluation, classify_extraction
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ def turns_of_run(path: Path | str) -> Iterator[tuple[Attempt, "Turn"]]:
         return
     model = rundir.header.config.get("model")
     for result_file in rundir.results():
-        result = ItemResult.model_validate_json(result_file.read_text())
+        result = read_result(result_file, ItemResult, "the result of a generated item")
         task_id = result_file.parent.parent.name
         for turn in result.turns:
             base = {"run": rundir.path.name, "model": model, "provider": model.partition(":")[0] if model else None,
@@ -150,7 +150,7 @@ def attempts_from_run(path: Path | str) -> list[Attempt]:
     attempts: list[Attempt] = []
     for result_file in rundir.results():
         task_id, item = result_file.parent.parent.name, result_file.parent.name
-        evaluation = Evaluation.model_validate_json(result_file.read_text())
+        evaluation = read_result(result_file, Evaluation, "an evaluation")
         base = {"run": rundir.path.name, "arch": rundir.header.config.get("arch", "sm_90a"), "task": task_id,
                 "family": _family(task_id), "sample": item, **_labels(evaluation.generation)}
         attempts.append(_from_evaluation(evaluation.model_dump(mode="json"), base))

@@ -15,7 +15,8 @@ import os
 import platform
 import subprocess
 from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -76,6 +77,22 @@ def read_header(file: Path) -> RunHeader:
         return RunHeader.model_validate(data)
     except ValidationError as exc:
         raise RunDirError(f"{file}: not a run header ({field_problems(exc)})") from None
+
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def read_result(file: Path, model: type[R], what: str, read: Callable[[Path], str] = Path.read_text, *,
+                fix: str = "") -> R:
+    """An item's record (``what``: 'an evaluation'), or one line naming the file, what is wrong with it and
+    the ``fix``. ``read`` reads the text (a ``RunLedger``'s, to keep what was read)."""
+    try:
+        return model.model_validate_json(read(file))
+    except UnicodeDecodeError:
+        problem = "not UTF-8 text"
+    except ValidationError as exc:
+        problem = field_problems(exc)
+    raise RunDirError(f"{file}: not {what} ({problem})" + (f"; {fix}" if fix else ""))
 
 
 def _git_revision() -> str | None:

@@ -44,6 +44,8 @@ def load_entries(path: Path, model: str | None = None) -> dict[ReplayKey, Replay
         lines = path.read_text().splitlines()
     except OSError as e:
         raise ProviderError(f"cannot read replay file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ProviderError(f"replay file {path}: not a text file (one JSON object a line)") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
