@@ -175,8 +175,8 @@ class EvalProgress(ItemProgress):
 
 
 class GenerationProgress(ItemProgress):
-    """``ptxbench generate`` and ``run``'s progress: a line per finished sample, with the verdict ``eval``
-    gives its last turn ('infra: NO_GPU', 'extraction: no_code_block'), or 'sampled' where nothing judged it."""
+    """``ptxbench generate`` and ``run``'s progress: a line per finished sample, with its last turn's verdict in
+    ``eval``'s words ('infra: NO_GPU', 'extraction: no_code_block'), or 'sampled' where nothing judged it."""
 
     def done(self, result: ItemResult, seconds: float | None) -> None:
         """``seconds`` the sample took; None for one found done in the run directory (resumed)."""
@@ -190,6 +190,8 @@ class GenerationProgress(ItemProgress):
 
 
 def _generation_verdict(result: ItemResult) -> tuple[str, str]:
+    """(verdict, reason) of a sample's last turn: its extraction failure, its evaluation's verdict (the record
+    ``run`` keeps is the evaluation ``eval`` makes of the same file), or 'sampled' where nothing judged it."""
     from ptxbench.evaluate.status import Evaluation
 
     last = result.turns[-1]
@@ -202,7 +204,7 @@ def _generation_verdict(result: ItemResult) -> tuple[str, str]:
         evaluation = Evaluation.model_validate(feedback.record)
         return evaluation.verdict, _reason(evaluation)
     # a static turn written before its record was an evaluation: what the model was told
-    return f"{feedback.stage}: {'passed' if feedback.passed else 'failed'}", feedback.text.splitlines()[0]
+    return f"{feedback.stage}: {'passed' if feedback.passed else 'failed'}", (feedback.text.splitlines() or [""])[0]
 
 
 def progress_line(finished: int, total: int, item: str, verdict: str, taken: str, reason: str, width: int = 80) -> str:
