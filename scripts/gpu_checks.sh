@@ -8,8 +8,10 @@
 #
 # Sections (seconds are each one's limit; PTXBENCH_GPU_CHECK_SCALE multiplies them). The pytest ones:
 #   examples     tests/gpu/test_examples_gpu.py: the plain examples and the vendor baselines, 90 s
-#   adversarial  tests/gpu/test_evaluator_gpu.py: the evaluator on the examples and every known cheat, and
-#                tests/gpu/test_lanes_memory_gpu.py: a lane that takes the GPU's memory, 480 s
+#   adversarial  tests/gpu/test_evaluator_gpu.py: the evaluator on the examples and every known cheat but the
+#                ones only Nsight Compute catches, and tests/gpu/test_lanes_memory_gpu.py: a lane that takes
+#                the GPU's memory, 480 s
+#   profiled     tests/gpu/test_evaluator_gpu.py's cases that Nsight Compute must catch (about 35 s each), 300 s
 #   hostile      tests/gpu/test_hostile_run_gpu.py: one run of every adversarial case beside the honest
 #                examples (other items unaffected, no process left, no record changed), 600 s
 #   gold         tests/gpu/test_reference_gpu.py and the wrapper header's GPU test, 150 s
@@ -31,6 +33,10 @@ scale=${PTXBENCH_GPU_CHECK_SCALE:-1}
 dest=${OUT:-$PWD}
 work=$(mktemp -d /tmp/gpu_checks.XXXXXX)
 export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+# Every hold of the GPU's lock, for diagnosing a stage that waits: in scratch space, where the processes
+# holding candidate code may still write (their view of the machine is read-only elsewhere).
+export PTXBENCH_LOCK_TRACE=${PTXBENCH_LOCK_TRACE:-$work/locks.jsonl}
+PROFILED="dead_code or fake_ncu or fake_counter or profiler_detect or token_bulk or rejected_once_ncu"
 
 archive() {
     tar -czf "$dest/gpu_checks.tar.gz" -C "$work" . && echo "results: $dest/gpu_checks.tar.gz"
@@ -65,7 +71,9 @@ run_pytest() {  # name, limit in seconds, test files...
 for section in "${sections[@]}"; do
     case "$section" in
         examples) run_pytest examples 90 tests/gpu/test_examples_gpu.py ;;
-        adversarial) run_pytest adversarial 480 tests/gpu/test_evaluator_gpu.py tests/gpu/test_lanes_memory_gpu.py ;;
+        adversarial) run_pytest adversarial 480 tests/gpu/test_evaluator_gpu.py tests/gpu/test_lanes_memory_gpu.py \
+                         -k "not ($PROFILED)" ;;
+        profiled) run_pytest profiled 300 tests/gpu/test_evaluator_gpu.py -k "$PROFILED" ;;
         hostile) run_pytest hostile 600 tests/gpu/test_hostile_run_gpu.py ;;
         gold) run_pytest gold 150 tests/gpu/test_reference_gpu.py tests/context/test_wrappers_gpu.py ;;
         fixit) run_pytest fixit 80 tests/gpu/test_fixit_gpu.py ;;
@@ -78,6 +86,6 @@ for section in "${sections[@]}"; do
         multigpu) timeout "$(limit 300)" python3 benchmarks/multi_gpu_throughput.py --out "$work/multigpu" \
                       > "$work/multigpu.log" 2>&1
                   echo "multigpu: exit $?"; tail -12 "$work/multigpu.log" ;;
-        *) echo "unknown section: $section (examples adversarial hostile gold fixit scaleout refs evaluator multigpu)" >&2 ;;
+        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit scaleout refs evaluator multigpu)" >&2 ;;
     esac
 done
