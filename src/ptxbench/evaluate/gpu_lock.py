@@ -39,6 +39,17 @@ def default_lock_folder() -> Path:
     return Path(os.environ.get("PTXBENCH_LOCK_DIR") or Path(tempfile.gettempdir()) / "ptxbench-gpu-locks")
 
 
+@contextmanager
+def _held(path: Path, mode: int) -> Iterator[None]:
+    """``flock`` of ``path`` (created if missing) in ``mode``, for the block."""
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(descriptor, mode)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock, also when the process dies
+
+
 class GpuLock:
     """The lock of one GPU, named by its UUID (or any stable key), usable from any process."""
 
@@ -50,23 +61,15 @@ class GpuLock:
         self._turnstile = folder / f"{slug}.turnstile"
         self.waited_s = 0.0  # time spent waiting for the GPU, for the evaluator's stage durations
 
-    @contextmanager
-    def _held(self, path: Path, mode: int) -> Iterator[None]:
-        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(descriptor, mode)
-            yield
-        finally:
-            os.close(descriptor)  # closing releases the lock, also when the process dies
 
     @contextmanager
     def shared(self, purpose: str = "") -> Iterator[None]:
         """Untimed GPU work: runs beside other untimed work, never during a timing."""
         started = time.perf_counter()
         asked = time.time()
-        with self._held(self._turnstile, fcntl.LOCK_EX):
+        with _held(self._turnstile, fcntl.LOCK_EX):
             pass  # a lane waiting to time holds the turnstile: new untimed work queues behind it
-        with self._held(self._main, fcntl.LOCK_SH):
+        with _held(self._main, fcntl.LOCK_SH):
             self.waited_s += time.perf_counter() - started
             got = time.time()
             try:
@@ -79,8 +82,8 @@ class GpuLock:
         """Timing: waits until the untimed work in progress ends, and lets nothing else start meanwhile."""
         started = time.perf_counter()
         asked = time.time()
-        with self._held(self._turnstile, fcntl.LOCK_EX):
-            with self._held(self._main, fcntl.LOCK_EX):
+        with _held(self._turnstile, fcntl.LOCK_EX):
+            with _held(self._main, fcntl.LOCK_EX):
                 self.waited_s += time.perf_counter() - started
                 got = time.time()
                 try:
@@ -119,16 +122,12 @@ def profiler_turn(folder: Path | None = None) -> Iterator[None]:
     folder = folder or default_lock_folder()
     folder.mkdir(parents=True, exist_ok=True)
     started, asked = time.perf_counter(), time.time()
-    descriptor = os.open(folder / PROFILER_TURN, os.O_RDWR | os.O_CREAT, 0o666)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
+    with _held(folder / PROFILER_TURN, fcntl.LOCK_EX):
         got = time.time()
         try:
             yield
         finally:
             _trace("profiler", f"ncu turn (waited {time.perf_counter() - started:.1f} s)", asked, got)
-    finally:
-        os.close(descriptor)
 
 
 @contextmanager

@@ -171,10 +171,15 @@ def _enter_mount_namespace() -> str:
     return "user namespace"
 
 
-def _bind_read_only(path: str) -> None:
+def _remount_read_only(path: str) -> None:
+    """Remount the mount at ``path`` read-only, keeping the flags a user namespace locks (EPERM otherwise)."""
     kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(path).f_flag & stat_flag)
-    _mount(path, path, _MS_BIND | _MS_REC, f"bind {path}")
     _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {path} read-only")
+
+
+def _bind_read_only(path: str) -> None:
+    _mount(path, path, _MS_BIND | _MS_REC, f"bind {path}")
+    _remount_read_only(path)
 
 
 def _drop_capabilities(capabilities: Sequence[int] = (_CAP_SYS_ADMIN, _CAP_SYS_PTRACE)) -> None:
@@ -243,8 +248,7 @@ def _read_only_machine(writable: Sequence[str]) -> list[str]:
         if _within(point, roots):
             continue
         try:
-            kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(point).f_flag & stat_flag)
-            _mount(None, point, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {point} read-only")
+            _remount_read_only(point)
         except OSError as exc:
             refused.append(f"{point} ({exc.strerror or exc})")
     return refused
@@ -253,8 +257,7 @@ def _read_only_machine(writable: Sequence[str]) -> list[str]:
 def _hide(path: str) -> None:
     """Cover the file ``path`` with an empty read-only one (/dev/null): reading it yields nothing."""
     _mount("/dev/null", path, _MS_BIND, f"hide {path}")
-    kept = sum(flag for stat_flag, flag in _KEPT_FLAGS.items() if os.statvfs(path).f_flag & stat_flag)
-    _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | kept, f"remount {path} read-only")
+    _remount_read_only(path)
 
 
 def protect_paths(paths: Sequence[str], hidden: Sequence[str] = (), writable: Sequence[str] | None = None) -> str:
