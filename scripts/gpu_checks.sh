@@ -13,7 +13,8 @@
 #                the GPU's memory, 480 s
 #   profiled     tests/gpu/test_evaluator_gpu.py's cases that Nsight Compute must catch (about 35 s each), 300 s
 #   hostile      tests/gpu/test_hostile_run_gpu.py: one run of every adversarial case beside the honest
-#                examples (other items unaffected, no process left, no record changed), 600 s
+#                examples (other items unaffected, no process left, no record changed), 600 s; under ncu unless
+#                PTXBENCH_HOSTILE_PROFILE=0 (the run without ncu fits one device call; profiled covers the ncu cases)
 #   gold         tests/gpu/test_reference_gpu.py and the wrapper header's GPU test, 150 s
 #   fixit        tests/gpu/test_fixit_gpu.py (needs the --llm wheels), 80 s
 #   scaleout     tests/gpu/test_scaleout_gpu.py (the Ray part needs the --ray wheels), 240 s

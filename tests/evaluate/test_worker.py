@@ -357,3 +357,30 @@ def test_closing_a_worker_ends_what_it_started_before_it_exits(tmp_path) -> None
     before = counter.read_text()
     time.sleep(0.3)
     assert counter.read_text() == before, "the child the worker started outlived it"
+
+
+class _HungUpConnection:
+    """A pipe whose other end (the harness) is gone: what a worker sees after a candidate killed its parent."""
+
+    def __init__(self, fail_on: str) -> None:
+        self.fail_on = fail_on
+
+    def recv(self) -> object:
+        if self.fail_on == "recv":
+            raise ConnectionResetError(104, "Connection reset by peer")
+        return ("ping", ())
+
+    def send(self, message: object) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+class _Pinger:
+    def ping(self) -> str:
+        return "pong"
+
+
+@pytest.mark.parametrize("fail_on", ["recv", "send"])
+def test_a_worker_whose_harness_hung_up_ends_without_a_traceback(fail_on: str) -> None:
+    from ptxbench.evaluate.worker import _serve_requests
+
+    assert _serve_requests(_HungUpConnection(fail_on), _Pinger()) is None  # type: ignore[arg-type]

@@ -250,15 +250,19 @@ def _serve_requests(connection: Connection, handler: Any) -> None:
     while True:
         try:
             request = connection.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the harness hung up (or was killed): nothing left to serve, nothing to say
             return
         if request is None:
             return
         method, args = request
         try:
-            connection.send(("ok", getattr(handler, method)(*args)))
+            reply: tuple[str, Any] = ("ok", getattr(handler, method)(*args))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, the worker lives on
-            connection.send(("error", (type(exc).__name__, str(exc), traceback.format_exc())))
+            reply = ("error", (type(exc).__name__, str(exc), traceback.format_exc()))
+        try:
+            connection.send(reply)
+        except OSError:  # the harness is gone mid-request (a candidate killed it): end without a traceback
+            return
 
 
 def _alive(process: multiprocessing.process.BaseProcess | None) -> bool:
