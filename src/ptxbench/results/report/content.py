@@ -1,73 +1,43 @@
-"""A run's report: one Markdown file and one self-contained HTML page, made from its attempts alone.
+"""What a run's report shows, counted once from its attempts: the same content for every renderer.
 
-The page shows the instruction funnel (how many attempts got how far: compiled, required features
-requested in the PTX, present in the SASS, correct, executed), fast_p curves, the distribution of
-speedups over the vendor baseline, the error taxonomy, and one row per task. It is meant to be read
-by a person, so it says in words what a run did *not* measure: a run without a GPU has no
-correctness, speed or executed-instruction numbers, and a run without a profiler has correct kernels
-whose required instructions are unverified; those show as "not measured" or "unverified", never as 0.
+The instruction funnel (how many attempts got how far: compiled, required features requested in the
+PTX, present in the SASS, correct, executed), fast_p, the speedups over the vendor baseline, the error
+taxonomy, one row per task and, for a multi-turn run, one per turn. What a run did *not* measure is said
+in words: a run without a GPU has no correctness, speed or executed-instruction numbers, and a run
+without a profiler has correct kernels whose required instructions are unverified; those cells read
+"not measured" or "unverified", never 0.
 
 Counts here are simple and computed from the attempts directly; estimators with confidence intervals
 (pass@k, bootstrap) live in ``metrics.py``. In a multi-turn run every count is over the *last* turn of
-each sample (what the sample ended with), with a per-turn table beside it.
-
-The HTML embeds its plots as base64 PNG and its style inline: one file, no network, opens anywhere.
-matplotlib (the ``report`` extra) draws the plots with the Agg renderer, without pyplot's global state.
+each sample (what the sample ended with), with a per-turn table beside it. The cells are final text, so
+the Markdown and HTML renderers only lay them out and cannot disagree on a number.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import html
-import io
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import NamedTuple
 
-from ptxbench._io import write_atomic
-from ptxbench.errors import PtxbenchError
-from ptxbench.results.attempts import Attempt, attempts_from_run
+from ptxbench.results.attempts import Attempt
 from ptxbench.results.measured import State, is_measured, state, unknown
-from ptxbench.results.rundir import RunDir, RunHeader
+from ptxbench.results.rundir import RunHeader
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
-
-MARKDOWN_FILE = "report.md"
-HTML_FILE = "report.html"
 FAST_P_TABLE = (0.0, 0.5, 1.0, 1.5, 2.0)
 """The p values the text tables show; the plot draws the whole curve from 0 to 2."""
 
-# The error taxonomy's stages in the order a candidate meets them, each with its colour on the plots.
+# The error taxonomy's stages in the order a candidate meets them (the plots give each its colour).
 STAGES = {
-    "extraction": ("#8e6bbf", "no usable code in the completion"),
-    "compile": ("#e0883a", "did not build"),
-    "runtime": ("#d64545", "crashed or hung"),
-    "numerical": ("#c8508f", "wrong results"),
-    "instruction": ("#3a7fc8", "required instructions missing or idle"),
-    "guard": ("#8c6d3f", "rejected by a guard"),
-    "infra": ("#9aa0a6", "harness could not judge (not the candidate's fault)"),
-    "unevaluated": ("#c4c8cc", "sampled, never evaluated"),
+    "extraction": "no usable code in the completion",
+    "compile": "did not build",
+    "runtime": "crashed or hung",
+    "numerical": "wrong results",
+    "instruction": "required instructions missing or idle",
+    "guard": "rejected by a guard",
+    "infra": "harness could not judge (not the candidate's fault)",
+    "unevaluated": "sampled, never evaluated",
 }
-_FUNNEL_COLOURS = ("#9db9dc", "#7ba2d1", "#5c8cc6", "#3f76b8", "#2a8a5e", "#1f6e47")
-_INK, _MUTED, _GRID = "#1f2328", "#6a737d", "#e4e7eb"
-
-
-class ReportError(PtxbenchError):
-    """The report cannot be made (a dependency missing, or no run directory)."""
-
-
-class Report(NamedTuple):
-    markdown: str
-    html: str
-
-
-class ReportFiles(NamedTuple):
-    markdown: Path
-    html: Path
 
 
 class FunnelStage(NamedTuple):
@@ -203,7 +173,7 @@ def groups(attempts: list[Attempt]) -> dict[str, list[Attempt]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _pct(part: int | float, whole: int | float) -> str:
+def pct(part: int | float, whole: int | float) -> str:
     return f"{100 * part / whole:.0f}%" if whole else "—"
 
 
@@ -301,7 +271,7 @@ def task_table(attempts: list[Attempt]) -> Table:
 
 def funnel_table(stages: list[FunnelStage]) -> Table:
     total = stages[0].count
-    rows = [[s.label, str(s.count) if s.measured else "—", _pct(s.count, total) if s.measured else "—", s.note]
+    rows = [[s.label, str(s.count) if s.measured else "—", pct(s.count, total) if s.measured else "—", s.note]
             for s in stages]
     return Table(["stage (and every one above)", "attempts", "share", "note"], rows, [False, True, True, False])
 
@@ -319,9 +289,9 @@ def fast_table(attempts: list[Attempt], info: Measured) -> Table:
         for p in FAST_P_TABLE:
             strict, bound = fast_share(rows_, p), fast_bound_share(rows_, p)
             if bound > strict:
-                cells.append(f"{_pct(strict, 1)} (≤ {_pct(bound, 1)})")
+                cells.append(f"{pct(strict, 1)} (≤ {pct(bound, 1)})")
             else:
-                cells.append(_pct(strict, 1))
+                cells.append(pct(strict, 1))
         rows.append([label, str(len(rows_)), *cells])
     return Table(["group", "attempts", *(f"fast_{p:.1f}" for p in FAST_P_TABLE)], rows,
                  [False, True, *(True for _ in FAST_P_TABLE)])
@@ -332,7 +302,7 @@ def error_table(attempts: list[Attempt]) -> Table:
     order = list(STAGES)
     ranked = sorted(classes.items(), key=lambda item: (order.index(stage_of(item[0])) if stage_of(item[0]) in order
                                                       else len(order), -item[1], item[0]))
-    rows = [[stage_of(name), name, str(count), _pct(count, len(attempts))] for name, count in ranked]
+    rows = [[stage_of(name), name, str(count), pct(count, len(attempts))] for name, count in ranked]
     return Table(["stage", "class", "attempts", "share of all"], rows, [False, False, True, True])
 
 
@@ -433,289 +403,13 @@ def provenance(attempts: list[Attempt], header: RunHeader | None) -> list[tuple[
 
 
 # ---------------------------------------------------------------------------------------------
-# Plots (matplotlib, Agg renderer, no pyplot)
+# The whole content of one report
 # ---------------------------------------------------------------------------------------------
 
 
-PLOTS_NEED_MATPLOTLIB = ("the report's plots need matplotlib, which is not installed: "
-                         "pip install 'ptxbench[report]' (or pip install 'matplotlib>=3.7')")
+class ReportContent(NamedTuple):
+    """Everything a report shows, as text and tables; ``attempts`` (the counted ones) and ``info`` feed the plots."""
 
-
-def plots_available() -> bool:
-    """Whether matplotlib can be imported (the light install leaves it out)."""
-    try:
-        _matplotlib()
-    except ReportError:
-        return False
-    return True
-
-
-def _matplotlib() -> Any:
-    try:
-        import matplotlib
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-        from matplotlib.figure import Figure  # noqa: F401
-    except ImportError as error:
-        raise ReportError(PLOTS_NEED_MATPLOTLIB) from error
-    return matplotlib
-
-
-_STYLE = {
-    "font.size": 10, "axes.titlesize": 11.5, "axes.titleweight": "bold", "axes.titlelocation": "left",
-    "axes.edgecolor": "#b0b6bd", "axes.labelcolor": _INK, "xtick.color": _MUTED, "ytick.color": _INK,
-    "axes.spines.top": False, "axes.spines.right": False, "legend.frameon": False, "text.color": _INK,
-}
-
-
-def _figure(width: float, height: float) -> "Figure":
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    figure = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _png(figure: "Figure") -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=110, facecolor="white", metadata={"Software": None})
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _empty(axes: Any, text: str) -> None:
-    axes.set_xticks([])
-    axes.set_yticks([])
-    for spine in axes.spines.values():
-        spine.set_visible(False)
-    axes.text(0.5, 0.5, text, ha="center", va="center", color=_MUTED, fontsize=10.5, style="italic",
-              transform=axes.transAxes, wrap=True)
-
-
-def funnel_outlines(stages: list[FunnelStage]) -> dict[int, int]:
-    """The unmeasured stages the funnel plot outlines (dashed), by index: each as wide as the last measured
-    stage above it. One below a measured stage of 0 has nothing to outline and only says "not measured"."""
-    outlines, previous = {}, stages[0].count
-    for index, stage in enumerate(stages):
-        if stage.measured:
-            previous = stage.count
-        elif previous:
-            outlines[index] = previous
-    return outlines
-
-
-def funnel_caption(stages: list[FunnelStage]) -> str:
-    """The funnel plot's caption, naming only what the plot draws."""
-    caption = "Each bar counts the attempts that passed that stage and every stage above it."
-    if funnel_outlines(stages):
-        return caption + " Dashed outlines mark stages this run did not measure."
-    if not all(stage.measured for stage in stages):
-        return caption + " A stage this run did not measure has no bar and says so."
-    return caption
-
-
-def plot_funnel(stages: list[FunnelStage]) -> "Figure":
-    figure = _figure(6.4, 3.6)
-    axes = figure.add_subplot()
-    total = max(stages[0].count, 1)
-    positions = list(range(len(stages)))[::-1]
-    outlines = funnel_outlines(stages)
-    for index, (y, stage, colour) in enumerate(zip(positions, stages, ("#c3d3e8", *_FUNNEL_COLOURS))):
-        if stage.measured:
-            axes.barh(y, stage.count, color=colour, height=0.7)
-            label = f"{stage.count}  ({_pct(stage.count, stages[0].count)})"
-            if stage.note:
-                label += f"  · {stage.note}"
-            axes.text(stage.count + total * 0.015, y, label, va="center", fontsize=9.5, color=_INK)
-        else:
-            if index in outlines:
-                axes.barh(y, outlines[index], height=0.7, facecolor="none", edgecolor="#a9b0b8",
-                          linestyle=(0, (4, 3)), linewidth=1.1)
-            axes.text(total * 0.015, y, stage.note or "not measured", va="center", fontsize=9.5, color=_MUTED,
-                      style="italic")
-    axes.set_yticks(positions, [s.label for s in stages])
-    # Every row's band, drawn or not: autoscaling sees only the bars, and a label in a row without one (the
-    # last, when nothing below "features in SASS" was measured) would sit on the x axis.
-    axes.set_ylim(-0.6, len(stages) - 0.4)
-    axes.set_xlim(0, total * 1.55)
-    axes.xaxis.get_major_locator().set_params(integer=True)
-    axes.set_xticks([t for t in axes.get_xticks() if 0 <= t <= total])
-    axes.set_xlabel("attempts that passed this stage and every one above")
-    axes.grid(axis="x", color=_GRID, linewidth=0.8)
-    axes.set_axisbelow(True)
-    axes.tick_params(axis="y", length=0)
-    return figure
-
-
-def plot_fast_p(attempts: list[Attempt], info: Measured) -> "Figure":
-    import numpy as np
-
-    figure = _figure(6.4, 3.6)
-    axes = figure.add_subplot()
-    if not info.gpu:
-        _empty(axes, "not measured: no attempt ran on a GPU,\nso there is no correctness or speed to plot")
-        return figure
-    grid = np.linspace(0.0, 2.0, 201)
-    colours = ("#2f6db5", "#d9822b", "#2a8a5e", "#b23b6b", "#6b5bb5", "#7a7f86")
-    bounded = False
-    for index, (label, rows) in enumerate(groups(attempts).items()):
-        colour = colours[index % len(colours)]
-        strict = [100 * fast_share(rows, p) for p in grid]
-        bound = [100 * fast_bound_share(rows, p) for p in grid]
-        axes.plot(grid, strict, color=colour, linewidth=2.0, label=label, drawstyle="steps-post")
-        if any(b > s for b, s in zip(bound, strict)):
-            bounded = True
-            axes.plot(grid, bound, color=colour, linewidth=1.3, linestyle="--", drawstyle="steps-post",
-                      label=f"{label}: bound if unverified ran" if len(groups(attempts)) > 1 else None)
-    if bounded and len(groups(attempts)) == 1:
-        axes.plot([], [], color=colours[0], linestyle="--", linewidth=1.3, label="bound if unverified features ran")
-    axes.axvline(1.0, color=_MUTED, linewidth=1.0, linestyle=":", label="vendor speed (p = 1)")
-    axes.set_xlim(0, 2)
-    axes.set_ylim(0, 100)
-    axes.set_xlabel("p (speed relative to the vendor baseline)")
-    axes.set_ylabel("share of attempts (%)")
-    axes.grid(color=_GRID, linewidth=0.8)
-    axes.set_axisbelow(True)
-    figure.legend(loc="outside lower center", ncol=3, fontsize=8.5)
-    return figure
-
-
-def plot_speedups(attempts: list[Attempt], info: Measured) -> "Figure":
-    import numpy as np
-
-    figure = _figure(6.4, 3.6)
-    axes = figure.add_subplot()
-    times = speedups(attempts)
-    if not info.gpu or not times:
-        _empty(axes, "not measured: no attempt ran on a GPU" if not info.gpu else "no correct attempt was timed")
-        return figure
-    low, high = min(min(times), 1.0) / 1.3, max(max(times), 1.0) * 1.3
-    bins = np.geomspace(low, high, 18)
-    kinds = [("features executed", True, "#2a8a5e"), ("features unverified", None, "#9db9dc"),
-             ("features not executed", False, "#d64545")]
-    data, labels, colours = [], [], []
-    for label, value, colour in kinds:
-        chosen = [a.speedup for a in attempts if a.correct and a.speedup is not None and a.features_executed is value]
-        if chosen:
-            data.append(chosen)
-            labels.append(f"{label} ({len(chosen)})")
-            colours.append(colour)
-    axes.hist(data, bins=bins, stacked=True, color=colours, label=labels, edgecolor="white", linewidth=0.6)
-    axes.set_xscale("log")
-    axes.axvline(1.0, color=_INK, linewidth=1.2, linestyle="--", label="vendor speed (1×)")
-    median = statistics.median(times)
-    axes.axvline(median, color="#d9822b", linewidth=1.4, label=f"median {median:.2f}×")
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
-
-    axes.xaxis.set_major_locator(FixedLocator(_log_ticks(low, high)))
-    axes.xaxis.set_minor_locator(NullLocator())
-    axes.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}×"))
-    axes.set_xlim(low, high)
-    axes.set_xlabel("speedup (vendor time / candidate time, log scale)")
-    axes.set_ylabel("attempts")
-    axes.yaxis.get_major_locator().set_params(integer=True)
-    axes.set_ylim(0, axes.get_ylim()[1] * 1.12)
-    axes.grid(axis="y", color=_GRID, linewidth=0.8)
-    axes.set_axisbelow(True)
-    figure.legend(loc="outside lower center", ncol=3, fontsize=8.5)
-    return figure
-
-
-def _log_ticks(low: float, high: float) -> list[float]:
-    """Round speedups to label a log axis: fine steps for a narrow range, 1-2-5 for a wide one."""
-    fine = [0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1, 1.2, 1.5, 2, 3, 4, 5, 7, 10, 20, 50, 100]
-    coarse = [0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 1000]
-    ticks = [t for t in fine if low <= t <= high]
-    return ticks if len(ticks) <= 9 else [t for t in coarse if low <= t <= high]
-
-
-def plot_errors(attempts: list[Attempt]) -> "Figure":
-    from matplotlib.patches import Patch
-
-    table = error_table(attempts)
-    height = max(1.9, 1.3 + 0.3 * len(table.rows))
-    figure = _figure(6.4, height)
-    axes = figure.add_subplot()
-    if not table.rows:
-        _empty(axes, "no failures")
-        return figure
-    positions = list(range(len(table.rows)))[::-1]
-    colours = [STAGES.get(stage, ("#7a7f86", ""))[0] for stage, *_ in table.rows]
-    counts = [int(row[2]) for row in table.rows]
-    axes.barh(positions, counts, color=colours, height=0.68)
-    for y, count, row in zip(positions, counts, table.rows):
-        axes.text(count + max(counts) * 0.015, y, f"{count}  ({row[3]})", va="center", fontsize=9)
-    axes.set_yticks(positions, [row[1] for row in table.rows], fontsize=9)
-    axes.set_xlim(0, max(counts) * 1.3)
-    axes.xaxis.get_major_locator().set_params(integer=True)
-    axes.set_xlabel("attempts")
-    axes.grid(axis="x", color=_GRID, linewidth=0.8)
-    axes.set_axisbelow(True)
-    axes.tick_params(axis="y", length=0)
-    present = list(dict.fromkeys(row[0] for row in table.rows))
-    figure.legend(handles=[Patch(color=STAGES.get(s, ("#7a7f86", ""))[0], label=s) for s in present],
-                  loc="outside lower center", ncol=len(present), fontsize=8.5, columnspacing=1.2)
-    return figure
-
-
-class Plot(NamedTuple):
-    title: str
-    png_base64: str
-    caption: str
-
-
-def plots(attempts: list[Attempt], info: Measured) -> list[Plot]:
-    matplotlib = _matplotlib()
-    stages = funnel(attempts)
-    with matplotlib.rc_context(_STYLE):
-        made = [
-            (plot_funnel(stages), "Instruction funnel", funnel_caption(stages)),
-            (plot_fast_p(attempts, info), "fast_p: correct, features executed, ≥ p× vendor speed",
-             "Share of attempts that are correct, executed their required features, and at least p times the "
-             "vendor baseline's speed."),
-            (plot_speedups(attempts, info), "Speedup over the vendor baseline",
-             "Vendor time over candidate time for each correct, timed attempt (log scale); right of the dashed "
-             "line is faster than the vendor."),
-            (plot_errors(attempts), "Error taxonomy",
-             "One class per failed attempt, grouped by the stage where it failed."),
-        ]
-        return [Plot(title, _png(figure), caption) for figure, title, caption in made]
-
-
-# ---------------------------------------------------------------------------------------------
-# Rendering
-# ---------------------------------------------------------------------------------------------
-
-
-def _markdown_table(table: Table) -> str:
-    def clean(cell: str) -> str:
-        return cell.replace("|", "\\|")
-
-    lines = ["| " + " | ".join(table.headers) + " |",
-             "|" + "|".join("---:" if right else "---" for right in table.numeric) + "|"]
-    lines += ["| " + " | ".join(clean(c) for c in row) + " |" for row in table.rows]
-    return "\n".join(lines)
-
-
-def _html_table(table: Table, total_row: bool = False) -> str:
-    head = "".join(f'<th class="{"num" if right else ""}">{html.escape(h)}</th>'
-                   for h, right in zip(table.headers, table.numeric))
-    body = []
-    for index, row in enumerate(table.rows):
-        css = ' class="total"' if total_row and index == len(table.rows) - 1 else ""
-        cells = "".join(f'<td class="{_cell_class(cell, right)}">{html.escape(cell)}</td>'
-                        for cell, right in zip(row, table.numeric))
-        body.append(f"<tr{css}>{cells}</tr>")
-    return f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-
-
-def _cell_class(cell: str, numeric: bool) -> str:
-    classes = ["num"] if numeric else []
-    if cell == "—" or cell.startswith("not measured") or "unverified" in cell or "not judged" in cell:
-        classes.append("muted")
-    return " ".join(classes)
-
-
-class _Content(NamedTuple):
     title: str
     provenance: list[tuple[str, str]]
     notices: list[tuple[str, str]]
@@ -727,9 +421,11 @@ class _Content(NamedTuple):
     errors: Table
     turns: Table | None
     scope: str
+    attempts: list[Attempt]
+    info: Measured
 
 
-def _headline(attempts: list[Attempt], info: Measured) -> list[tuple[str, str, str]]:
+def headline(attempts: list[Attempt], info: Measured) -> list[tuple[str, str, str]]:
     """(label, value, detail) for the cards at the top of the page."""
     total = len(attempts)
     stages = {s.key: s for s in funnel(attempts)}
@@ -737,21 +433,21 @@ def _headline(attempts: list[Attempt], info: Measured) -> list[tuple[str, str, s
     correct = sum(bool(a.correct) for a in attempts)
     cards = [("attempts", str(total), scope_sentence(attempts, short=True))]
     if info.built:
-        cards += [("compiled", _pct(stages["compiled"].count, total), f"{stages['compiled'].count} of {total}"),
-                  ("features in SASS", _pct(sum(a.features_in_sass for a in attempts), total),
+        cards += [("compiled", pct(stages["compiled"].count, total), f"{stages['compiled'].count} of {total}"),
+                  ("features in SASS", pct(sum(a.features_in_sass for a in attempts), total),
                    f"{sum(a.features_in_sass for a in attempts)} of {total}")]
     else:
         cards += [("compiled", "not measured", "nothing built in this run"),
                   ("features in SASS", "not measured", "nothing built in this run")]
     why = "no GPU in this run" if info.built else "nothing built in this run"
     if is_measured(attempts, "correct"):
-        cards.append(("correct", _pct(correct, total), f"{correct} of {total}"))
+        cards.append(("correct", pct(correct, total), f"{correct} of {total}"))
     else:
         cards.append(("correct", "not measured", why))
     if is_measured(attempts, "fast_1.0"):
         strict, bound = fast_share(attempts, 1.0), fast_bound_share(attempts, 1.0)
         detail = "features unverified" if not info.profiled else f"{sum(a.fast(1.0) for a in attempts)} of {total}"
-        cards.append(("fast_1.0", _pct(strict, 1) if bound == strict else f"≤ {_pct(bound, 1)}", detail))
+        cards.append(("fast_1.0", pct(strict, 1) if bound == strict else f"≤ {pct(bound, 1)}", detail))
     else:
         cards.append(("fast_1.0", "not measured", why if not info.gpu else "not timed"))
     if info.gpu:
@@ -770,17 +466,19 @@ def scope_sentence(attempts: list[Attempt], short: bool = False) -> str:
     return f"Counted: {len(attempts)} attempts, one per evaluated candidate or sample."
 
 
-def _content(all_attempts: list[Attempt], title: str, header: RunHeader | None) -> _Content:
+def report_content(all_attempts: list[Attempt], title: str, header: RunHeader | None) -> ReportContent:
+    """The report of ``all_attempts`` (every turn); counts are over ``counted`` of them."""
     attempts = counted(all_attempts)
     info = measured(attempts)
-    return _Content(
+    return ReportContent(
         title=title, provenance=provenance(all_attempts, header), notices=notices(attempts, info),
-        headline=_headline(attempts, info), funnel=funnel_table(funnel(attempts)), fast=fast_table(attempts, info),
+        headline=headline(attempts, info), funnel=funnel_table(funnel(attempts)), fast=fast_table(attempts, info),
         speed=speedup_summary(attempts, info), tasks=task_table(attempts), errors=error_table(attempts),
-        turns=turn_table(all_attempts), scope=scope_sentence(all_attempts))
+        turns=turn_table(all_attempts), scope=scope_sentence(all_attempts), attempts=attempts, info=info)
 
 
-_DEFINITIONS = [
+
+DEFINITIONS = [
     ("features in PTX", "every feature the task requires is requested in the PTX the build produced"),
     ("features in SASS", "every required feature survived compilation into the binary (SASS)"),
     ("correct", "every correctness trial passed, visible and held-out shapes alike (measured on a GPU)"),
@@ -789,153 +487,3 @@ _DEFINITIONS = [
     ("fast_p", "correct, features executed, and at least p times the vendor baseline's speed"),
     ("speedup", "vendor median time over candidate median time on the timed workload, L2 flushed before each call"),
 ]
-
-
-def _render_markdown(content: _Content) -> str:
-    parts = [f"# {content.title}", ""]
-    parts.append(" · ".join(f"**{label}:** {value}" for label, value in content.provenance))
-    parts.append("")
-    for headline, text in content.notices:
-        parts += [f"> **{headline}** {text}", ""]
-    parts += [content.scope, "", "## Instruction funnel", "", _markdown_table(content.funnel), "",
-              "## fast_p", "", _markdown_table(content.fast), "",
-              "## Speedup", "", content.speed, "",
-              "## Per task", "", _markdown_table(content.tasks), ""]
-    if content.turns is not None:
-        parts += ["## By turn", "", _markdown_table(content.turns), ""]
-    parts += ["## Error taxonomy", ""]
-    parts += [_markdown_table(content.errors) if content.errors.rows else "No failures.", ""]
-    parts += ["## Definitions", ""] + [f"- **{term}**: {text}" for term, text in _DEFINITIONS]
-    parts += ["", "Plots: see report.html beside this file.", ""]
-    return "\n".join(parts)
-
-
-_CSS = """
-:root { --ink: #1f2328; --muted: #6a737d; --line: #e4e7eb; --soft: #f6f8fa; --accent: #2f6db5; }
-* { box-sizing: border-box; }
-body { margin: 0; background: #fff; color: var(--ink);
-  font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, "DejaVu Sans", sans-serif; }
-main { max-width: 1320px; margin: 0 auto; padding: 28px 32px 40px; }
-h1 { font-size: 26px; margin: 0 0 6px; letter-spacing: -0.01em; overflow-wrap: anywhere; }
-h2 { font-size: 18px; margin: 30px 0 10px; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
-.meta { color: var(--muted); font-size: 13px; margin: 0; }
-.meta span { white-space: nowrap; margin-right: 14px; display: inline-block; max-width: 100%; overflow: hidden;
-  text-overflow: ellipsis; vertical-align: bottom; }
-.meta b { color: var(--ink); font-weight: 600; }
-.notice { border: 1px solid #e6c86e; border-left: 5px solid #d4a017; background: #fff8e1; border-radius: 6px;
-  padding: 10px 14px; margin: 12px 0; font-size: 14px; }
-.notice.info { border-color: #c9d6e6; border-left-color: #7a8fa8; background: #f4f7fb; }
-.cards { display: grid; grid-template-columns: repeat(auto-fit, minmax(160px, 1fr)); gap: 12px; margin: 18px 0 6px; }
-.card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; background: var(--soft); }
-.card .label { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: 0.04em; }
-.card .value { font-size: 24px; font-weight: 650; margin: 2px 0; font-variant-numeric: tabular-nums; }
-.card .value.na { font-size: 17px; color: var(--muted); font-weight: 500; padding: 5px 0 4px; }
-.card .detail { color: var(--muted); font-size: 12px; }
-.scope { color: var(--muted); font-size: 13px; margin: 6px 0 0; }
-.plots { display: grid; grid-template-columns: 1fr 1fr; gap: 18px; margin-top: 8px; align-items: start; }
-figure { margin: 0; border: 1px solid var(--line); border-radius: 8px; padding: 10px; background: #fff; }
-figure h3 { font-size: 14.5px; margin: 2px 4px 6px; }
-figure img { width: 100%; height: auto; display: block; }
-figcaption { color: var(--muted); font-size: 12.5px; margin-top: 6px; }
-table { border-collapse: collapse; width: 100%; font-size: 13.5px; font-variant-numeric: tabular-nums; }
-th, td { padding: 6px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
-td { overflow-wrap: anywhere; }
-th { background: var(--soft); font-weight: 600; font-size: 12.5px; color: #3a4149; white-space: nowrap; }
-td.num, th.num { text-align: right; }
-td.muted { color: var(--muted); font-style: italic; }
-tr.total td { font-weight: 600; border-top: 2px solid #c9ced6; }
-tbody tr:hover { background: #fafbfc; }
-.two { display: grid; grid-template-columns: 1fr 1fr; gap: 24px; }
-.speed { margin: 10px 0 0; font-size: 14px; }
-dl { display: grid; grid-template-columns: max-content 1fr; gap: 4px 16px; font-size: 13px; color: #3a4149; }
-dt { font-weight: 600; }
-dd { margin: 0; }
-footer { color: var(--muted); font-size: 12px; margin-top: 28px; }
-"""
-
-
-def _render_html(content: _Content, figures: list[Plot]) -> str:
-    esc = html.escape
-    # A long value (a model path, many tasks) is cut with an ellipsis to the page's width; its title shows it whole.
-    meta = "".join(f'<span title="{esc(label)}: {esc(value)}">{esc(label)} <b>{esc(value)}</b></span>'
-                   for label, value in content.provenance)
-    notes = "".join(
-        f'<div class="notice{" info" if headline.startswith("Infrastructure") else ""}"><strong>{esc(headline)}'
-        f"</strong> {esc(text)}</div>" for headline, text in content.notices)
-    cards = "".join(
-        f'<div class="card"><div class="label">{esc(label)}</div>'
-        f'<div class="value{" na" if value == "not measured" else ""}">{esc(value)}</div>'
-        f'<div class="detail">{esc(detail)}</div></div>' for label, value, detail in content.headline)
-    images = "".join(
-        f'<figure><h3>{esc(plot.title)}</h3><img alt="{esc(plot.title)}" src="data:image/png;base64,{plot.png_base64}">'
-        f"<figcaption>{esc(plot.caption)}</figcaption></figure>" for plot in figures)
-    turns = (f"<h2>By turn</h2>{_html_table(content.turns)}" if content.turns is not None else "")
-    errors = _html_table(content.errors) if content.errors.rows else "<p>No failures.</p>"
-    definitions = "".join(f"<dt>{esc(term)}</dt><dd>{esc(text)}</dd>" for term, text in _DEFINITIONS)
-    made = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    return f"""<!doctype html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{esc(content.title)}</title>
-<style>{_CSS}</style>
-</head>
-<body>
-<main>
-<header>
-<h1>{esc(content.title)}</h1>
-<p class="meta">{meta}</p>
-</header>
-{notes}
-<section class="cards">{cards}</section>
-<p class="scope">{esc(content.scope)}</p>
-<section class="plots">{images}</section>
-<h2>Per task</h2>
-{_html_table(content.tasks, total_row=len(content.tasks.rows) > 1 and content.tasks.rows[-1][0] == "all tasks")}
-<div class="two">
-<section><h2>fast_p</h2>{_html_table(content.fast)}<p class="speed">{esc(content.speed)}</p>
-<h2>Instruction funnel</h2>{_html_table(content.funnel)}</section>
-<section><h2>Error taxonomy</h2>{errors}{turns}</section>
-</div>
-<h2>Definitions</h2>
-<dl>{definitions}</dl>
-<footer>Made by ptxbench report on {esc(made)}. Counts are plain tallies over the attempts; estimates with
-confidence intervals are in the metrics summary.</footer>
-</main>
-</body>
-</html>
-"""
-
-
-def render_report(attempts: list[Attempt], title: str, header: RunHeader | None = None) -> Report:
-    """The report of ``attempts`` as Markdown and as one self-contained HTML page.
-
-    ``header`` (the run's header, when there is one) adds provenance: when, on which GPU, with which
-    toolchain and revision.
-    """
-    content = _content(list(attempts), title, header)
-    attempts_counted = counted(list(attempts))
-    try:
-        figures = plots(attempts_counted, measured(attempts_counted)) if attempts_counted else []
-    except ReportError as missing:  # the light install: the tables say everything, the plots only draw it
-        figures = []
-        content.notices.append(("Plots left out.", f"{missing}."))
-    return Report(markdown=_render_markdown(content), html=_render_html(content, figures))
-
-
-def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
-    """Write ``report.md`` and ``report.html`` for the run in ``run_dir`` into ``out_dir`` (default: the run)."""
-    run_dir = Path(run_dir)
-    rundir = RunDir.load(run_dir)
-    attempts = attempts_from_run(run_dir)
-    report = render_report(attempts, f"PTXBench report: {rundir.path.resolve().name}", header=rundir.header)
-    target = Path(out_dir) if out_dir is not None else run_dir
-    files = ReportFiles(target / MARKDOWN_FILE, target / HTML_FILE)
-    write_atomic(files.markdown, report.markdown)
-    write_atomic(files.html, report.html)
-    return files
-
-
-__all__ = ["PLOTS_NEED_MATPLOTLIB", "Report", "ReportError", "ReportFiles", "FunnelStage", "counted", "funnel",
-           "plots_available", "render_report", "write_report"]
