@@ -174,6 +174,7 @@ def groups(attempts: list[Attempt]) -> dict[str, list[Attempt]]:
 
 
 def pct(part: int | float, whole: int | float) -> str:
+    """'42%' of ``whole``, or '—' when there is no whole (the plots label their bars with it too)."""
     return f"{100 * part / whole:.0f}%" if whole else "—"
 
 
@@ -477,7 +478,7 @@ def report_content(all_attempts: list[Attempt], title: str, header: RunHeader | 
         turns=turn_table(all_attempts), scope=scope_sentence(all_attempts), attempts=attempts, info=info)
 
 
-
+# What each column and card means, said once at the foot of both pages.
 DEFINITIONS = [
     ("features in PTX", "every feature the task requires is requested in the PTX the build produced"),
     ("features in SASS", "every required feature survived compilation into the binary (SASS)"),

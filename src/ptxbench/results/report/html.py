@@ -77,6 +77,7 @@ footer { color: var(--muted); font-size: 12px; margin-top: 28px; }
 
 
 def render_html(content: ReportContent, figures: list[Plot]) -> str:
+    """``report.html``: ``content`` and ``figures`` as one page, stamped with the time it was made."""
     esc = html.escape
     # A long value (a model path, many tasks) is cut with an ellipsis to the page's width; its title shows it whole.
     meta = "".join(f'<span title="{esc(label)}: {esc(value)}">{esc(label)} <b>{esc(value)}</b></span>'

@@ -20,6 +20,7 @@ def _markdown_table(table: Table) -> str:
 
 
 def render_markdown(content: ReportContent) -> str:
+    """``report.md``: the tables and notices of ``content`` in the order a reader wants them."""
     parts = [f"# {content.title}", ""]
     parts.append(" · ".join(f"**{label}:** {value}" for label, value in content.provenance))
     parts.append("")

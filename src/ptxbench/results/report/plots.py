@@ -276,6 +276,7 @@ class Plot(NamedTuple):
 
 
 def plots(attempts: list[Attempt], info: Measured) -> list[Plot]:
+    """The four figures of the page, for the counted ``attempts``; ``ReportError`` when matplotlib is missing."""
     matplotlib = _matplotlib()
     stages = funnel(attempts)
     with matplotlib.rc_context(_STYLE):
