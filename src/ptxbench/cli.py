@@ -154,7 +154,7 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
     if as_json:
         print(json.dumps({**loaded.model_dump(mode="json"), "baseline_warning": warning}, indent=2))
         return
-    from ptxbench.render import render_task
+    from ptxbench.results.terminal import render_task
 
     render_task(console, loaded, warning)
 
@@ -189,7 +189,7 @@ def check(
 ) -> None:
     """Compile candidates for one target and report their PTX/SASS evidence (no GPU needed)."""
     from ptxbench.check import check_files
-    from ptxbench.render import render_check
+    from ptxbench.results.terminal import render_check
     from ptxbench.tasks.loader import get_task
 
     paths = _expand(files)
@@ -240,7 +240,7 @@ def evaluate(
         gpu_available,
         is_eval_run,
     )
-    from ptxbench.render import STAGE_LABEL, EvalProgress, all_rejected_note
+    from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note
     from ptxbench.tasks.loader import get_task
 
     if backend not in ("local", "ray"):
@@ -567,7 +567,7 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
         console.print(f"dry run: {shown.items} items, at most {shown.max_requests} requests; first prompt ≈ "
                       f"{shown.input_tokens_first_turn:,} tokens; cost at most {cost}. Nothing was sent.")
         return
-    from ptxbench.render import GenerationProgress
+    from ptxbench.results.terminal import GenerationProgress
 
     evaluator = _evaluator_for_refinement() if evaluate else None
     target = out or Path("runs") / f"{command}-{model.replace(':', '-').replace('/', '_')}-{arch.value}-{context}"

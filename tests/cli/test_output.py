@@ -35,7 +35,7 @@ def test_check_names_each_kernel_shortly_and_fits_80_columns() -> None:
 
 
 def test_short_kernel_names_drop_return_type_namespace_and_parameters_but_stay_unique() -> None:
-    from ptxbench.render import short_kernel_name, short_kernel_names
+    from ptxbench.results.terminal import short_kernel_name, short_kernel_names
 
     assert short_kernel_name("void (anonymous namespace)::decode::gemm_sm90a<64>(CUtensorMap_st, int)") == \
         "decode::gemm_sm90a<64>"
@@ -117,7 +117,7 @@ def test_eval_says_in_one_line_why_every_example_was_rejected(tmp_path: Path) ->
 
 def test_the_rejection_note_is_only_for_runs_where_every_candidate_lacked_its_features() -> None:
     from ptxbench.arch.registry import Arch
-    from ptxbench.render import all_rejected_note
+    from ptxbench.results.terminal import all_rejected_note
 
     missing = [("feature_not_executed", "wgmma.bf16 did 0 % of the FLOPs")]
     rejected = [_gpu_evaluation("softmax", missing), _gpu_evaluation("transpose", missing)]

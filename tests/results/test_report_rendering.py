@@ -12,13 +12,8 @@ from ptxbench.results.attempts import Attempt
 
 pytest.importorskip("matplotlib")
 
-from ptxbench.results.report import (  # noqa: E402
-    funnel,
-    funnel_caption,
-    funnel_outlines,
-    plot_funnel,
-    render_report,
-)
+from ptxbench.results.report import funnel, render_report  # noqa: E402
+from ptxbench.results.report.plots import funnel_caption, funnel_outlines, plot_funnel  # noqa: E402
 
 
 def _attempt(index: int, *, sass: bool = True, correct: bool | None = None, executed: bool | None = None,

@@ -1,4 +1,6 @@
-"""Terminal rendering of reports (rich). Kept apart from the logic so the API stays plain data."""
+"""Terminal rendering (rich) for the CLI: check reports, task cards and the per-item progress lines of
+``eval`` and ``generate``. Kept apart from the logic so the API stays plain data; only the CLI imports it
+(evaluate/ and llm/ report progress through callbacks), so it sits with the other result presentation."""
 
 from __future__ import annotations
 

@@ -1,0 +1,490 @@
+"""What a run's report shows, counted once from its attempts: the same content for every renderer.
+
+The instruction funnel (how many attempts got how far: compiled, required features requested in the
+PTX, present in the SASS, correct, executed), fast_p, the speedups over the vendor baseline, the error
+taxonomy, one row per task and, for a multi-turn run, one per turn. What a run did *not* measure is said
+in words: a run without a GPU has no correctness, speed or executed-instruction numbers, and a run
+without a profiler has correct kernels whose required instructions are unverified; those cells read
+"not measured" or "unverified", never 0.
+
+Counts here are simple and computed from the attempts directly; estimators with confidence intervals
+(pass@k, bootstrap) live in ``metrics.py``. In a multi-turn run every count is over the *last* turn of
+each sample (what the sample ended with), with a per-turn table beside it. The cells are final text, so
+the Markdown and HTML renderers only lay them out and cannot disagree on a number.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
+
+from ptxbench.results.attempts import Attempt
+from ptxbench.results.measured import State, is_measured, state, unknown
+from ptxbench.results.rundir import RunHeader
+
+FAST_P_TABLE = (0.0, 0.5, 1.0, 1.5, 2.0)
+"""The p values the text tables show; the plot draws the whole curve from 0 to 2."""
+
+# The error taxonomy's stages in the order a candidate meets them (the plots give each its colour).
+STAGES = {
+    "extraction": "no usable code in the completion",
+    "compile": "did not build",
+    "runtime": "crashed or hung",
+    "numerical": "wrong results",
+    "instruction": "required instructions missing or idle",
+    "guard": "rejected by a guard",
+    "infra": "harness could not judge (not the candidate's fault)",
+    "unevaluated": "sampled, never evaluated",
+}
+
+
+class FunnelStage(NamedTuple):
+    """One bar of the funnel: attempts that passed this stage *and every stage before it*.
+
+    ``judged`` is how many of the previous stage's attempts this stage was measured for (all of them
+    for the static stages; on a run without a GPU, none for ``correct``); ``measured`` is False when
+    the run measured the stage for no attempt at all.
+    """
+
+    key: str
+    label: str
+    count: int
+    judged: int
+    measured: bool
+    note: str = ""
+
+
+class Table(NamedTuple):
+    headers: list[str]
+    rows: list[list[str]]
+    numeric: list[bool]
+    """Columns to right-align (counts and speedups)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What the attempts say: plain counts
+# ---------------------------------------------------------------------------------------------
+
+
+def counted(attempts: list[Attempt]) -> list[Attempt]:
+    """The attempts the report counts: each sample's outcome (its last turn), as the metrics count it."""
+    from ptxbench.results.metrics import last_turns
+
+    return last_turns(attempts)
+
+
+def funnel(attempts: list[Attempt]) -> list[FunnelStage]:
+    """The instruction funnel; each stage keeps only the attempts that passed all before it. A stage is
+    measured as ``measured.is_measured`` says, the rule ``metrics`` follows too."""
+    any_gpu = any(a.correct is not None for a in attempts)
+    no_gpu = "not measured: no attempt ran on a GPU"
+    unbuilt = "not measured: nothing was built"
+    checks: list[tuple[str, str, str, Callable[[Attempt], bool | None], str, str]] = [
+        ("compiled", "compiled", "compile", lambda a: a.compiled, unbuilt, "built"),
+        ("in_ptx", "features in PTX", "features_in_ptx", lambda a: a.features_in_ptx, unbuilt, "read"),
+        ("in_sass", "features in SASS", "features_in_sass", lambda a: a.features_in_sass, unbuilt, "read"),
+        ("correct", "correct", "correct", lambda a: a.correct, no_gpu, "judged"),
+        ("executed", "features executed", "features_executed", lambda a: a.features_executed,
+         "unverified: no profiler ran" if any_gpu else no_gpu, "verified"),
+    ]
+    stages = [FunnelStage("attempts", "attempts", len(attempts), len(attempts), True)]
+    survivors = list(attempts)
+    for key, label, metric, check, missing, verb in checks:
+        was_measured = is_measured(attempts, metric)
+        judged = sum(state(a, metric) is not State.UNKNOWN for a in survivors)
+        note = missing if not was_measured else ""
+        if was_measured and judged < len(survivors):
+            note = f"{verb} for {judged} of {len(survivors)}"
+        survivors = [a for a in survivors if check(a)]
+        stages.append(FunnelStage(key, label, len(survivors), judged, was_measured, note))
+    return stages
+
+
+def fast_share(attempts: list[Attempt], p: float) -> float:
+    """fast_p: the share of attempts that are correct, executed their required features, and ≥ p× vendor."""
+    return sum(a.fast(p) for a in attempts) / len(attempts) if attempts else 0.0
+
+
+def fast_bound_share(attempts: list[Attempt], p: float) -> float:
+    """fast_p if every *unverified* correct attempt had executed its features: fast_p's upper bound."""
+    hits = sum(bool(a.correct) and a.features_executed is not False and a.speedup is not None and a.speedup >= p
+               for a in attempts)
+    return hits / len(attempts) if attempts else 0.0
+
+
+def speedups(attempts: Iterable[Attempt]) -> list[float]:
+    """Speedups over the vendor baseline of the correct attempts that were timed."""
+    return [a.speedup for a in attempts if a.correct and a.speedup is not None]
+
+
+def failure_classes(attempts: Iterable[Attempt]) -> Counter[str]:
+    from ptxbench.results.metrics import taxonomy_counts
+
+    return Counter(taxonomy_counts(list(attempts)))
+
+
+def stage_of(error_class: str) -> str:
+    return error_class.split(".", 1)[0]
+
+
+class Measured(NamedTuple):
+    """What the run measured, for the notices and for the cells that would otherwise read 0."""
+
+    built: bool
+    """Some attempt was built (a ``generate`` run builds nothing)."""
+    gpu: bool
+    """Some attempt's correctness was measured on a GPU."""
+    profiled: bool
+    """Some attempt's executed instructions were counted (Nsight Compute)."""
+    unjudged: int
+    """Attempts whose correctness is unknown (``measured.unknown``): built, or never built, and not run."""
+    unverified: int
+    """Correct attempts whose executed instructions were not counted."""
+    infra: Counter[str]
+
+
+def measured(attempts: list[Attempt]) -> Measured:
+    return Measured(
+        built=is_measured(attempts, "compile"),
+        gpu=any(a.correct is not None for a in attempts),
+        profiled=any(a.features_executed is not None for a in attempts),
+        unjudged=unknown(attempts, "correct"),
+        unverified=sum(bool(a.correct) and a.features_executed is None for a in attempts),
+        infra=Counter(a.error_class for a in attempts if stage_of(a.error_class) == "infra"),
+    )
+
+
+def groups(attempts: list[Attempt]) -> dict[str, list[Attempt]]:
+    """Attempts by (model, condition, arch), naming only the fields that differ within the run."""
+    fields = [f for f in ("model", "condition", "arch") if len({getattr(a, f) for a in attempts}) > 1]
+    if not fields:
+        return {"all attempts": list(attempts)}
+    grouped: dict[str, list[Attempt]] = {}
+    for attempt in attempts:
+        label = " · ".join(str(getattr(attempt, f) or "none") for f in fields)
+        grouped.setdefault(label, []).append(attempt)
+    return dict(sorted(grouped.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables and notices: the same content for Markdown and HTML
+# ---------------------------------------------------------------------------------------------
+
+
+def pct(part: int | float, whole: int | float) -> str:
+    """'42%' of ``whole``, or '—' when there is no whole (the plots label their bars with it too)."""
+    return f"{100 * part / whole:.0f}%" if whole else "—"
+
+
+def _n(count: int, noun: str) -> str:
+    """'1 attempt', '2 attempts' (the noun's plural is noun + 's')."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _times(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _count_cell(rows: list[Attempt], metric: str, scope: list[Attempt], count: int, unknown_word: str) -> str:
+    """A count of ``rows``, or "not measured" where nothing measured it (``measured.is_measured``, with the
+    whole table as ``scope``, the rule ``metrics`` follows); attempts left unknown are said beside the count."""
+    if not is_measured(rows, metric, scope):
+        return "not measured"
+    left = unknown(rows, metric)
+    return f"{count} ({left} {unknown_word})" if left else str(count)
+
+
+def _compiled_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    return _count_cell(rows, "compile", scope, sum(a.compiled for a in rows), "not built")
+
+
+def _sass_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    return _count_cell(rows, "features_in_sass", scope, sum(a.features_in_sass for a in rows), "not built")
+
+
+def _correct_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    return _count_cell(rows, "correct", scope, sum(bool(a.correct) for a in rows), "not judged")
+
+
+def _executed_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    if not is_measured(rows, "features_executed", scope):
+        # Correct attempts whose execution no profiler counted: unverified; else nothing of the row ran.
+        return "unverified" if any(a.correct for a in rows) else "not measured"
+    count = sum(bool(a.features_executed) for a in rows)
+    unverified = sum(bool(a.correct) and a.features_executed is None for a in rows)  # the rest: "not judged"
+    return f"{count} ({unverified} unverified)" if unverified else str(count)
+
+
+def _fast_cell(rows: list[Attempt], scope: list[Attempt], p: float = 1.0) -> str:
+    if not is_measured(rows, "fast_1.0", scope):
+        return "not measured"
+    strict = sum(a.fast(p) for a in rows)
+    bound = round(fast_bound_share(rows, p) * len(rows))
+    return str(strict) if bound == strict else f"{strict} (≤ {bound}, unverified)"
+
+
+def _top_error(rows: list[Attempt]) -> str:
+    classes = failure_classes(rows)
+    if not classes:
+        return "—"
+    name, count = min(classes.items(), key=lambda item: (-item[1], item[0]))
+    return f"{name} ({count})"
+
+
+def _task_row(label: str, family: str, rows: list[Attempt], scope: list[Attempt],
+              baseline_warning: str | None = None) -> list[str]:
+    times = speedups(rows)
+    speed = _times(statistics.median(times) if times else None)
+    if baseline_warning is not None:
+        speed = f"{speed} (⚠ {baseline_warning})"
+    return [label, family, str(len(rows)), _compiled_cell(rows, scope), _sass_cell(rows, scope),
+            _correct_cell(rows, scope), _executed_cell(rows, scope), _fast_cell(rows, scope), speed, _top_error(rows)]
+
+
+def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
+    """The published weak-baseline warning of each bundled task among ``task_ids`` that has one: a
+    speedup over a baseline far from its roofline flatters the candidate, so the reader is told."""
+    from ptxbench.evaluate.baselines import load_baseline_quality, weak_baseline_warning
+    from ptxbench.tasks.loader import bundled_suite
+
+    wanted = set(task_ids)
+    quality = load_baseline_quality()
+    warnings = {task.id: weak_baseline_warning(task, quality) for task in bundled_suite() if task.id in wanted}
+    return {task_id: text for task_id, text in warnings.items() if text is not None}
+
+
+def task_table(attempts: list[Attempt]) -> Table:
+    """One row per task, then the total; a task whose best baseline is weak says so beside its speedup."""
+    by_task: dict[str, list[Attempt]] = {}
+    for attempt in attempts:
+        by_task.setdefault(attempt.task, []).append(attempt)
+    warnings = weak_baseline_warnings(by_task)
+    rows = [_task_row(task, rows[0].family or "—", rows, attempts, warnings.get(task))
+            for task, rows in sorted(by_task.items())]
+    if len(by_task) > 1:
+        rows.append(_task_row("all tasks", "", attempts, attempts))
+    return Table(["task", "family", "attempts", "compiled", "in SASS", "correct", "executed", "fast_1.0",
+                  "median speedup", "top error class"], rows,
+                 [False, False, True, True, True, True, True, True, True, False])
+
+
+def funnel_table(stages: list[FunnelStage]) -> Table:
+    total = stages[0].count
+    rows = [[s.label, str(s.count) if s.measured else "—", pct(s.count, total) if s.measured else "—", s.note]
+            for s in stages]
+    return Table(["stage (and every one above)", "attempts", "share", "note"], rows, [False, True, True, False])
+
+
+def fast_table(attempts: list[Attempt], info: Measured) -> Table:
+    grouped = groups(attempts)
+    if not is_measured(attempts, "fast_1.0"):
+        why = "not measured: no GPU" if not info.gpu else "not measured: not timed"
+        return Table(["group", "attempts", "fast_p"],
+                     [[label, str(len(rows_)), why] for label, rows_ in grouped.items()],
+                     [False, True, False])
+    rows = []
+    for label, rows_ in grouped.items():
+        cells = []
+        for p in FAST_P_TABLE:
+            strict, bound = fast_share(rows_, p), fast_bound_share(rows_, p)
+            if bound > strict:
+                cells.append(f"{pct(strict, 1)} (≤ {pct(bound, 1)})")
+            else:
+                cells.append(pct(strict, 1))
+        rows.append([label, str(len(rows_)), *cells])
+    return Table(["group", "attempts", *(f"fast_{p:.1f}" for p in FAST_P_TABLE)], rows,
+                 [False, True, *(True for _ in FAST_P_TABLE)])
+
+
+def error_table(attempts: list[Attempt]) -> Table:
+    classes = failure_classes(attempts)
+    order = list(STAGES)
+    ranked = sorted(classes.items(), key=lambda item: (order.index(stage_of(item[0])) if stage_of(item[0]) in order
+                                                      else len(order), -item[1], item[0]))
+    rows = [[stage_of(name), name, str(count), pct(count, len(attempts))] for name, count in ranked]
+    return Table(["stage", "class", "attempts", "share of all"], rows, [False, False, True, True])
+
+
+def turn_table(attempts: list[Attempt]) -> Table | None:
+    """Per turn of a multi-turn run (every turn's attempts, not only the last); None for single-turn runs."""
+    turns = sorted({a.turn for a in attempts})
+    if len(turns) < 2:
+        return None
+    from ptxbench.results.metrics import best_of_turns
+
+    measured = any(a.correct is not None for a in attempts)
+    correct_by = best_of_turns(attempts, len(turns)) if measured else []
+    fast_by = best_of_turns(attempts, len(turns), metric="fast_1.0") if measured else []
+    rows = []
+    for index, turn in enumerate(turns):
+        rows_ = [a for a in attempts if a.turn == turn]
+        best = (f"{correct_by[index].rate:.0%} / {fast_by[index].rate:.0%}" if measured else "not measured")
+        rows.append([str(turn), str(len(rows_)), _compiled_cell(rows_, attempts), _sass_cell(rows_, attempts),
+                     _correct_cell(rows_, attempts), _fast_cell(rows_, attempts), best])
+    return Table(["turn", "attempts", "compiled", "in SASS", "correct", "fast_1.0",
+                  "best of turns so far (correct / fast_1.0)"], rows, [True] * 7)
+
+
+def speedup_summary(attempts: list[Attempt], info: Measured) -> str:
+    times = speedups(attempts)
+    if not info.gpu:
+        return "Speed was not measured: no attempt ran on a GPU."
+    if not times:
+        return "No correct attempt was timed."
+    faster = sum(t >= 1.0 for t in times)
+    return (f"{_n(len(times), 'correct attempt')} timed: median {_times(statistics.median(times))} the vendor "
+            f"baseline's speed (range {_times(min(times))} to {_times(max(times))}); {faster} of {len(times)} "
+            f"at least as fast as the vendor.")
+
+
+def notices(attempts: list[Attempt], info: Measured) -> list[tuple[str, str]]:
+    """(headline, explanation) pairs for everything a reader could mistake for a measured number."""
+    out = []
+    if not attempts:
+        return [("No finished attempts.", "No item of this run has a result yet, so there is nothing to count.")]
+    if not info.built:
+        out.append(("Nothing built.",
+                    "No candidate in this run was built (a `generate` run samples only), so compilation, the "
+                    "static instruction check, correctness and speed are all not measured: evaluate the run "
+                    "(`ptxbench eval RUN`) to measure them."))
+    elif not info.gpu:
+        out.append(("Not measured on a GPU.",
+                    "No attempt in this run was executed on a GPU, so correctness, speed and executed instructions "
+                    "are not measured: only compilation and the static instruction check (required features "
+                    "requested in the PTX, present in the SASS) are. fast_p is undefined here, not zero."))
+    elif info.unjudged:
+        out.append(("Correctness partly measured.",
+                    f"{_n(info.unjudged, 'attempt')} not judged for correctness (the GPU evaluation "
+                    "did not run for them): counted as attempts, not as correct."))
+    if info.gpu and not info.profiled:
+        out.append(("Executed features unverified.",
+                    "No profiler (Nsight Compute) counted executed instructions in this run: a kernel can hold the "
+                    "required instructions in its SASS and never run them. fast_p needs verified execution, so it "
+                    "is 0 for every attempt; the dashed curves and the '≤' figures show the bound if every "
+                    "unverified correct attempt did run its features."))
+    elif info.unverified:
+        out.append(("Some executed features unverified.",
+                    f"{_n(info.unverified, 'correct attempt')} without executed-instruction counts: fast_p does "
+                    "not count them (the '≤' figures and dashed curves show the bound if they did)."))
+    if info.infra:
+        listed = ", ".join(f"{name} ×{count}" for name, count in sorted(info.infra.items()))
+        out.append(("Infrastructure failures.",
+                    f"{_n(sum(info.infra.values()), 'attempt')} the harness could not judge ({listed}); never "
+                    "the candidate's fault. They count as attempts, not as errors of the model."))
+    return out
+
+
+def provenance(attempts: list[Attempt], header: RunHeader | None) -> list[tuple[str, str]]:
+    """(label, value) pairs that say what was run, where and when."""
+    def values(field: str) -> str:
+        found = sorted({str(getattr(a, field)) for a in attempts if getattr(a, field) is not None})
+        return ", ".join(found) or "—"
+
+    items = [("run", values("run")), ("arch", values("arch"))]
+    if any(a.model for a in attempts):
+        items.append(("model", values("model")))
+    if any(a.condition for a in attempts):
+        items.append(("context", values("condition")))
+    if header is not None:
+        gpu = header.environment.get("name") or "none"
+        items += [("kind", header.kind), ("created", header.created), ("GPU", str(gpu))]
+        if header.environment.get("driver"):
+            items.append(("driver", str(header.environment["driver"])))
+        if header.toolchain.get("nvcc"):
+            items.append(("nvcc", str(header.toolchain["nvcc"])))
+        revision = (header.git_revision or "")[:10]
+        items.append(("ptxbench", header.ptxbench + (f" ({revision})" if revision else "")))
+    tasks = sorted({a.task for a in attempts})
+    items.append(("tasks", str(len(tasks))))
+    samples = {(a.task, a.sample, a.model, a.condition, a.arch) for a in attempts}
+    items.append(("samples", str(len(samples))))
+    return items
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole content of one report
+# ---------------------------------------------------------------------------------------------
+
+
+class ReportContent(NamedTuple):
+    """Everything a report shows, as text and tables; ``attempts`` (the counted ones) and ``info`` feed the plots."""
+
+    title: str
+    provenance: list[tuple[str, str]]
+    notices: list[tuple[str, str]]
+    headline: list[tuple[str, str, str]]
+    funnel: Table
+    fast: Table
+    speed: str
+    tasks: Table
+    errors: Table
+    turns: Table | None
+    scope: str
+    attempts: list[Attempt]
+    info: Measured
+
+
+def headline(attempts: list[Attempt], info: Measured) -> list[tuple[str, str, str]]:
+    """(label, value, detail) for the cards at the top of the page."""
+    total = len(attempts)
+    stages = {s.key: s for s in funnel(attempts)}
+    times = speedups(attempts)
+    correct = sum(bool(a.correct) for a in attempts)
+    cards = [("attempts", str(total), scope_sentence(attempts, short=True))]
+    if info.built:
+        cards += [("compiled", pct(stages["compiled"].count, total), f"{stages['compiled'].count} of {total}"),
+                  ("features in SASS", pct(sum(a.features_in_sass for a in attempts), total),
+                   f"{sum(a.features_in_sass for a in attempts)} of {total}")]
+    else:
+        cards += [("compiled", "not measured", "nothing built in this run"),
+                  ("features in SASS", "not measured", "nothing built in this run")]
+    why = "no GPU in this run" if info.built else "nothing built in this run"
+    if is_measured(attempts, "correct"):
+        cards.append(("correct", pct(correct, total), f"{correct} of {total}"))
+    else:
+        cards.append(("correct", "not measured", why))
+    if is_measured(attempts, "fast_1.0"):
+        strict, bound = fast_share(attempts, 1.0), fast_bound_share(attempts, 1.0)
+        detail = "features unverified" if not info.profiled else f"{sum(a.fast(1.0) for a in attempts)} of {total}"
+        cards.append(("fast_1.0", pct(strict, 1) if bound == strict else f"≤ {pct(bound, 1)}", detail))
+    else:
+        cards.append(("fast_1.0", "not measured", why if not info.gpu else "not timed"))
+    if info.gpu:
+        cards.append(("median speedup", _times(statistics.median(times)) if times else "—",
+                      f"over {len(times)} correct" if times else "no correct attempt timed"))
+    return cards
+
+
+def scope_sentence(attempts: list[Attempt], short: bool = False) -> str:
+    multi = any(a.turn > 0 for a in attempts)
+    if short:
+        return "last turn of each sample" if multi else "one per evaluated candidate"
+    if multi:
+        return (f"Counted: the last turn of each sample ({len(counted(attempts))} attempts; {len(attempts)} turns in "
+                "all, by turn below).")
+    return f"Counted: {len(attempts)} attempts, one per evaluated candidate or sample."
+
+
+def report_content(all_attempts: list[Attempt], title: str, header: RunHeader | None) -> ReportContent:
+    """The report of ``all_attempts`` (every turn); counts are over ``counted`` of them."""
+    attempts = counted(all_attempts)
+    info = measured(attempts)
+    return ReportContent(
+        title=title, provenance=provenance(all_attempts, header), notices=notices(attempts, info),
+        headline=headline(attempts, info), funnel=funnel_table(funnel(attempts)), fast=fast_table(attempts, info),
+        speed=speedup_summary(attempts, info), tasks=task_table(attempts), errors=error_table(attempts),
+        turns=turn_table(all_attempts), scope=scope_sentence(all_attempts), attempts=attempts, info=info)
+
+
+# What each column and card means, said once at the foot of both pages.
+DEFINITIONS = [
+    ("features in PTX", "every feature the task requires is requested in the PTX the build produced"),
+    ("features in SASS", "every required feature survived compilation into the binary (SASS)"),
+    ("correct", "every correctness trial passed, visible and held-out shapes alike (measured on a GPU)"),
+    ("features executed", "Nsight Compute counted the required instructions running in the candidate's own "
+                          "kernels, doing the required share of the work"),
+    ("fast_p", "correct, features executed, and at least p times the vendor baseline's speed"),
+    ("speedup", "vendor median time over candidate median time on the timed workload, L2 flushed before each call"),
+]
