@@ -37,7 +37,7 @@ export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
 # Every hold of the GPU's lock, for diagnosing a stage that waits: in scratch space, where the processes
 # holding candidate code may still write (their view of the machine is read-only elsewhere).
 export PTXBENCH_LOCK_TRACE=${PTXBENCH_LOCK_TRACE:-$work/locks.jsonl}
-PROFILED="dead_code or fake_ncu or fake_counter or profiler_detect or token_bulk or rejected_once_ncu"
+PROFILED="dead_code or fake_ncu or fake_counter or profiler_detect or token_bulk or forged_timing or rejected_once_ncu"
 
 archive() {
     tar -czf "$dest/gpu_checks.tar.gz" -C "$work" . && echo "results: $dest/gpu_checks.tar.gz"

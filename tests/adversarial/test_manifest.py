@@ -26,7 +26,10 @@ from ptxbench._compat import tomllib
 from ptxbench.arch.registry import Arch
 from ptxbench.check import CheckReport, check_files
 from ptxbench.static.report import Stage
+from ptxbench.kernels import reference_folder
 from ptxbench.tasks.loader import bundled_suite, get_task
+
+from .cases import case_file
 
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.toml"
@@ -34,10 +37,10 @@ MANIFEST = HERE / "manifest.toml"
 EXPECTS = {"COMPILE_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT", "REJECTED", "PASSED", "any"}
 GUARDS = {"library_call", "torch_fallback", "other_stream", "cached_output", "input_mutation", "dead_code_feature",
           "out_of_bounds_write", "below_physical_floor", "feature_not_executed", "host_transfer", "profiler_evasion",
-          "timed_only_stream", "timed_only_shortcut"}
+          "timed_only_stream", "timed_only_shortcut", "forged_timing"}
 CHECKS = {"others_unaffected", "no_survivors", "harness_unchanged"}
 REQUIRED_KEYS = {"file", "task", "expect", "why"}
-OPTIONAL_KEYS = {"guard", "check", "secret_env"}
+OPTIONAL_KEYS = {"guard", "check", "secret_env", "base"}
 HEADER = re.compile(r"^// ADVERSARIAL CASE (?P<case>\w+) \(task (?P<task>\w+)\) -- expected: (?P<expect>[A-Z_]+)")
 
 
@@ -76,6 +79,8 @@ def test_entry_uses_the_fixed_vocabulary(case: dict[str, str]) -> None:
         assert case.get("check") in CHECKS, f"{case['file']}: expect = \"any\" needs a check from the list"
     elif "check" in case:
         assert case["check"] in CHECKS, case["file"]
+    if "base" in case:
+        assert case["base"] == "reference" and (reference_folder("sm_90a") / f"{case['task']}.cu").is_file()
     if "secret_env" in case:
         assert re.fullmatch(r"PTXBENCH_TEST_\w+_API_KEY", case["secret_env"]), "a test-only name the scrub must cover"
     why = case["why"].strip()
@@ -98,8 +103,9 @@ def test_file_opens_with_its_explanation(case: dict[str, str]) -> None:
 
 
 @pytest.fixture(scope="module")
-def reports() -> dict[str, CheckReport]:
-    items = [(HERE / c["file"], get_task(c["task"])) for c in CASES]
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CheckReport]:
+    composed = tmp_path_factory.mktemp("composed")
+    items = [(case_file(c, composed), get_task(c["task"])) for c in CASES]
     return {Path(r.candidate).name: r for r in check_files(items, Arch.SM_90A)}
 
 

@@ -151,7 +151,7 @@ def test_a_profile_that_ran_out_of_memory_is_taken_again_alone(monkeypatch: pyte
     evaluator = GpuEvaluator(EvalOptions(profile=False), handler=HANDLER, reference_device="cpu")
     try:
         outcome = "once"
-        assert evaluator._profiled(_small_softmax(), Arch.SM_90A, Path("candidate.so")) == ([], ["kernel"])
+        assert evaluator._profiled(_small_softmax(), Arch.SM_90A, Path("candidate.so")) == ([], ["kernel"], True)
         assert calls == [False, True] and "profile.alone" in evaluator._durations
         outcome, calls[:] = "again", []
         with pytest.raises(ProfiledRunFailed, match="also when run alone"):

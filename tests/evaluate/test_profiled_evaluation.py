@@ -38,12 +38,13 @@ def _without_byte_counters(report: str) -> str:
     return out.getvalue()
 
 
-def _evaluations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int = 1, **scripted) -> list[Evaluation]:  # type: ignore[no-untyped-def]
+def _evaluations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int = 1, time: bool = False,  # type: ignore[no-untyped-def]
+                 **scripted) -> list[Evaluation]:
     folder = tmp_path / "fake-ncu"
     install(folder, **scripted)
     monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
     monkeypatch.setenv(BEHAVIOUR, "correct")
-    evaluator = GpuEvaluator(EvalOptions(profile=True, time=False, call_timeout_s=20, profile_timeout_s=60),
+    evaluator = GpuEvaluator(EvalOptions(profile=True, time=time, call_timeout_s=20, profile_timeout_s=60),
                              handler=HANDLER, reference_device="cpu")
     source = (EXAMPLES / "softmax.cu").read_text()
     try:
@@ -86,3 +87,22 @@ def test_a_report_without_the_byte_counters_is_unverified_not_rejected(tmp_path:
                                  candidate_report=_without_byte_counters(BULK_REPORT))
     assert evaluation.status is Status.PASSED and evaluation.features is None, evaluation.message
     assert "unverified" in evaluation.message and not evaluation.guards
+
+
+@pytest.mark.parametrize(("profiled_ns", "rejected"), [("2,100,000", False), ("4,000,000", True)])
+def test_a_timed_call_faster_than_its_profiled_kernels_is_rejected(tmp_path: Path, monkeypatch, profiled_ns: str,  # type: ignore[no-untyped-def]
+                                                                   rejected: bool) -> None:
+    """The fake worker times every call at 2 ms. Kernels that ncu measured at 2.1 ms agree with that (events also
+    time the launch); at 4 ms the events said twice as fast as the kernels ran: forged inside the process. A
+    disagreement seen beside other work is checked again with the GPU held alone before it is a verdict."""
+    report = BULK_REPORT.replace('"2,720"', f'"{profiled_ns}"')
+    (evaluation,) = _evaluations(tmp_path, monkeypatch, time=True, probe_report=PROBE_REPORT, candidate_report=report)
+    roles = [r["role"] for r in recordings(tmp_path / "fake-ncu")]
+    if rejected:
+        assert evaluation.status is Status.REJECTED, evaluation.message
+        (finding,) = [g for g in evaluation.guards if g.guard is Guard.TIMING_DISAGREES]
+        assert "2 ms, 2.00x less than its own kernels" in finding.detail and "GPU to itself" in finding.detail
+        assert roles == ["probe", "candidate", "candidate"] and "profile.alone" in evaluation.durations_s
+    else:
+        assert evaluation.status is Status.PASSED and not evaluation.guards, evaluation.message
+        assert roles == ["probe", "candidate"] and "profile.alone" not in evaluation.durations_s

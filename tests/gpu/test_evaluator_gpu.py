@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from ptxbench._compat import tomllib
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.evaluate.status import Evaluation, Guard, Status
 from ptxbench.tasks.loader import bundled_suite, get_task
 
+from ..adversarial.cases import case_source, manifest_cases
 from ..conftest import EXAMPLES, REPO
 
 pytestmark = pytest.mark.gpu
@@ -62,11 +62,10 @@ def test_plain_example_is_rejected_once_ncu_shows_no_wgmma() -> None:
 
 
 def _manifest() -> list[dict]:
-    path = ADVERSARIAL / "manifest.toml"
-    return tomllib.loads(path.read_text())["case"] if path.is_file() else []
+    return manifest_cases()
 
 
-PROFILED_GUARDS = ("dead_code_feature", "feature_not_executed", "profiler_evasion")
+PROFILED_GUARDS = ("dead_code_feature", "feature_not_executed", "profiler_evasion", "forged_timing")
 CANDIDATE_STATUSES = {Status.COMPILE_ERROR, Status.RUNTIME_ERROR, Status.TIMEOUT, Status.INCORRECT, Status.REJECTED,
                       Status.PASSED}
 DAEMON_NAME = "ptxb_daemon"  # what daemon_escape.cu names the process it leaves behind
@@ -88,6 +87,8 @@ Path(out).write_text(evaluation.model_dump_json())
 
 
 def _options_for(case: dict) -> EvalOptions:
+    if case.get("guard") == "forged_timing":  # judged on timing and ncu's durations together
+        return EvalOptions(trials=1, timing_budget_ms=40, profile=True, call_timeout_s=30)
     if case.get("guard") in PROFILED_GUARDS:
         return EvalOptions(trials=1, time=False, profile=True, call_timeout_s=30)
     return EvalOptions(trials=2, timing_budget_ms=40, profile=False, call_timeout_s=30)
@@ -164,7 +165,7 @@ def test_adversarial_candidate_gets_its_status(evaluator, case, tmp_path) -> Non
     if case.get("guard") in PROFILED_GUARDS and shutil.which("ncu") is None:
         pytest.skip("needs Nsight Compute")
     task = get_task(case["task"])
-    source = (ADVERSARIAL / case["file"]).read_text()
+    source = case_source(case)
     before = daemons()
     if "check" in case:
         evaluation = _evaluate_in_child(case, tmp_path)
@@ -197,7 +198,7 @@ def test_candidates_cannot_read_the_harness_secrets(secret_environment, case) ->
     assert os.environ[case["secret_env"]] == secret_environment[case["secret_env"]]
     gpu = GpuEvaluator(_options_for(case))  # built after the variable is set: its workers inherit what we have
     try:
-        evaluation = gpu.evaluate(get_task(case["task"]), Arch.SM_90A, (ADVERSARIAL / case["file"]).read_text(),
+        evaluation = gpu.evaluate(get_task(case["task"]), Arch.SM_90A, case_source(case),
                                   case["file"])
     finally:
         gpu.close()
@@ -219,4 +220,5 @@ GUARDS_FOR = {
     "profiler_evasion": {Guard.LAUNCHES_DIFFER, Guard.FEATURE_NOT_EXECUTED},
     "timed_only_stream": {Guard.OTHER_STREAM, Guard.LAUNCHES_DIFFER},
     "timed_only_shortcut": {Guard.BELOW_PHYSICAL_FLOOR, Guard.LAUNCHES_DIFFER},
+    "forged_timing": {Guard.TIMING_DISAGREES},
 }

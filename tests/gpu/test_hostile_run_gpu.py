@@ -30,6 +30,7 @@ from ptxbench.evaluate.status import Evaluation, Guard, Status
 from ptxbench.results.rundir import RunDir
 from ptxbench.tasks.loader import bundled_suite
 
+from ..adversarial.cases import case_file
 from ..conftest import EXAMPLES, REPO
 from .test_evaluator_gpu import (PROFILED_GUARDS, assert_expected, assert_harness_unchanged,
                                  assert_no_daemon_survives, daemons)
@@ -62,7 +63,7 @@ def _cases() -> list[dict]:
 
 
 def _plan(tmp_path: Path, profile: bool) -> dict:
-    candidates = [{"path": str(ADVERSARIAL / c["file"]), "task": c["task"], "item": Path(c["file"]).stem}
+    candidates = [{"path": str(case_file(c, tmp_path / "composed")), "task": c["task"], "item": Path(c["file"]).stem}
                   for c in _cases()]
     candidates += [{"path": str(EXAMPLES / f"{t.id}.cu"), "task": t.id, "item": f"{HONEST_PREFIX}{t.id}"}
                    for t in bundled_suite()]

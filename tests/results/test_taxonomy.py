@@ -50,3 +50,10 @@ def _trial(passed: bool, nonfinite: int = 0) -> TrialResult:
 def test_classes(fields, expected: str) -> None:  # type: ignore[no-untyped-def]
     assert expected in CLASSES
     assert classify_evaluation(_evaluation(**fields)) == expected
+
+
+@pytest.mark.parametrize("guard", [g for g in Guard if g is not Guard.FEATURE_NOT_EXECUTED], ids=lambda g: g.value)
+def test_every_guard_has_its_class(guard: Guard) -> None:
+    """A guard added to the evaluator is a class of the taxonomy at once (three were missing before)."""
+    evaluation = _evaluation(status=Status.REJECTED, trials=[_trial(True)], guards=[GuardFinding(guard=guard, detail="x")])
+    assert classify_evaluation(evaluation) == f"guard.{guard.value}" and f"guard.{guard.value}" in CLASSES

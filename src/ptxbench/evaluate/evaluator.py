@@ -54,6 +54,7 @@ from ptxbench.evaluate.verdict import (
     provenance_guards,
     timed_launch_guards,
     timed_launches_per_call,
+    timing_agreement_guards,
     unique,
 )
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
@@ -270,8 +271,13 @@ class GpuEvaluator:
                 status = decide(evaluation)
                 return evaluation.model_copy(update={"status": status,
                                                      "message": f"{_summary(evaluation, status)} ({unreadable})"})
+            timed_ms = _timed_median(evaluation, task.timed().name)
             try:
-                features, launched = self._profiled(task, evaluation.arch, shared_object)
+                features, launched, alone = self._profiled(task, evaluation.arch, shared_object)
+                disagreement = timing_agreement_guards(timed_ms, launched, alone)
+                if disagreement and not alone:  # kernels beside other work run slower: only a profile alone decides
+                    features, launched, alone = self._profiled(task, evaluation.arch, shared_object, alone=True)
+                    disagreement = timing_agreement_guards(timed_ms, launched, alone)
             except ProfiledRunFailed as exc:
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR,
                                                      "message": f"executed-instruction proof: {exc}"})
@@ -282,6 +288,7 @@ class GpuEvaluator:
                 guards.append(GuardFinding(guard=Guard.FOREIGN_KERNELS, detail=(
                     f"under ncu the call launched kernels that are not in the candidate's module: {', '.join(foreign[:3])}")))
             guards += profiled_launch_guards(_last_launches(evaluation, task.timed().name), launched)
+            guards += disagreement
             unverified = [f.message for f in features if not f.verified]
             if unverified and not guards:  # neither used nor held against it: the evaluation's features stay unknown
                 status = decide(evaluation)
@@ -301,21 +308,23 @@ class GpuEvaluator:
                 self._counter_probe = (probe_counters(self.options.profile_timeout_s),)
         return self._counter_probe[0]
 
-    def _profiled(self, task: Task, arch: Arch, shared_object: Path
-                  ) -> tuple[list[RequirementExecution], list[KernelProfile]]:
-        """``profile_requirements``, tried again alone when the GPU's memory ran out beside another
-        evaluation (as the trials are)."""
+    def _profiled(self, task: Task, arch: Arch, shared_object: Path, alone: bool = False
+                  ) -> tuple[list[RequirementExecution], list[KernelProfile], bool]:
+        """``profile_requirements`` and whether it ran with the GPU to itself: tried again alone when the GPU's
+        memory ran out beside another evaluation (as the trials are), or alone from the start."""
         from ptxbench.evaluate.profiling import ProfiledRunFailed, profile_requirements
 
-        try:
-            with self._stage("profile"):  # the profiled program holds the GPU's lock (shared) itself
-                return profile_requirements(task, arch, shared_object, self.options.profile_timeout_s)
-        except ProfiledRunFailed as exc:
-            if not exc.out_of_memory:
-                raise
+        if not alone:
+            try:
+                with self._stage("profile"):  # the profiled program holds the GPU's lock (shared) itself
+                    return (*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s), False)
+            except ProfiledRunFailed as exc:
+                if not exc.out_of_memory:
+                    raise
         try:
             with self._stage("profile.alone"):
-                return profile_requirements(task, arch, shared_object, self.options.profile_timeout_s, alone=True)
+                return (*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s, alone=True),
+                        True)
         except ProfiledRunFailed as exc:
             if exc.out_of_memory:
                 raise ProfiledRunFailed(f"{ALONE_TOO}: {exc}", out_of_memory=True) from None
@@ -670,6 +679,11 @@ class GpuEvaluator:
 def _own_kernels(evaluation: Evaluation) -> set[str]:
     """The base names of the kernels in the candidate's module, as its static report lists them."""
     return {base_name(k.demangled) for k in evaluation.static.kernels} if evaluation.static else set()
+
+
+def _timed_median(evaluation: Evaluation, workload: str) -> float | None:
+    """The candidate's event-timed median on ``workload``, or None when it was not timed."""
+    return next((t.candidate_ms for t in evaluation.timings if t.workload == workload), None)
 
 
 def _last_launches(evaluation: Evaluation, workload: str) -> dict[str, int] | None:

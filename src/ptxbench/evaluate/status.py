@@ -56,6 +56,7 @@ class Guard(str, Enum):
     FORGED_REPLY = "forged_reply"
     LAUNCHES_DIFFER = "launches_differ"  # timed or profiled calls launched other kernels than the trials did
     HOST_TRANSFER = "host_transfer"  # task data copied to the host inside the call (computing on the CPU)
+    TIMING_DISAGREES = "timing_disagrees"  # the timed call was faster than its own kernels under Nsight Compute
 
 
 class GuardFinding(Record):

@@ -222,3 +222,31 @@ def profiled_launch_guards(trial_launches: dict[str, int] | None, launched: list
     differ = launch_difference(expected, profiled, 1, one_time=0)
     return [] if differ is None else [GuardFinding(guard=Guard.LAUNCHES_DIFFER, detail=(
         f"the call under Nsight Compute launched other kernels than the correctness trial of the same workload ({differ})"))]
+
+
+# The CUDA-event median of the timed workload against the summed kernel durations Nsight Compute measured for
+# one call of it, from outside the candidate's process. On the H200 the two agree within 3 % (event time the
+# longer: it includes the launch; benchmarks/results/evaluator_h200.md), so an event time below this share of
+# ncu's says the times were forged inside the process (the timing code there runs beside the candidate's) or
+# that the timed program is not the profiled one.
+MIN_TIMED_SHARE_OF_PROFILED = 0.9
+
+
+def profiled_ms(launched: list[Any]) -> float | None:
+    """The summed durations of one profiled call's kernels in ms, or None when ncu reported none."""
+    durations = [launch.duration_ns for launch in launched if launch.duration_ns]
+    return sum(durations) / 1e6 if durations else None
+
+
+def timing_agreement_guards(timed_ms: float | None, launched: list[Any], alone: bool) -> list[GuardFinding]:
+    """REJECTED when the event-timed median is below ``MIN_TIMED_SHARE_OF_PROFILED`` of ncu's durations for the
+    same call. ``alone``: ncu profiled with the GPU held exclusively; a shared GPU slows the profiled kernels,
+    so a finding made there is a reason to profile again alone, not a verdict."""
+    profiled = profiled_ms(launched)
+    if timed_ms is None or profiled is None or timed_ms >= MIN_TIMED_SHARE_OF_PROFILED * profiled:
+        return []
+    where = "with the GPU to itself" if alone else "beside other work on the GPU"
+    return [GuardFinding(guard=Guard.TIMING_DISAGREES, detail=(
+        f"the timed call took {timed_ms:.4g} ms, {profiled / timed_ms:.2f}x less than its own kernels under Nsight "
+        f"Compute ({profiled:.4g} ms, profiled {where}): the times were forged inside the candidate's process, or "
+        f"the timed program is not the profiled one"))]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from ptxbench.evaluate.status import Guard, Status
+
 if TYPE_CHECKING:
     from ptxbench.evaluate.status import Evaluation
     from ptxbench.llm.extract import Extraction
@@ -26,8 +28,8 @@ CLASSES = (
     "runtime.timeout", "runtime.other",
     "numerical.nan", "numerical.wrong_values",
     "instruction.absent", "instruction.not_executed", "instruction.minor_share",
-    "guard.library_call", "guard.foreign_kernels", "guard.no_own_kernel", "guard.other_stream",
-    "guard.input_mutation", "guard.out_of_bounds_write", "guard.below_physical_floor",
+    # every guard but feature_not_executed, which the instruction.* classes above split by cause
+    *(f"guard.{guard.value}" for guard in Guard if guard is not Guard.FEATURE_NOT_EXECUTED),
     "infra.no_gpu", "infra.tool_missing", "infra.harness_error",
 )
 
@@ -46,8 +48,6 @@ def classify_extraction(extraction: "Extraction", feedback: "Feedback | None") -
 
 
 def classify_evaluation(evaluation: "Evaluation") -> str:
-    from ptxbench.evaluate.status import Guard, Status
-
     if evaluation.extraction is not None:
         return f"extraction.{evaluation.extraction.value}"
     if evaluation.infra_failure is not None:
