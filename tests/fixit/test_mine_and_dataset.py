@@ -14,7 +14,7 @@ from ptxbench.fixit.dataset import build_dataset, explanation_problem, export, n
 from ptxbench.fixit.mine import harvest_own_repairs, mine_failures
 from ptxbench.llm.extract import Extraction, ExtractionStatus
 from ptxbench.llm.feedback import Feedback, render_check_feedback
-from ptxbench.llm.prompts import ContextCondition
+from ptxbench.prompts.conversation import ContextCondition
 from ptxbench.llm.run import ItemResult, Turn
 from ptxbench.llm.types import Completion
 from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
