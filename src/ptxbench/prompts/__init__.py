@@ -13,4 +13,4 @@ updated. A task's own text needs no bump: its content hash is recorded beside th
 """
 
 PROMPT_VERSION = 3  # 3: one version for task, context, conversation and Fixit prompts (was task-2, pack-1)
-PROMPT_DIGEST = ""
+PROMPT_DIGEST = "c78d2d07f03146c8aa4f5a869d2a016e02bf65809834be8efced5fbb3ed269d1"

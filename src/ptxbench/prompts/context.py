@@ -4,8 +4,9 @@
 features available there, with what each is for and its PTX spelling. ``context_pack(arch)`` is the
 target's guide followed by ``ptx_wrappers.cuh`` with the other target's section removed.
 
-Everything comes from this module, the files of ``ptxbench.context`` and the registry, so a pack is
-fully determined by ``PROMPT_VERSION`` and the package contents. The PTX spellings are read from the
+Everything comes from this module, the files of ``ptxbench.context`` (guides, wrapper header) and the
+registry, so a pack is fully determined by the package contents; a change to any of them that changes
+the words fails the digest test until ``PROMPT_VERSION`` is bumped. The PTX spellings are read from the
 registry's probe kernels (which tests/arch proves compile to the registered SASS), not typed by hand.
 """
 
