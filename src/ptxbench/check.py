@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from ptxbench.arch.registry import Arch
-from ptxbench.context.pack import inline_wrapper_header
+from ptxbench.context.wrappers import inline_wrapper_header
 from ptxbench.contract.signature import HEADER_NAME, header
 from ptxbench.errors import CandidateError
 from ptxbench.static.report import StaticReport, static_report

@@ -45,7 +45,7 @@ def _benchmark_arch(arch: Arch) -> Arch:
 
 
 def _context_condition(value: str) -> str:
-    from ptxbench.llm.prompts import ContextCondition
+    from ptxbench.prompts.conversation import ContextCondition
 
     choices = [c.value for c in ContextCondition]
     if value not in choices:
@@ -164,7 +164,7 @@ def prompt(task: str = typer.Argument(..., help="Task id or path to a task .toml
            arch: Arch = _TARGET, context: str = _CONTEXT, one_shot: Optional[str] = _ONE_SHOT,
            as_json: bool = typer.Option(False, "--json", help="The messages as JSON, exactly as sent")) -> None:
     """Print exactly what a model is given for TASK (the opening conversation of every sample)."""
-    from ptxbench.llm.prompts import ContextCondition, build_conversation
+    from ptxbench.prompts.conversation import ContextCondition, build_conversation
     from ptxbench.llm.run import load_one_shot
     from ptxbench.tasks.loader import get_task
 
@@ -545,7 +545,7 @@ def _static_evaluation_note() -> str:
 def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, turns: int, context: str,
                 temperature: float, top_p: Optional[float], max_tokens: int, concurrency: int, out: Optional[Path],
                 base_url: Optional[str], adapter: Optional[str], one_shot: Optional[str], dry_run: bool) -> None:
-    from ptxbench.llm.prompts import ContextCondition
+    from ptxbench.prompts.conversation import ContextCondition
     from ptxbench.llm.run import RunConfig, execute, plan, provider_errors
     from ptxbench.llm.types import SamplingParams
     from ptxbench.tasks.loader import bundled_suite, get_task

@@ -18,12 +18,13 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import CheckReport, check_files
-from ptxbench.context import pack
+from ptxbench.context import wrappers
+from ptxbench.prompts.context import compilable_snippets
 from ptxbench.static.ptx import instructions
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = '#include "ptx_wrappers.cuh"'
-FULL_HEADER = pack._read(pack.HEADER_NAME)
+FULL_HEADER = wrappers._read(wrappers.HEADER_NAME)
 _STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _WRAPPER = re.compile(r"^(?:__device__ __forceinline__|__host__ __device__ constexpr|inline) [\w:<>()&*, ]*?\b(\w+)\(",
                       re.MULTILINE)
@@ -53,14 +54,14 @@ PLAN: dict[Arch, dict[str, str]] = {
         "wrappers_sm90a": with_header("wrappers_sm90a.cu"),
         "gpu_check": with_header("gpu_wrappers_check.cu"),
         "common_full_header": with_header("wrappers_common.cu"),
-        "common_pack_header": with_header("wrappers_common.cu", pack.wrapper_header(Arch.SM_90A)),
-        **{f"guide_{i}": s for i, s in enumerate(pack.compilable_snippets(Arch.SM_90A))},
+        "common_pack_header": with_header("wrappers_common.cu", wrappers.wrapper_header(Arch.SM_90A)),
+        **{f"guide_{i}": s for i, s in enumerate(compilable_snippets(Arch.SM_90A))},
     },
     Arch.SM_100A: {
         "wrappers_sm100a": with_header("wrappers_sm100a.cu"),
         "common_full_header": with_header("wrappers_common.cu"),
-        "common_pack_header": with_header("wrappers_common.cu", pack.wrapper_header(Arch.SM_100A)),
-        **{f"guide_{i}": s for i, s in enumerate(pack.compilable_snippets(Arch.SM_100A))},
+        "common_pack_header": with_header("wrappers_common.cu", wrappers.wrapper_header(Arch.SM_100A)),
+        **{f"guide_{i}": s for i, s in enumerate(compilable_snippets(Arch.SM_100A))},
     },
 }
 

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ptxbench.evaluate import baselines
 from ptxbench.evaluate.baselines import BaselineQuality, baseline_text, variant_specs, weak_baseline_warning
-from ptxbench.prompt import render_task_prompt
+from ptxbench.prompts.task import render_task_prompt
 from ptxbench.tasks.loader import bundled_suite
 from ptxbench.tasks.model import Role
 from ptxbench.tasks.reference import make_inputs

@@ -14,9 +14,10 @@ from ptxbench.fixit.dataset import build_dataset, explanation_problem, export, n
 from ptxbench.fixit.mine import harvest_own_repairs, mine_failures
 from ptxbench.llm.extract import Extraction, ExtractionStatus
 from ptxbench.llm.feedback import Feedback, render_check_feedback
-from ptxbench.llm.prompts import ContextCondition
+from ptxbench.prompts.conversation import ContextCondition
 from ptxbench.llm.run import ItemResult, Turn
 from ptxbench.llm.types import Completion
+from ptxbench.prompts import PROMPT_VERSION
 from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.tasks.loader import get_task
 
@@ -102,5 +103,8 @@ def test_dataset_dedups_balances_splits_and_exports(tmp_path: Path) -> None:
     written = export(records, card, tmp_path / "data")
     line = json.loads((tmp_path / "data" / "test.jsonl").read_text().splitlines()[0])
     assert line["messages"][-1]["role"] == "assistant"
-    assert "| memory_bound × compile.cpp_error | 1 |" in (tmp_path / "data" / "DATA_CARD.md").read_text()
+    assert line["prompt_version"] == card.prompt_version == PROMPT_VERSION  # the words' version, with the words
+    data_card = (tmp_path / "data" / "DATA_CARD.md").read_text()
+    assert data_card.startswith(f"# Fixit data card (v2, prompts v{PROMPT_VERSION})\n")
+    assert "| memory_bound × compile.cpp_error | 1 |" in data_card
     assert len(written) == 2

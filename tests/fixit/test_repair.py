@@ -9,6 +9,8 @@ import pytest
 from ptxbench.fixit.mine import harvest_own_repairs, mine_failures
 from ptxbench.fixit.repair import explain, repair
 from ptxbench.llm.feedback import Feedback
+from ptxbench.prompts import PROMPT_VERSION
+from ptxbench.results.rundir import RunDir
 
 from ..llm.conftest import FakeLLMServer, Reply
 from .test_mine_and_dataset import FIXED, _run
@@ -42,6 +44,7 @@ def test_repair_refines_until_the_evaluator_passes(teacher: FakeLLMServer, tmp_p
     first = teacher.received[0].body["messages"]
     assert "A previous attempt" in first[-1]["content"] and "undeclared_value" in first[-1]["content"]
     assert "wrong on workload" in teacher.received[1].body["messages"][-1]["content"]
+    assert RunDir.load(tmp_path / "repairs").header.config["prompt_version"] == PROMPT_VERSION
 
 
 def test_explanations_are_requested_and_filtered(teacher: FakeLLMServer, tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from ptxbench.fixit.train import (
     train,
 )
 from ptxbench.llm.client import complete_all_sync
-from ptxbench.llm.types import CompletionRequest, Message, SamplingParams
+from ptxbench.llm.types import CompletionRequest, SamplingParams
+from ptxbench.prompts.conversation import Message
 
 from ..tiny_model import save_tiny_model
 

@@ -10,7 +10,8 @@ import pytest
 from ptxbench.llm.cache import CompletionCache
 from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.providers import get_provider
-from ptxbench.llm.types import Completion, CompletionRequest, Message
+from ptxbench.llm.types import Completion, CompletionRequest
+from ptxbench.prompts.conversation import Message
 
 from .conftest import FakeLLMServer, Reply
 

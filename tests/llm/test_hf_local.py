@@ -8,7 +8,8 @@ import pytest
 
 from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.providers import get_provider
-from ptxbench.llm.types import CompletionRequest, Message, SamplingParams
+from ptxbench.llm.types import CompletionRequest, SamplingParams
+from ptxbench.prompts.conversation import Message
 
 from ..tiny_model import save_tiny_model
 

@@ -12,7 +12,8 @@ from ptxbench.errors import ApiKeyMissing, ProviderError, ProviderSdkMissing, Un
 from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.pricing import cost
 from ptxbench.llm.providers import get_provider, parse_model
-from ptxbench.llm.types import CompletionRequest, Message, Usage
+from ptxbench.llm.types import CompletionRequest, Usage
+from ptxbench.prompts.conversation import Message
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:

@@ -1,2 +1,2 @@
-"""Context for the ``arch`` and ``full`` prompt conditions: per-target guides, the PTX wrapper header,
-and the renderers in ``pack``."""
+"""The PTX wrapper header (``ptx_wrappers.cuh``) and its handling in ``wrappers``, plus the per-target
+guides (``guide_*.md``) that the ``full`` prompt condition shows (rendered by ``ptxbench.prompts.context``)."""

@@ -21,17 +21,13 @@ from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
 from ptxbench.arch.registry import Arch
 from ptxbench.fixit.mine import RepairPair
-from ptxbench.llm.types import Message
-from ptxbench.prompt import render_task_prompt
+from ptxbench.prompts import PROMPT_VERSION
+from ptxbench.prompts.conversation import Message
+from ptxbench.prompts.fixit import training_messages
 from ptxbench.records import Record
 from ptxbench.tasks.loader import get_task
 
-DATASET_VERSION = 1
-REPAIR_SYSTEM_PROMPT = (
-    "You are an expert GPU kernel engineer. You are shown a task, a CUDA kernel that failed it, and what the "
-    "evaluation harness found. Explain briefly and concretely why it failed and why your fix works, then give the "
-    "complete corrected file in one ```cuda block."
-)
+DATASET_VERSION = 2  # 2: records and the card name the prompts' version
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _CODE_LINE = re.compile(r"^\s*(#include|#define|__global__|asm|extern|return|for\s*\(|if\s*\(|[\w:<>*&\s]+[;{}]\s*$)")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.:]{3,}")
@@ -40,6 +36,7 @@ _GENERIC = re.compile(r"^(the (code|kernel) (was|is) (wrong|incorrect|broken)|fi
 
 class ChatRecord(Record):
     version: int = DATASET_VERSION
+    prompt_version: int = Field(description="ptxbench.prompts.PROMPT_VERSION of the words in `messages`")
     messages: list[Message]
     task: str
     family: str
@@ -51,6 +48,7 @@ class ChatRecord(Record):
 
 class DataCard(Record):
     version: int = DATASET_VERSION
+    prompt_version: int = Field(description="ptxbench.prompts.PROMPT_VERSION of every record's words")
     records: int
     dropped: dict[str, int] = Field(description="why pairs were left out, with counts")
     by_split: dict[str, int]
@@ -85,14 +83,10 @@ def explanation_problem(explanation: str, failed: str, fixed: str, feedback: str
 def chat_record(pair: RepairPair, split: str) -> ChatRecord:
     attempt = pair.failure.attempt
     task = get_task(attempt.task)
-    user = (f"{render_task_prompt(task, Arch(attempt.arch))}\n\n## Your previous attempt\n\n```cuda\n"
-            f"{pair.failure.source.rstrip()}\n```\n\n## What the harness found\n\n{pair.failure.feedback.rstrip()}\n\n"
-            "Explain what went wrong and give the corrected file.")
-    answer = f"{(pair.explanation or '').strip()}\n\n```cuda\n{pair.fixed_source.rstrip()}\n```".lstrip()
-    return ChatRecord(messages=[Message(role="system", content=REPAIR_SYSTEM_PROMPT), Message(role="user", content=user),
-                                Message(role="assistant", content=answer)],
-                      task=task.id, family=task.family.value, error_class=attempt.error_class, split=split,
-                      origin=pair.origin, verified=pair.verified)
+    messages = training_messages(task, Arch(attempt.arch), pair.failure.source, pair.failure.feedback,
+                                 pair.explanation, pair.fixed_source)
+    return ChatRecord(prompt_version=PROMPT_VERSION, messages=messages, task=task.id, family=task.family.value,
+                      error_class=attempt.error_class, split=split, origin=pair.origin, verified=pair.verified)
 
 
 def select(records: list[ChatRecord], size: int, mode: str, seed: int = 0) -> list[ChatRecord]:
@@ -163,7 +157,8 @@ def build_dataset(pairs: list[RepairPair], *, holdout_tasks: tuple[str, ...] = (
         return "test" if task.id in holdout_tasks or task.family.value in holdout_families else "train"
 
     records = [chat_record(p, split(p)) for p in balanced]
-    card = DataCard(records=len(records), dropped=dict(dropped), by_split=dict(Counter(r.split for r in records)),
+    card = DataCard(prompt_version=PROMPT_VERSION, records=len(records), dropped=dict(dropped),
+                    by_split=dict(Counter(r.split for r in records)),
                     by_family_and_class=dict(Counter(f"{r.family} × {r.error_class}" for r in records)),
                     holdout_tasks=sorted(holdout_tasks), holdout_families=sorted(holdout_families))
     return records, card
@@ -194,7 +189,8 @@ def export(records: list[ChatRecord], card: DataCard, out: Path, formats: tuple[
             if "hf" in formats:
                 table.save_to_disk(str(out / "hf" / split))
                 written.append(out / "hf" / split)
-    lines = [f"# Fixit data card (v{DATASET_VERSION})", "", f"{card.records} records; held-out tasks: "
+    lines = [f"# Fixit data card (v{DATASET_VERSION}, prompts v{card.prompt_version})", "",
+             f"{card.records} records; held-out tasks: "
              f"{', '.join(card.holdout_tasks) or 'none'}.", "", "| split | records |", "|---|---|"]
     lines += [f"| {split} | {count} |" for split, count in sorted(card.by_split.items())]
     lines += ["", "| family × error class | records |", "|---|---|"]

@@ -10,33 +10,19 @@ Explanations are asked for separately, grounded in the diff and the diagnosis, a
 from __future__ import annotations
 
 import asyncio
-import difflib
 from pathlib import Path
 
 from ptxbench.arch.registry import Arch
-from ptxbench.fixit.dataset import REPAIR_SYSTEM_PROMPT, explanation_problem
+from ptxbench.fixit.dataset import explanation_problem
 from ptxbench.fixit.mine import FailureCase, RepairPair
 from ptxbench.llm.feedback import Evaluator
 from ptxbench.llm.run import RunConfig, run_item
-from ptxbench.llm.types import CompletionRequest, Message, SamplingParams
-from ptxbench.prompt import render_task_prompt
+from ptxbench.llm.types import CompletionRequest, SamplingParams
+from ptxbench.prompts import PROMPT_VERSION
+from ptxbench.prompts.conversation import Message
+from ptxbench.prompts.fixit import explain_request, repair_opening
 from ptxbench.results.rundir import RunDir, RunHeader
 from ptxbench.tasks.loader import get_task
-
-EXPLAIN_PROMPT = (
-    "A CUDA kernel failed and was then fixed. In a short paragraph (3-6 sentences), explain concretely why the "
-    "failure happened and why the fix works, naming the instructions, variables or conditions involved. Do not "
-    "repeat the code."
-)
-
-
-def repair_opening(case: FailureCase) -> list[Message]:
-    task = get_task(case.attempt.task)
-    return [Message(role="system", content=REPAIR_SYSTEM_PROMPT),
-            Message(role="user", content=(
-                f"{render_task_prompt(task, Arch(case.attempt.arch))}\n\n## A previous attempt\n\n```cuda\n"
-                f"{case.source.rstrip()}\n```\n\n## What the harness found\n\n{case.feedback.rstrip()}\n\n"
-                "Fix it: reply with the complete corrected file in one ```cuda block."))]
 
 
 def _item(case: FailureCase) -> str:
@@ -53,15 +39,17 @@ def repair(cases: list[FailureCase], teacher: str, out: Path, evaluator: Evaluat
 
     config = RunConfig(model=teacher, tasks=sorted({c.attempt.task for c in cases}), turns=turns,
                        params=SamplingParams(temperature=temperature), base_url=base_url)
-    rundir = RunDir.open(out, RunHeader(kind="repair", config=config.model_dump(mode="json")))
+    rundir = RunDir.open(out, RunHeader(kind="repair", config={**config.model_dump(mode="json"),
+                                                                "prompt_version": PROMPT_VERSION}))
     complete = completer(provider_for(teacher, base_url), default_completion_cache(), DEFAULT_TIMEOUT_S)
 
     async def all_cases() -> list[RepairPair]:
         pairs = []
         for case in cases:
-            config_for = config.model_copy(update={"arch": Arch(case.attempt.arch)})
-            result = await run_item(get_task(case.attempt.task), 0, config_for, complete, evaluator, rundir,
-                                    opening=repair_opening(case), item=_item(case))
+            task, arch = get_task(case.attempt.task), Arch(case.attempt.arch)
+            config_for = config.model_copy(update={"arch": arch})
+            result = await run_item(task, 0, config_for, complete, evaluator, rundir,
+                                    opening=repair_opening(task, arch, case.source, case.feedback), item=_item(case))
             last = result.turns[-1]
             if last.feedback is not None and last.feedback.passed and last.extraction.ok:
                 pairs.append(RepairPair(failure=case, fixed_source=last.extraction.source,
@@ -79,12 +67,9 @@ def explain(pairs: list[RepairPair], teacher: str, *, base_url: str | None = Non
 
     requests = []
     for index, pair in enumerate(pairs):
-        diff = "\n".join(difflib.unified_diff(pair.failure.source.splitlines(), pair.fixed_source.splitlines(),
-                                              "failed.cu", "fixed.cu", lineterm="", n=2))
+        question = explain_request(pair.failure.source, pair.fixed_source, pair.failure.feedback)
         requests.append(CompletionRequest(model=teacher, params=SamplingParams(temperature=0.2, max_tokens=600),
-                                          messages=[Message(role="user", content=(
-                                              f"{EXPLAIN_PROMPT}\n\n## Diagnosis\n\n{pair.failure.feedback}\n\n"
-                                              f"## Diff\n\n```diff\n{diff}\n```"))],
+                                          messages=[Message(role="user", content=question)],
                                           metadata={"task": pair.failure.attempt.task, "sample": index, "turn": 0}))
     completions = complete_all_sync(requests, provider_for(teacher, base_url), concurrency=4,
                                     cache=default_completion_cache())

@@ -32,7 +32,7 @@ from ptxbench._compat import tomllib
 from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
 from ptxbench.llm.providers.hf_local import plain_prompt
-from ptxbench.llm.types import Message
+from ptxbench.prompts.conversation import Message
 from ptxbench.records import Record
 
 TRAIN_SCHEMA_VERSION = 1

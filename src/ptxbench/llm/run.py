@@ -16,8 +16,9 @@ from pydantic import Field
 from ptxbench.arch.registry import Arch
 from ptxbench.llm.extract import Extraction, ExtractionStatus, extract_candidate
 from ptxbench.llm.feedback import Evaluator, Feedback, extraction_feedback
-from ptxbench.llm.prompts import ContextCondition, OneShot, build_conversation, feedback_message, prompt_version
-from ptxbench.llm.types import Completion, CompletionRequest, Message, SamplingParams, Usage
+from ptxbench.llm.types import Completion, CompletionRequest, SamplingParams, Usage
+from ptxbench.prompts import PROMPT_VERSION
+from ptxbench.prompts.conversation import ContextCondition, Message, OneShot, build_conversation, feedback_message
 from ptxbench._io import write_atomic
 from ptxbench.records import Record
 from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, read_result, write_model
@@ -124,7 +125,7 @@ async def run_item(task: Task, sample: int, config: RunConfig, complete: Callabl
                     feedback_message(feedback.text, turn + 1, config.turns)]
     last = turns[-1].feedback
     result = ItemResult(task=task.id, task_hash=task.content_hash, sample=sample, arch=config.arch,
-                        context=config.context, prompt_version=prompt_version(config.context), turns=turns,
+                        context=config.context, prompt_version=str(PROMPT_VERSION), turns=turns,
                         passed=bool(last and last.passed), verified_on_gpu=bool(last and last.verified_on_gpu),
                         usage=_total_usage(turns))
     write_model(folder / RESULT_FILE, result)
@@ -208,7 +209,8 @@ def header_for(config: RunConfig) -> RunHeader:
 
     toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
     kind = "run" if config.evaluate else "generate"
-    return RunHeader(kind=kind, toolchain=toolchain, config=config.model_dump(mode="json"))
+    return RunHeader(kind=kind, toolchain=toolchain,
+                     config={**config.model_dump(mode="json"), "prompt_version": PROMPT_VERSION})
 
 
 class Plan(Record):

@@ -1,23 +1,18 @@
 """What goes to a model and what comes back: the records every provider, the cache and the run
-directory share."""
+directory share. The messages themselves are ``ptxbench.prompts.conversation.Message``: the prompts
+make them, below every client that sends them."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
 
 from pydantic import ConfigDict, Field
 
+from ptxbench.prompts.conversation import Message
 from ptxbench.records import Record
 
 LLM_RECORD_VERSION = 1
-
-
-class Message(Record):
-    model_config = ConfigDict(frozen=True)
-    role: Literal["system", "user", "assistant"]
-    content: str
 
 
 class SamplingParams(Record):

@@ -127,7 +127,7 @@ def _target_only(errors: list[str], arch: Arch) -> Diagnosis | None:
     """A C++ error that is really the target's: the code calls wrappers that ``ptx_wrappers.cuh`` defines
     only for other targets (on sm_90 its wgmma section is compiled out, so ``ptx::wgmma_fence`` is "no
     member"), or, on a plain target, the errors name the arch-specific one (``#error needs sm_90a``)."""
-    from ptxbench.context.pack import HEADER_NAME, wrapper_targets
+    from ptxbench.context.wrappers import HEADER_NAME, wrapper_targets
 
     missing: dict[str, frozenset[Arch]] = {}
     for line in errors:

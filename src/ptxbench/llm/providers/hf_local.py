@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from ptxbench.llm.providers.base import check_model, require_sdk
-from ptxbench.llm.types import Completion, CompletionRequest, Message, Usage
+from ptxbench.llm.types import Completion, CompletionRequest, Usage
+from ptxbench.prompts.conversation import Message
 
 
 def plain_prompt(messages: list[Message]) -> str:

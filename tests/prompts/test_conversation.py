@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.arch.registry import BENCHMARK_ARCHS, Arch
-from ptxbench.llm.prompts import ContextCondition, OneShot, build_conversation, prompt_version
-from ptxbench.prompt import render_task_prompt
+from ptxbench.prompts.conversation import ContextCondition, OneShot, build_conversation
+from ptxbench.prompts.task import render_task_prompt
 from ptxbench.tasks.loader import bundled_suite, get_task
 
 from ..conftest import EXAMPLES
@@ -29,11 +29,6 @@ def test_conditions_nest_and_never_show_held_out_workloads(arch: Arch) -> None:
         assert "wgmma.mma_async" in full
     else:
         assert "tcgen05.mma" in full
-
-
-def test_prompt_versions_name_the_condition() -> None:
-    versions = {prompt_version(c) for c in ContextCondition}
-    assert len(versions) == 3 and all(v.startswith("task-") for v in versions)
 
 
 def test_one_shot_comes_first_and_must_be_another_task() -> None:

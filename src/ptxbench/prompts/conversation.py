@@ -2,29 +2,37 @@
 
 Conditions: ``none`` (the task alone), ``arch`` (plus a concise table of the target's features and
 limits), ``full`` (plus the context pack: a guide to the architecture and our PTX wrapper header).
-The task section is ``ptxbench.prompt.render_task_prompt``, so ``ptxbench prompt`` and a run send the
-same words; held-out workloads never appear.
+The task section is ``ptxbench.prompts.task.render_task_prompt``, so ``ptxbench prompt`` and a run send
+the same words; held-out workloads never appear. ``Message`` is defined here, below the model clients
+that send it, because a conversation is made of them.
 """
 
 from __future__ import annotations
 
 from enum import Enum
+from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import OptionError
-from ptxbench.llm.types import Message
-from ptxbench.prompt import PROMPT_VERSION, render_task_prompt
+from ptxbench.prompts.context import arch_table, context_pack
+from ptxbench.prompts.task import render_task_prompt
 from ptxbench.tasks.model import Task
-
-CONVERSATION_VERSION = 1
 
 SYSTEM_PROMPT = (
     "You are an expert GPU kernel engineer. You write complete, correct CUDA C++ files that use the "
     "architecture-specific PTX instructions a task asks for, through inline assembly, and you make them "
     "fast. You answer with the whole file in one fenced ```cuda block."
 )
+
+
+class Message(BaseModel):
+    """One turn of a conversation, as every provider, the cache and the run directory store it."""
+
+    model_config = ConfigDict(frozen=True)
+    role: Literal["system", "user", "assistant"]
+    content: str
 
 
 class ContextCondition(str, Enum):
@@ -43,18 +51,7 @@ class OneShot(BaseModel):
 def context_text(arch: Arch, condition: ContextCondition) -> str:
     if condition is ContextCondition.NONE:
         return ""
-    from ptxbench.context.pack import arch_table, context_pack
-
     return arch_table(arch) if condition is ContextCondition.ARCH else context_pack(arch)
-
-
-def prompt_version(condition: ContextCondition) -> str:
-    """Recorded with every run, so a result names the exact words that produced it."""
-    if condition is ContextCondition.NONE:
-        return f"task-{PROMPT_VERSION}"
-    from ptxbench.context.pack import CONTEXT_PACK_VERSION
-
-    return f"task-{PROMPT_VERSION}+{condition.value}-{CONTEXT_PACK_VERSION}"
 
 
 def build_conversation(task: Task, arch: Arch, condition: ContextCondition = ContextCondition.NONE,

@@ -1,6 +1,6 @@
 """The text a model is given for a task: built only from the task, never from held-out workloads.
 
-``ptxbench prompt TASK`` prints exactly this. The LLM harness adds context packs on top; the task
+``ptxbench prompt TASK`` prints exactly this. The conversations add context packs on top; the task
 section below is the part every condition shares.
 """
 
@@ -9,8 +9,6 @@ from __future__ import annotations
 from ptxbench.arch.registry import Arch, load_registry
 from ptxbench.contract.signature import HEADER_NAME, header
 from ptxbench.tasks.model import Task
-
-PROMPT_VERSION = 2  # 2: the header says the entry point returns an int (a cudaError_t value)
 
 
 def _sizes(sizes: dict[str, int]) -> str:
@@ -28,18 +26,11 @@ def requirements_text(task: Task, arch: Arch) -> str:
     return "\n".join(lines)
 
 
-def _baseline(task: Task) -> str:
-    """The baselines the evaluator really times, generated from its variants (never hand-written)."""
-    from ptxbench.evaluate.baselines import baseline_text
-
-    try:
-        return baseline_text(task.id)
-    except KeyError:  # a task outside the suite: no baseline is timed for it, and the prompt says so
-        return "no vendor baseline (none is defined for this task, so no speedup is reported)"
-
-
 def render_task_prompt(task: Task, arch: Arch) -> str:
-    """The task section of a prompt, for one target."""
+    """The task section of a prompt, for one target.
+
+    The baseline it names is the task's ``baseline.call``: the timing refuses a task whose text is not
+    the one its variants generate, so the prompt cannot promise a baseline that is not run."""
     shown = "\n".join(
         f"- `{w.name}`{' (timed)' if w.role.value == 'timed' else ''}: {_sizes(w.sizes)}"
         + (f" — {w.note}" if w.note else "")
@@ -66,7 +57,7 @@ this header (`{HEADER_NAME}`) when it compiles your file:
 
 ## Workloads
 Correctness is checked on these shapes and on others of the same rules that are not shown; speed is
-measured on the timed shape and compared with {_baseline(task)}.
+measured on the timed shape and compared with {task.baseline.call}.
 {shown}
 
 ## Answer

@@ -4,9 +4,10 @@
 features available there, with what each is for and its PTX spelling. ``context_pack(arch)`` is the
 target's guide followed by ``ptx_wrappers.cuh`` with the other target's section removed.
 
-Everything comes from files in this package and the registry, so a pack is fully determined by
-``CONTEXT_PACK_VERSION`` and the package contents. The PTX spellings are read from the registry's
-probe kernels (which tests/arch proves compile to the registered SASS), not typed by hand.
+Everything comes from this module, the files of ``ptxbench.context`` (guides, wrapper header) and the
+registry, so a pack is fully determined by the package contents; a change to any of them that changes
+the words fails the digest test until ``PROMPT_VERSION`` is bumped. The PTX spellings are read from the
+registry's probe kernels (which tests/arch proves compile to the registered SASS), not typed by hand.
 """
 
 from __future__ import annotations
@@ -15,12 +16,9 @@ import re
 from functools import cache
 from importlib import resources
 
-from ptxbench.arch.registry import BENCHMARK_ARCHS, Arch, Feature, load_registry, probe_path
+from ptxbench.arch.registry import Arch, Feature, load_registry, probe_path
+from ptxbench.context.wrappers import HEADER_NAME, check_target, wrapper_header
 from ptxbench.static.ptx import instructions
-
-CONTEXT_PACK_VERSION = 1
-
-HEADER_NAME = "ptx_wrappers.cuh"
 
 # Key limits, stated as in the guides (H200 figures measured here; B200 figures are NVIDIA's or
 # third-party, no B200 being available to the project).
@@ -61,13 +59,6 @@ _ABSENT: dict[Arch, str] = {
 _STRING_LITERAL = re.compile(r'"((?:[^"\\]|\\.)*)"')
 
 
-def _check_arch(arch: Arch) -> Arch:
-    arch = Arch(arch)
-    if arch not in BENCHMARK_ARCHS:
-        raise ValueError(f"context packs exist for {', '.join(a.value for a in BENCHMARK_ARCHS)}, not {arch.value}")
-    return arch
-
-
 def ptx_spellings(feature: Feature) -> list[str]:
     """The PTX mnemonics of ``feature`` as its probe kernel writes them (inline-asm strings), in order."""
     source = probe_path(feature).read_text()
@@ -86,7 +77,7 @@ _OTHER_FAMILY = {Arch.SM_90A: r"tcgen05(?:\.\w+)*", Arch.SM_100A: r"wgmma(?:\.\w
 
 def for_target(text: str, arch: Arch) -> str:
     """``text`` without mentions of the instruction family that ``arch`` does not have."""
-    other = _OTHER_FAMILY[_check_arch(arch)]
+    other = _OTHER_FAMILY[check_target(arch)]
     for pattern, replacement in (
         (rf"\b{other}/(\w+)", r"\1"),                  # "wgmma/tcgen05" -> the one that exists
         (rf"(\w+)/{other}\b", r"\1"),
@@ -101,7 +92,7 @@ def for_target(text: str, arch: Arch) -> str:
 @cache
 def arch_table(arch: Arch) -> str:
     """A concise Markdown reference for ``arch``: key limits, then every feature available there."""
-    arch = _check_arch(arch)
+    arch = check_target(arch)
     name = "Hopper, sm_90a" if arch is Arch.SM_90A else "Blackwell, sm_100a"
     lines = [f"## Target features ({name})", "", "Key limits:"]
     lines += [f"- {limit}" for limit in _LIMITS[arch]]
@@ -116,72 +107,10 @@ def arch_table(arch: Arch) -> str:
     return "\n".join(lines)
 
 
-def _read(name: str) -> str:
-    return resources.files("ptxbench.context").joinpath(name).read_text()
-
-
-# An arch-only section of the header: its banner names the target, its #endif repeats it.
-_SECTION = re.compile(r"// =+\n// (?P<arch>sm_\w+) only:.*?#endif  // (?P=arch) only\n\n?", re.DOTALL)
-
-
-_WRAPPER_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"](?:ptxbench/)?ptx_wrappers\.cuh[>"][^\n]*$', re.MULTILINE)
-
-
-def inline_wrapper_header(source: str, *, line_directives: bool = True) -> str:
-    """``source`` with ``#include "ptx_wrappers.cuh"`` replaced by the bundled header's text.
-
-    Candidates are single files built in an empty folder; this lets a file on disk (the reference
-    kernels, a one-shot example) use the header while the stored candidate stays exactly what was
-    compiled. Only the bundled header is ever read, never a path the file names. ``#line`` directives
-    keep the compiler's diagnostics in the file's own line numbers (and the header's, inside it); text
-    that is only shown (a one-shot example in a prompt) goes without them.
-    """
-    from ptxbench.toolchain.compile import SOURCE_NAME
-
-    match = _WRAPPER_INCLUDE.search(source)
-    if match is None:
-        return source
-    # "#pragma once" in what is now the main file would draw a warning; a comment keeps the line numbers
-    text = _read(HEADER_NAME).replace("#pragma once\n", "// (#pragma once: inlined into the main file)\n", 1)
-    resumes_at = source.count("\n", 0, match.start()) + 2  # the line after the #include, in the file's numbering
-    enter, leave = ("", "")
-    if line_directives:
-        enter, leave = f"#line 1 \"{HEADER_NAME}\"\n", f"\n#line {resumes_at} \"{SOURCE_NAME}\""
-    block = (f"// ---- {HEADER_NAME} (inlined by PTXBench) ----\n{enter}{text.rstrip()}\n"
-             f"// ---- end of {HEADER_NAME} ----{leave}")
-    return source[:match.start()] + block + source[match.end():]
-
-
-# A target-only section of the header, as the compiler sees it: its condition names the targets whose
-# feature macro enables it for device code.
-_GUARDED = re.compile(r"^#if (?P<condition>[^\n]*__CUDA_ARCH_FEAT_[^\n]*)\n(?P<body>.*?)^#endif\b",
-                      re.DOTALL | re.MULTILINE)
-_FEATURE_MACRO = re.compile(r"__CUDA_ARCH_FEAT_SM(\d+)_ALL")
-
-
-@cache
-def wrapper_targets(name: str) -> frozenset[Arch] | None:
-    """The targets whose device code sees ``name`` of ``ptx_wrappers.cuh``, when the header defines it
-    only in target-only sections; None when it is not there or visible everywhere (the common part)."""
-    text = _read(HEADER_NAME)
-    mentioned = re.compile(rf"\b{re.escape(name)}\b")
-    targets: set[Arch] = set()
-    for section in _GUARDED.finditer(text):
-        if mentioned.search(section.group("body")):
-            targets |= {Arch(f"sm_{n}a") for n in _FEATURE_MACRO.findall(section.group("condition"))}
-    if not targets or mentioned.search(_GUARDED.sub("", text)):
-        return None
-    return frozenset(targets)
-
-
-def wrapper_header(arch: Arch) -> str:
-    """``ptx_wrappers.cuh`` without the sections that exist only on the other target."""
-    arch = _check_arch(arch)
-    return _SECTION.sub(lambda m: m.group(0) if m.group("arch") == arch.value else "", _read(HEADER_NAME))
-
-
 def guide(arch: Arch) -> str:
-    return _read(f"guide_{_check_arch(arch).value}.md")
+    """The target's guide, shipped beside the wrapper header in ``ptxbench.context``."""
+    name = f"guide_{check_target(arch).value}.md"
+    return resources.files("ptxbench.context").joinpath(name).read_text()
 
 
 # Guides tag code blocks by what CI does with them: ```cuda blocks are complete translation units
@@ -203,6 +132,6 @@ def compilable_snippets(arch: Arch) -> list[str]:
 @cache
 def context_pack(arch: Arch) -> str:
     """The ``full`` condition's text: the guide for ``arch``, then the wrapper header for ``arch``."""
-    arch = _check_arch(arch)
+    arch = check_target(arch)
     return (f"{guide(arch).rstrip()}\n\n## The wrapper header ({HEADER_NAME})\n\n"
             f"```cpp\n{wrapper_header(arch).rstrip()}\n```\n")

@@ -1,6 +1,6 @@
 """The context packs render for both targets, fit the budget, and point only at what exists there.
 
-No compiler here (test_compile.py builds the code); these checks read the text.
+No compiler here (tests/context/test_compile.py builds the code); these checks read the text.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from ptxbench._compat import tomllib
 from ptxbench.arch.registry import BENCHMARK_ARCHS, Arch, load_registry
-from ptxbench.context import pack
+from ptxbench.context.wrappers import wrapper_header
+from ptxbench.prompts import context as pack
 from ptxbench.toolchain.discover import cuda_include_dir, find_toolchain
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +79,7 @@ def test_table_states_the_key_limits(arch: Arch) -> None:
 def test_pack_is_the_guide_then_the_header_for_the_target(arch: Arch) -> None:
     text = pack.context_pack(arch)
     assert text.startswith(pack.guide(arch).rstrip())
-    header = pack.wrapper_header(arch)
+    header = wrapper_header(arch)
     assert f"```cpp\n{header.rstrip()}\n```" in text
     own, other = ("wgmma_m64n128k16_bf16", "tcgen05_mma_f16") if arch is Arch.SM_90A else \
         ("tcgen05_mma_f16", "wgmma_m64n128k16_bf16")
@@ -86,14 +87,6 @@ def test_pack_is_the_guide_then_the_header_for_the_target(arch: Arch) -> None:
     for shared in ("tma_load_2d", "mbar_wait", "setmaxnreg_inc", "make_tma_map", "fence_proxy_async_smem"):
         assert shared in header, shared
     assert header.count("#if ") == header.count("#endif"), "a section was cut in the middle"
-
-
-def test_the_header_has_one_section_per_target_and_a_shared_one() -> None:
-    full = pack._read(pack.HEADER_NAME)
-    sections = re.findall(r"^// (sm_\w+) only:", full, flags=re.MULTILINE)
-    assert sorted(sections) == ["sm_100a", "sm_90a"]
-    assert "__CUDA_ARCH_FEAT_SM90_ALL" in full and "__CUDA_ARCH_FEAT_SM100_ALL" in full
-    assert len(pack.wrapper_header(Arch.SM_90A)) < len(full) and len(pack.wrapper_header(Arch.SM_100A)) < len(full)
 
 
 @ARCHS
@@ -115,7 +108,7 @@ def test_guide_length(arch: Arch) -> None:
 
 
 def _compiled_text(arch: Arch) -> str:
-    return "\n".join(pack.compilable_snippets(arch)) + pack.wrapper_header(arch)
+    return "\n".join(pack.compilable_snippets(arch)) + wrapper_header(arch)
 
 
 def _as_pattern(mnemonic: str) -> re.Pattern[str]:
@@ -156,8 +149,7 @@ def test_plain_targets_are_refused() -> None:
         pack.context_pack(Arch.SM_100)
 
 
-def test_version_and_package_data() -> None:
-    assert isinstance(pack.CONTEXT_PACK_VERSION, int) and pack.CONTEXT_PACK_VERSION >= 1
+def test_package_data() -> None:
     data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["ptxbench"]
     assert "context/*.md" in data and "context/*.cuh" in data
 
@@ -167,50 +159,3 @@ def test_for_target_drops_the_missing_family() -> None:
     assert pack.for_target(text, Arch.SM_90A) == "reads by TMA stores or wgmma; a kernel that never reaches wgmma"
     assert pack.for_target(text, Arch.SM_100A) == (
         "reads by TMA stores or tcgen05.mma; a kernel that never reaches tcgen05")
-
-
-def test_wrapper_include_is_inlined_from_the_bundle_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.check import read_candidate
-    from ptxbench.context.pack import inline_wrapper_header
-
-    candidate = tmp_path / "k.cu"
-    candidate.write_text('#include "ptx_wrappers.cuh"\n#include "other.cuh"\nint x;\n')
-    (tmp_path / "ptx_wrappers.cuh").write_text("// a local impostor that must not be read\n")
-    source = read_candidate(candidate)
-    assert "namespace ptx {" in source and "impostor" not in source
-    assert '#include "other.cuh"' in source and source.endswith("int x;\n")
-    assert source.count("inlined by PTXBench") == 1
-    plain = "#include <cuda_runtime.h>\nint y;\n"
-    assert inline_wrapper_header(plain) == plain
-    assert "namespace ptx {" in inline_wrapper_header("#include <ptxbench/ptx_wrappers.cuh>\n")
-
-
-def test_inlined_wrapper_header_keeps_the_files_line_numbers() -> None:
-    from ptxbench.context.pack import inline_wrapper_header
-
-    source = "// one\n#include \"ptx_wrappers.cuh\"\nint three;\nint four;\n"
-    lines = inline_wrapper_header(source).splitlines()
-    assert lines[0] == "// one" and lines[2] == '#line 1 "ptx_wrappers.cuh"'
-    header = pack._read(pack.HEADER_NAME).splitlines()
-    inlined = lines[3:3 + len(header)]
-    assert len(inlined) == len(header) and all(a == b for a, b in zip(inlined, header) if b != "#pragma once"), \
-        "the header's own lines, numbered as in its file"
-    resume = lines.index('#line 3 "candidate.cu"')
-    assert lines[resume + 1:] == ["int three;", "int four;"]
-    assert not any(line.strip() == "#pragma once" for line in lines)
-
-
-def test_wrapper_targets_are_read_from_the_headers_guards() -> None:
-    assert pack.wrapper_targets("wgmma_fence") == {Arch.SM_90A}
-    assert pack.wrapper_targets("setmaxnreg_inc") == {Arch.SM_90A, Arch.SM_100A}
-    assert pack.wrapper_targets("tmem_addr") == {Arch.SM_100A}
-    assert pack.wrapper_targets("smem_u32") is None and pack.wrapper_targets("no_such_wrapper") is None
-
-
-def test_a_one_shot_example_is_shown_without_line_directives(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.llm.run import load_one_shot
-
-    example = tmp_path / "rmsnorm.cu"
-    example.write_text('#include "ptx_wrappers.cuh"\nint x;\n')
-    shown = load_one_shot(f"rmsnorm:{example}")
-    assert shown is not None and "namespace ptx {" in shown.source and "#line" not in shown.source
