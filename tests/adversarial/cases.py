@@ -1,12 +1,13 @@
 """The adversarial cases as the evaluator must receive them: most are one file; a case with
-``base = "reference"`` is the task's packaged reference kernel followed by its file (a cheat that needs a
-kernel that really does the work with the required features)."""
+``base = "reference"`` is the task's packaged reference kernel (its wrapper header inlined) followed by its
+file: a cheat that needs a kernel that really does the work with the required features."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ptxbench._compat import tomllib
+from ptxbench.context.wrappers import inline_wrapper_header
 from ptxbench.kernels import reference_folder
 
 HERE = Path(__file__).resolve().parent
@@ -21,7 +22,8 @@ def case_source(case: dict) -> str:
     own = (HERE / case["file"]).read_text()
     if case.get("base") != "reference":
         return own
-    return f"{(reference_folder('sm_90a') / (case['task'] + '.cu')).read_text()}\n{own}"
+    reference = (reference_folder("sm_90a") / f"{case['task']}.cu").read_text()
+    return f"{inline_wrapper_header(reference)}\n{own}"  # as `eval --gold` builds it: one file, header inlined
 
 
 def case_file(case: dict, folder: Path) -> Path:

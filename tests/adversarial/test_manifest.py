@@ -339,3 +339,29 @@ def test_tamper_harness_marks_the_code_it_can_reach(reports: dict[str, CheckRepo
     assert "returned" in done.stdout, done.stderr
     for file in files:
         assert "TAMPERED-BY-CANDIDATE" in file.read_text(), file
+
+
+_LOAD_BESIDE_TORCH = """
+import ctypes, sys, types
+
+class Event:  # a stand-in for torch.cuda.Event: every interval measures 10 ms
+    def elapsed_time(self, end):
+        return 10.0
+
+sys.modules["torch"] = types.SimpleNamespace(cuda=types.SimpleNamespace(Event=Event))
+ctypes.CDLL(sys.argv[1])  # what the worker does; the case's constructor runs here
+print("interval", Event().elapsed_time(Event()), flush=True)
+"""
+
+
+def test_forged_timing_rewrites_the_event_intervals_of_the_process_that_loads_it(
+        reports: dict[str, CheckReport]) -> None:
+    """Loaded into a Python process that has imported (a stand-in) torch, the case makes a 10 ms interval read
+    8 ms; loaded where there is no torch (the profiled program), it changes nothing."""
+    done = subprocess.run([sys.executable, "-c", _LOAD_BESIDE_TORCH, _shared_object(reports, "forged_timing.cu")],
+                          capture_output=True, text=True, timeout=60)
+    assert "interval 8.0" in done.stdout, done.stdout + done.stderr
+    plain = _LOAD_BESIDE_TORCH.replace('sys.modules["torch"] = ', "_unused = ")
+    done = subprocess.run([sys.executable, "-c", plain, _shared_object(reports, "forged_timing.cu")],
+                          capture_output=True, text=True, timeout=60)
+    assert "interval 10.0" in done.stdout, done.stdout + done.stderr

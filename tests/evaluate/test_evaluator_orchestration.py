@@ -303,3 +303,39 @@ def test_a_process_the_candidate_abandons_ends_with_its_worker(monkeypatch: pyte
     if alive:
         os.kill(daemon, signal.SIGKILL)
     assert not alive, "the abandoned process outlived the candidate's worker"
+
+
+class AcceleratorError(RuntimeError):
+    """What torch raises when the driver refuses an allocation (named as torch names it)."""
+
+
+@pytest.mark.parametrize("short_alone_too", [False, True])
+def test_the_harness_short_of_gpu_memory_tries_again_alone_and_never_blames_the_candidate(
+        monkeypatch: pytest.MonkeyPatch, short_alone_too: bool) -> None:
+    """Another lane's candidate may hold the GPU's memory while this lane's harness draws inputs (seen on the
+    H200: a HARNESS_ERROR for the neighbour of a memory hog): the trials are taken again with the GPU alone,
+    and a harness that is short even then is the harness's failure, never the candidate's verdict."""
+    real_expect, real_trials = GpuEvaluator._expect, GpuEvaluator._trials_in_fresh_process
+    modes: list[bool] = []
+    failed: list[bool] = []
+
+    def trials_in_fresh_process(self, task, shared_object, own_kernels, alone):  # type: ignore[no-untyped-def]
+        modes.append(alone)
+        return real_trials(self, task, shared_object, own_kernels, alone)
+
+    def expect(self, task, workload, seed):  # type: ignore[no-untyped-def]
+        if not modes[-1] or short_alone_too:
+            failed.append(modes[-1])
+            raise AcceleratorError("CUDA error: out of memory")
+        return real_expect(self, task, workload, seed)
+
+    monkeypatch.setattr(GpuEvaluator, "_expect", expect)
+    monkeypatch.setattr(GpuEvaluator, "_trials_in_fresh_process", trials_in_fresh_process)
+    evaluation = _evaluate(monkeypatch, "correct", time=False)
+    assert modes == [False, True] and "trials.alone" in evaluation.durations_s
+    assert failed == ([False, True] if short_alone_too else [False])
+    if short_alone_too:
+        assert evaluation.status is None and evaluation.infra_failure is not None, evaluation.message
+        assert "the harness ran out of GPU memory" in evaluation.message
+    else:
+        assert evaluation.status is Status.PASSED, evaluation.message

@@ -112,6 +112,13 @@ class TrialsEnded(NamedTuple):
     status: Status
     message: str
     out_of_memory: bool = False  # the GPU's memory ran out: possibly taken by another evaluation beside it
+    harness_short: bool = False  # it ran out in the harness's own process (drawing inputs, the reference)
+
+
+def _harness_out_of_memory(exc: BaseException) -> bool:
+    """The harness's own allocation on the GPU failing: torch's OutOfMemoryError, or the CUDA error it raises
+    when the driver refuses ("AcceleratorError: CUDA error: out of memory")."""
+    return type(exc).__name__ in ("OutOfMemoryError", "AcceleratorError") and "out of memory" in str(exc)
 
 
 class BaselineFailed(PtxbenchError):
@@ -248,6 +255,8 @@ class GpuEvaluator:
             if isinstance(attempt, dict):
                 return evaluation.model_copy(update=attempt)
             trials, guards, ended = attempt
+            if ended is not None and ended.harness_short:  # the harness's own need, alone: not the candidate's
+                return evaluation.model_copy(update=_harness_failure(f"{ALONE_TOO}: {ended.message}"))
             if ended is not None and ended.out_of_memory:
                 # first: the worker's message may run over several lines (torch's hints)
                 ended = ended._replace(message=f"{ALONE_TOO}: {ended.message}")
@@ -402,6 +411,13 @@ class GpuEvaluator:
                     out_of_memory = isinstance(exc, RequestFailed) and _out_of_memory(exc)
                     return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
                         f"workload {workload.name}: {exc}", task, workload, shared_object, out_of_memory), out_of_memory)
+                except Exception as exc:
+                    if not _harness_out_of_memory(exc):
+                        raise
+                    # another lane's candidate holds the GPU's memory: never this candidate's fault
+                    return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, (
+                        f"workload {workload.name}: the harness ran out of GPU memory drawing the inputs or the "
+                        f"reference: {exc}"), out_of_memory=True, harness_short=True)
                 if reply["code"] != 0:
                     out_of_memory = reply["code"] == CUDA_ERROR_MEMORY_ALLOCATION
                     return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
