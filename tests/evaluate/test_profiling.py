@@ -229,7 +229,7 @@ def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(t
 
     from ptxbench.evaluate.isolation import PROTECTED_PATHS_VARIABLE
     from ptxbench.integrity import key_path
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
@@ -240,7 +240,7 @@ def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(t
     report = Path(recorded["report"])
     assert str(report.parent) in recorded["plan"]["protect"], "the report's folder is made read-only for the program"
     # what a worker holding candidate code protects, the profiled program protects too
-    assert {str(tmp_path / "runs"), str(default_cache_dir().parent)} <= set(recorded["plan"]["protect"])
+    assert {str(tmp_path / "runs"), str(cache_root())} <= set(recorded["plan"]["protect"])
     assert recorded["plan"]["hide"] == [str(key_path())]
     assert not report.parent.exists(), "the harness's folder is removed afterwards"
     assert "OPENAI_API_KEY" not in recorded["environment"] and "HF_TOKEN" not in recorded["environment"]

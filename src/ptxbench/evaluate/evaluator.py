@@ -57,9 +57,9 @@ from ptxbench.evaluate.verdict import (
     unique,
 )
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.paths import cache_root
 from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
-from ptxbench.toolchain.compile import default_cache_dir
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
 WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate (trials, timing)
@@ -149,7 +149,7 @@ class GpuEvaluator:
         self.baselines = Worker(handler, device)
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
-        self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
+        self.baseline_cache = BaselineCache(cache_root() / "baselines")
         self._durations: dict[str, float] = {}
         self._lock: GpuLock | None = None
         self._isolation: str | None = None  # the last candidate worker's isolation mode (Worker.isolation)

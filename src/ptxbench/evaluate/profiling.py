@@ -147,7 +147,7 @@ def _worker_protection() -> tuple[list[str], list[str]]:
     """What a worker holding candidate code protects, so the profiled program protects it too: the paths
     the harness named (run folders), the folders its Python imports from and the caches' folder read-only,
     the caches' signing key hidden."""
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
     try:
         from ptxbench.evaluate.isolation import import_roots, protected_paths_from
@@ -161,7 +161,7 @@ def _worker_protection() -> tuple[list[str], list[str]]:
         hidden: list[str] = []
     else:
         hidden = [str(key_path())]
-    return [*guarded, str(default_cache_dir().parent)], hidden
+    return [*guarded, str(cache_root())], hidden
 
 
 class ProfiledRunFailed(PtxbenchError):

@@ -247,9 +247,9 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
         return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
     connected = False
     from ptxbench.evaluate.isolation import name_protected_paths
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
-    restore_protected = name_protected_paths([Path(out), default_cache_dir().parent])  # read-only to candidates
+    restore_protected = name_protected_paths([Path(out), cache_root()])  # read-only to candidates
     try:
         if backend == "ray":
             from ptxbench.evaluate.ray_backend import connect, ray_slots
