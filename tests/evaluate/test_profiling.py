@@ -4,7 +4,6 @@ harness's folders, and (with a fake ncu) that only ncu's report and the harness'
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -174,11 +173,10 @@ def _small_rmsnorm():  # type: ignore[no-untyped-def]
 
 
 def _fake_ncu(tmp_path: Path, monkeypatch, **scripted) -> Path:  # type: ignore[no-untyped-def]
-    from .fake_ncu import install
+    from .fake_ncu import use
 
     folder = tmp_path / "fake-ncu"
-    install(folder, **scripted)
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    use(folder, monkeypatch, **scripted)
     return folder
 
 

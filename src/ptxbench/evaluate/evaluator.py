@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import shutil
 import statistics
 import time
 from collections.abc import Iterator
@@ -60,6 +59,7 @@ from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerD
 from ptxbench.paths import cache_root
 from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
+from ptxbench.toolchain.discover import find_toolchain
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
 WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate (trials, timing)
@@ -262,7 +262,7 @@ class GpuEvaluator:
                 evaluation, final = self._timing(task, evaluation, shared_object)
             if final:  # a timed call failed, or its outputs were wrong
                 return evaluation
-        if self.options.profile and shutil.which("ncu"):
+        if self.options.profile and find_toolchain().has("ncu"):
             from ptxbench.evaluate.profiling import ProfiledRunFailed
 
             unreadable = self._counters_unreadable()

@@ -58,6 +58,7 @@ from ptxbench.results.rundir import (
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
+from ptxbench.toolchain.tools import driver_version
 
 
 class Candidate(BaseModel):
@@ -169,17 +170,6 @@ def gpu_available() -> bool:
     except ImportError:
         return False
     return torch.cuda.is_available()
-
-
-def _driver_version() -> str | None:
-    import shutil
-    import subprocess
-
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                         text=True, timeout=30).stdout.strip()
-    return out.splitlines()[0] if out else None
 
 
 def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
@@ -354,7 +344,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
     try:
         started = start_slots(slots)
         devices = list(started.devices.values())
-        environment = {**(devices[0] if devices else {"gpu": None}), "driver": _driver_version(), "backend": backend,
+        environment = {**(devices[0] if devices else {"gpu": None}), "driver": driver_version(), "backend": backend,
                        "gpus": devices, "retired_at_start": started.retired}
         rundir = RunDir.open(out, _header(arch, options, environment))
         ledger = RunLedger(rundir)
