@@ -185,8 +185,8 @@ def run_under_ncu(program: list[str], report: Path, home: Path, timeout_s: float
     results). In its own session, so a timeout ends the profiled process and what it started too; in this
     machine's one profiler turn (``gpu_lock.profiler_turn``), which the caller takes holding no GPU lock."""
     with profiler_turn(), subprocess.Popen(
-            ncu_record_command(program, report, NCU_METRICS), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-            env=program_environment(home), cwd=home, start_new_session=True) as proc:
+            ncu_record_command(program, report, NCU_METRICS), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", env=program_environment(home), cwd=home, start_new_session=True) as proc:
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -207,8 +207,8 @@ def read_report(report: Path, program_exit: int, program_output: str) -> list[Ke
     if not report.is_file() or report.stat().st_size == 0:
         raise ProfiledRunFailed(f"ncu wrote no report of the call ({said})", out_of_memory=out_of_memory)
     try:
-        done = subprocess.run(ncu_import_command(report, NCU_METRICS), capture_output=True, text=True, errors="replace",
-                              timeout=IMPORT_TIMEOUT_S)
+        done = subprocess.run(ncu_import_command(report, NCU_METRICS), capture_output=True, text=True,
+                              errors="replace", timeout=IMPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ProfiledRunFailed(f"ncu did not read its report within {IMPORT_TIMEOUT_S:g} s") from None
     try:
