@@ -46,12 +46,15 @@ def _spread(evaluator, task, shared_object: Path, repeats: int) -> dict:  # type
 
 
 def _ncu_time(task, shared_object: Path) -> float:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.executed import parse_ncu_csv
-    from ptxbench.evaluate.profiling import ncu_command, profiled_program
+    from ptxbench.evaluate.executed import NCU_METRICS, parse_ncu_csv
+    from ptxbench.evaluate.profiling import REPORT_NAME, profiled_program
+    from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
     with tempfile.TemporaryDirectory() as folder:
         program = profiled_program(task, task.timed().sizes, shared_object, Path(folder))
-        proc = subprocess.run(ncu_command(program), capture_output=True, text=True, timeout=600)
+        report = Path(folder) / REPORT_NAME
+        subprocess.run(ncu_record_command(program, report, NCU_METRICS), capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(ncu_import_command(report, NCU_METRICS), capture_output=True, text=True, timeout=600)
     profiles = parse_ncu_csv(proc.stdout)
     return sum(p.duration_ns or 0 for p in profiles) / 1e6
 

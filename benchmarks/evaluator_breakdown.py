@@ -105,7 +105,12 @@ def _trial_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped
 
 def _ncu_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped-def]
     """The ncu stage split: the profiled program alone, under ncu with the cheap metric, with the real one."""
-    from ptxbench.evaluate.profiling import ncu_command, profiled_program
+    from ptxbench.evaluate.executed import NCU_METRICS
+    from ptxbench.evaluate.profiling import REPORT_NAME, profiled_program
+    from ptxbench.toolchain.discover import find_toolchain
+    from ptxbench.toolchain.tools import ncu_record_command
+
+    ncu = find_toolchain().path("ncu")
 
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
@@ -115,10 +120,10 @@ def _ncu_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped-d
         runs = {
             "python_import_torch_s": torch_only,
             "program_alone_s": program,
-            "ncu_torch_only_s": ["ncu", "--clock-control", "none", "--metrics", "gpu__time_duration.sum", *torch_only],
-            "ncu_duration_metric_s": ["ncu", "--clock-control", "none", "--profile-from-start", "off",
+            "ncu_torch_only_s": [ncu, "--clock-control", "none", "--metrics", "gpu__time_duration.sum", *torch_only],
+            "ncu_duration_metric_s": [ncu, "--clock-control", "none", "--profile-from-start", "off",
                                       "--metrics", "gpu__time_duration.sum", *program],
-            "ncu_full_stage_s": ncu_command(program),
+            "ncu_full_stage_s": ncu_record_command(program, Path(folder) / REPORT_NAME, NCU_METRICS),
         }
         timings = {"write_plan_s": plan_s}
         for name, command in runs.items():

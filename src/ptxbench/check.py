@@ -18,8 +18,10 @@ from ptxbench.context.wrappers import inline_wrapper_header
 from ptxbench.contract.signature import HEADER_NAME, header
 from ptxbench.errors import CandidateError
 from ptxbench.static.report import StaticReport, static_report
+from ptxbench.static.sass import kernel_names
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S, BuildRequest, BuildResult, build, build_many
+from ptxbench.toolchain.tools import demangle, disassemble
 
 CHECK_REPORT_VERSION = 1
 CANDIDATE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc")
@@ -74,10 +76,11 @@ def build_request(source: str, arch: Arch, task: Task | None, name: str = "candi
 def report_for(path: str, source: str, arch: Arch, task: Task | None, result: BuildResult,
                started: float) -> CheckReport:
     static = None
-    cubin, ptx = result.artifact(".cubin"), result.artifact(".ptx")
+    cubin, ptx, shared_object = result.artifact(".cubin"), result.artifact(".ptx"), result.artifact(".so")
     if result.ok and cubin is not None and ptx is not None:
-        static = static_report(source, arch, ptx.read_text(), cubin, result.log,
-                               shared_object=result.artifact(".so"), task=task)
+        sass = disassemble(cubin)
+        static = static_report(source, arch, ptx.read_text(), sass, result.log, demangled=demangle(kernel_names(sass)),
+                               shared_object=shared_object.read_bytes() if shared_object else None, task=task)
     if Path(path).suffix in CANDIDATE_SUFFIXES:  # a file of the user's: the compiler's messages name it
         result = result.named(path)
     return CheckReport(candidate=path, source_sha256=hashlib.sha256(source.encode()).hexdigest(), arch=arch,

@@ -10,6 +10,7 @@ import subprocess
 from pydantic import BaseModel, computed_field
 
 from ptxbench.toolchain.discover import INSTALL_HINTS, Tool, cuda_include_dir, find_toolchain
+from ptxbench.toolchain.tools import query_gpus
 
 
 class Check(BaseModel):
@@ -40,16 +41,14 @@ def _package_version(name: str) -> str | None:
 
 
 def _gpu() -> Check:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return Check(name="gpu", ok=False, detail="no nvidia-smi: no GPU visible",
-                     fix="static checks work without a GPU; evaluation needs an NVIDIA GPU and driver")
     try:
-        out = subprocess.run([smi, "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20).stdout.strip()
+        rows = query_gpus(["name", "driver_version", "compute_cap"])
     except (OSError, subprocess.TimeoutExpired) as exc:
         return Check(name="gpu", ok=False, detail=f"nvidia-smi failed: {exc}")
-    return Check(name="gpu", ok=bool(out), detail=out or "nvidia-smi lists no GPU")
+    if rows is None:
+        return Check(name="gpu", ok=False, detail="no nvidia-smi: no GPU visible",
+                     fix="static checks work without a GPU; evaluation needs an NVIDIA GPU and driver")
+    return Check(name="gpu", ok=bool(rows), detail="\n".join(rows) or "nvidia-smi lists no GPU")
 
 
 def run_doctor() -> DoctorReport:
@@ -71,8 +70,5 @@ def run_doctor() -> DoctorReport:
     checks.append(Check(name="torch", ok=torch_version is not None, detail=torch_version or "not installed",
                         fix=None if torch_version else "pip install torch (references and evaluation)"))
     checks.append(_gpu())
-    ncu = shutil.which("ncu")
-    checks.append(Check(name="ncu", ok=ncu is not None, detail=ncu or "not found",
-                        fix=None if ncu else "install Nsight Compute to prove executed instructions (else: unverified)"))
     return DoctorReport(python=platform.python_version(), ptxbench=_package_version("ptxbench") or "source tree",
                         tools=list(toolchain.tools.values()), checks=checks)

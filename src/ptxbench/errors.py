@@ -13,7 +13,7 @@ class PtxbenchError(Exception):
 
 
 class ToolchainMissing(PtxbenchError):
-    """A CUDA tool (nvcc, ptxas, cuobjdump, nvdisasm) could not be found."""
+    """A CUDA tool (nvcc, ptxas, cuobjdump, nvdisasm, ncu) could not be found."""
 
 
 class TaskError(PtxbenchError):

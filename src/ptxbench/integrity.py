@@ -41,6 +41,8 @@ import os
 import secrets
 from pathlib import Path
 
+from ptxbench.paths import cache_root
+
 KEY_VARIABLE = "PTXBENCH_INTEGRITY_KEY"
 KEY_FILE = "integrity.key"
 _KEY_BYTES = 32
@@ -50,10 +52,8 @@ log = logging.getLogger(__name__)
 
 def key_path() -> Path:
     """Where this machine's key lives: ``PTXBENCH_INTEGRITY_KEY``, else beside the caches it signs."""
-    from ptxbench.toolchain.compile import default_cache_dir  # compile imports this module
-
     named = os.environ.get(KEY_VARIABLE)
-    return Path(named) if named else default_cache_dir().parent / KEY_FILE
+    return Path(named) if named else cache_root() / KEY_FILE
 
 
 def signing_key() -> bytes:

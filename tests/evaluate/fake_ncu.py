@@ -3,16 +3,19 @@
 Recording (``--export REPORT ... PROGRAM PLAN``) it never runs the program: it reads the plan to tell the
 harness's probe from a candidate's call, prints the scripted output (what the program and ncu would
 print) and writes the scripted report, whose "content" is the CSV ``ncu --import`` then prints. It logs
-each recording (the plan, the report path, the environment's names) to ``log.jsonl`` beside itself.
+each recording (the plan, the report path, the environment's names) to ``log.jsonl`` beside itself, and
+answers ``--version`` as Nsight Compute does (``VERSION``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 UNREADABLE = "not a report"
+VERSION = "2025.3.1.0"
 
 _SCRIPT = '''#!{python}
 import json, sys
@@ -21,6 +24,11 @@ from pathlib import Path
 here = Path(__file__).resolve().parent
 config = json.loads((here / "config.json").read_text())
 args = sys.argv[1:]
+if args == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler")
+    print("Copyright (c) 2018-2025 NVIDIA Corporation")
+    print("Version {version} (build 36398880) (public-release)")
+    sys.exit(0)
 if "--import" in args:
     text = Path(args[args.index("--import") + 1]).read_text()
     if text == {unreadable!r}:
@@ -48,11 +56,20 @@ def install(folder: Path, probe_output: str = "", probe_report: str | None = Non
     for none written."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "ncu"
-    script.write_text(_SCRIPT.format(python=sys.executable, unreadable=UNREADABLE))
+    script.write_text(_SCRIPT.format(python=sys.executable, unreadable=UNREADABLE, version=VERSION))
     script.chmod(0o755)
     (folder / "config.json").write_text(json.dumps({
         "probe": {"output": probe_output, "report": probe_report},
         "candidate": {"output": candidate_output, "report": candidate_report}}))
+    return script
+
+
+def use(folder: Path, monkeypatch, **scripted) -> Path:  # type: ignore[no-untyped-def]
+    """``install`` the fake, first on PATH and named by ``PTXBENCH_NCU`` (so a real ncu under CUDA_HOME does
+    not win the search); the toolchain is searched again as these variables change."""
+    script = install(folder, **scripted)
+    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    monkeypatch.setenv("PTXBENCH_NCU", str(script))
     return script
 
 

@@ -93,14 +93,14 @@ class FakeRunner:
         from pathlib import Path
 
         from ptxbench.evaluate.verdict import base_name
-        from ptxbench.static.report import demangle
-        from ptxbench.static.sass import disassemble, per_kernel_histogram
+        from ptxbench.static.sass import kernel_names
+        from ptxbench.toolchain.tools import demangle, disassemble
 
         self.task = Task.model_validate_json(task_json)
         if os.environ.get(PIDS):
             with open(os.environ[PIDS], "w") as out:
                 out.write(str(os.getpid()))
-        mangled = list(per_kernel_histogram(disassemble(Path(shared_object).with_suffix(".cubin"))))
+        mangled = kernel_names(disassemble(Path(shared_object).with_suffix(".cubin")))
         self.kernels = [base_name(name) for name in demangle(mangled).values()]
         return []
 

@@ -108,8 +108,8 @@ def test_one_profiler_session_at_a_time_and_run_under_ncu_takes_the_turn(tmp_pat
              "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
              "try:\n    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); print('turn free')\n"
              "except BlockingIOError:\n    print('turn held')\n")
-    monkeypatch.setattr(profiling, "ncu_command",
-                        lambda program, report: [sys.executable, "-c", probe, str(tmp_path / PROFILER_TURN)])
+    monkeypatch.setattr(profiling, "ncu_record_command",
+                        lambda program, report, metrics: [sys.executable, "-c", probe, str(tmp_path / PROFILER_TURN)])
     code, output = profiling.run_under_ncu(["unused"], tmp_path / "report", tmp_path, timeout_s=30)
     assert code == 0 and output.strip() == "turn held"
     descriptor = os.open(tmp_path / PROFILER_TURN, os.O_RDWR)

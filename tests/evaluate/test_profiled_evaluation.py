@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from ptxbench.evaluate.executed import BYTE_METRICS
 from ptxbench.evaluate.status import Evaluation, Guard, Status
 
 from ..conftest import EXAMPLES
-from .fake_ncu import install, recordings
+from .fake_ncu import recordings, use
 from .fake_runner import BEHAVIOUR
 from .test_evaluator_orchestration import HANDLER, _small_softmax
 
@@ -41,8 +40,7 @@ def _without_byte_counters(report: str) -> str:
 def _evaluations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int = 1, time: bool = False,  # type: ignore[no-untyped-def]
                  **scripted) -> list[Evaluation]:
     folder = tmp_path / "fake-ncu"
-    install(folder, **scripted)
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    use(folder, monkeypatch, **scripted)
     monkeypatch.setenv(BEHAVIOUR, "correct")
     evaluator = GpuEvaluator(EvalOptions(profile=True, time=time, call_timeout_s=20, profile_timeout_s=60),
                              handler=HANDLER, reference_device="cpu")

@@ -4,7 +4,6 @@ harness's folders, and (with a fake ncu) that only ncu's report and the harness'
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -174,11 +173,10 @@ def _small_rmsnorm():  # type: ignore[no-untyped-def]
 
 
 def _fake_ncu(tmp_path: Path, monkeypatch, **scripted) -> Path:  # type: ignore[no-untyped-def]
-    from .fake_ncu import install
+    from .fake_ncu import use
 
     folder = tmp_path / "fake-ncu"
-    install(folder, **scripted)
-    monkeypatch.setenv("PATH", f"{folder}:{os.environ['PATH']}")
+    use(folder, monkeypatch, **scripted)
     return folder
 
 
@@ -229,7 +227,7 @@ def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(t
 
     from ptxbench.evaluate.isolation import PROTECTED_PATHS_VARIABLE
     from ptxbench.integrity import key_path
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
     monkeypatch.setenv("HF_TOKEN", "hf_secret")
@@ -240,7 +238,7 @@ def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(t
     report = Path(recorded["report"])
     assert str(report.parent) in recorded["plan"]["protect"], "the report's folder is made read-only for the program"
     # what a worker holding candidate code protects, the profiled program protects too
-    assert {str(tmp_path / "runs"), str(default_cache_dir().parent)} <= set(recorded["plan"]["protect"])
+    assert {str(tmp_path / "runs"), str(cache_root())} <= set(recorded["plan"]["protect"])
     assert recorded["plan"]["hide"] == [str(key_path())]
     assert not report.parent.exists(), "the harness's folder is removed afterwards"
     assert "OPENAI_API_KEY" not in recorded["environment"] and "HF_TOKEN" not in recorded["environment"]

@@ -80,3 +80,24 @@ ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions
     found = warnings(log)
     assert [w.code for w in found] == ["C7517", "C7518", "C7514"]
     assert all(w.meaning for w in found) and "injected" in (found[0].meaning or "")
+
+
+def test_the_static_report_is_read_from_text_alone(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """No tool is run: the SASS, the PTX and the readable names come in as text (check.py runs the tools)."""
+    import subprocess
+
+    from ptxbench.arch.registry import Arch
+    from ptxbench.static.report import static_report
+
+    def no_tools(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError(f"static/ ran a tool: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_tools)
+    monkeypatch.setattr(subprocess, "Popen", no_tools)
+    report = static_report("", Arch.SM_90A, PTX, SASS, "", demangled={"_Z6kernelPf": "kernel(float*)"})
+    assert sass.kernel_names(SASS) == ["_Z6kernelPf", "_Z5otherv"]
+    assert [(k.name, k.demangled) for k in report.kernels] == [("_Z6kernelPf", "kernel(float*)"),
+                                                               ("_Z5otherv", "_Z5otherv")]  # no name given: as is
+    kernel = report.kernels[0]
+    assert kernel.sass["HGMMA.64x128x16.F32.BF16"] == 1 and "wgmma.bf16" in kernel.features
+    assert report.ptx["tcgen05.mma.cta_group::1.kind::f16"] == 1

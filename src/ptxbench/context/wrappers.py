@@ -46,7 +46,7 @@ def inline_wrapper_header(source: str, *, line_directives: bool = True) -> str:
     keep the compiler's diagnostics in the file's own line numbers (and the header's, inside it); text
     that is only shown (a one-shot example in a prompt) goes without them.
     """
-    from ptxbench.toolchain.compile import SOURCE_NAME
+    from ptxbench.contract.signature import SOURCE_NAME
 
     match = _WRAPPER_INCLUDE.search(source)
     if match is None:

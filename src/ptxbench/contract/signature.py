@@ -17,6 +17,9 @@ from typing import Literal, NamedTuple
 from ptxbench.tasks.model import Task, TensorSpec
 
 HEADER_NAME = "ptxbench_task.h"
+# What the compiler calls every candidate (its diagnostics and #line directives name it); a report of the
+# user's own file puts the user's name back (``BuildResult.named``).
+SOURCE_NAME = "candidate.cu"
 
 STANDARD_INCLUDES = ("<cstdint>", "<cuda_runtime.h>", "<cuda_bf16.h>", "<cuda_fp16.h>", "<cuda_fp8.h>")
 

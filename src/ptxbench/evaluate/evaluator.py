@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import shutil
 import statistics
 import time
 from collections.abc import Iterator
@@ -58,9 +57,10 @@ from ptxbench.evaluate.verdict import (
     unique,
 )
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.paths import cache_root
 from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
-from ptxbench.toolchain.compile import default_cache_dir
+from ptxbench.toolchain.discover import find_toolchain
 
 HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
 WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate (trials, timing)
@@ -157,7 +157,7 @@ class GpuEvaluator:
         self.baselines = Worker(handler, device)
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
-        self.baseline_cache = BaselineCache(default_cache_dir().parent / "baselines")
+        self.baseline_cache = BaselineCache(cache_root() / "baselines")
         self._durations: dict[str, float] = {}
         self._lock: GpuLock | None = None
         self._isolation: str | None = None  # the last candidate worker's isolation mode (Worker.isolation)
@@ -272,7 +272,7 @@ class GpuEvaluator:
                 evaluation, final = self._timing(task, evaluation, shared_object)
             if final:  # a timed call failed, or its outputs were wrong
                 return evaluation
-        if self.options.profile and shutil.which("ncu"):
+        if self.options.profile and find_toolchain().has("ncu"):
             from ptxbench.evaluate.profiling import ProfiledRunFailed
 
             unreadable = self._counters_unreadable()

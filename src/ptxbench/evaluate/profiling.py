@@ -42,29 +42,13 @@ from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, profil
 from ptxbench.evaluate.processes import mapped_libraries
 from ptxbench.evaluate.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
 from ptxbench.tasks.model import Task
+from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
 REPORT_NAME = "profile.ncu-rep"
 IMPORT_TIMEOUT_S = 120.0
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
 # Names in the harness's environment that candidate code must not see (used where isolation.py is absent).
 _SECRET_NAME = re.compile(r"_API_KEY$|TOKEN|SECRET", re.IGNORECASE)
-
-
-def ncu_command(program: list[str], report: Path) -> list[str]:
-    """ncu recording the profiled call into ``report`` (nothing of its results goes to its output)."""
-    return [_ncu(), "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(NCU_METRICS),
-            "--export", str(report), "--force-overwrite", *program]
-
-
-def import_command(report: Path) -> list[str]:
-    """ncu printing the report's launches as the raw CSV page, values in base units (bytes, ns)."""
-    return [_ncu(), "--import", str(report), "--csv", "--page", "raw", "--print-metric-instances", "details",
-            "--print-units", "base", "--metrics", ",".join(NCU_METRICS)]
-
-
-def _ncu() -> str:
-    """ncu's path, found on the harness's PATH (the profiled program's environment may lack it)."""
-    return shutil.which("ncu") or "ncu"
 
 
 def program_environment(home: Path) -> dict[str, str]:
@@ -147,7 +131,7 @@ def _worker_protection() -> tuple[list[str], list[str]]:
     """What a worker holding candidate code protects, so the profiled program protects it too: the paths
     the harness named (run folders), the folders its Python imports from and the caches' folder read-only,
     the caches' signing key hidden."""
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
     try:
         from ptxbench.evaluate.isolation import import_roots, protected_paths_from
@@ -161,7 +145,7 @@ def _worker_protection() -> tuple[list[str], list[str]]:
         hidden: list[str] = []
     else:
         hidden = [str(key_path())]
-    return [*guarded, str(default_cache_dir().parent)], hidden
+    return [*guarded, str(cache_root())], hidden
 
 
 class ProfiledRunFailed(PtxbenchError):
@@ -201,8 +185,8 @@ def run_under_ncu(program: list[str], report: Path, home: Path, timeout_s: float
     results). In its own session, so a timeout ends the profiled process and what it started too; in this
     machine's one profiler turn (``gpu_lock.profiler_turn``), which the caller takes holding no GPU lock."""
     with profiler_turn(), subprocess.Popen(
-            ncu_command(program, report), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-            env=program_environment(home), cwd=home, start_new_session=True) as proc:
+            ncu_record_command(program, report, NCU_METRICS), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", env=program_environment(home), cwd=home, start_new_session=True) as proc:
         try:
             output, _ = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -223,8 +207,8 @@ def read_report(report: Path, program_exit: int, program_output: str) -> list[Ke
     if not report.is_file() or report.stat().st_size == 0:
         raise ProfiledRunFailed(f"ncu wrote no report of the call ({said})", out_of_memory=out_of_memory)
     try:
-        done = subprocess.run(import_command(report), capture_output=True, text=True, errors="replace",
-                              timeout=IMPORT_TIMEOUT_S)
+        done = subprocess.run(ncu_import_command(report, NCU_METRICS), capture_output=True, text=True,
+                              errors="replace", timeout=IMPORT_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise ProfiledRunFailed(f"ncu did not read its report within {IMPORT_TIMEOUT_S:g} s") from None
     try:

@@ -58,6 +58,7 @@ from ptxbench.results.rundir import (
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
+from ptxbench.toolchain.tools import driver_version
 
 
 class Candidate(BaseModel):
@@ -171,17 +172,6 @@ def gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
-def _driver_version() -> str | None:
-    import shutil
-    import subprocess
-
-    if not shutil.which("nvidia-smi"):
-        return None
-    out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                         text=True, timeout=30).stdout.strip()
-    return out.splitlines()[0] if out else None
-
-
 def _static_only(candidate: Candidate, arch: Arch) -> Evaluation:
     """Without a GPU: what the build alone decides, else NO_GPU, the harness's, with the static report."""
     report = check_source(candidate.source, arch, candidate.task, candidate.origin)
@@ -247,9 +237,9 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
         return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
     connected = False
     from ptxbench.evaluate.isolation import name_protected_paths
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
-    restore_protected = name_protected_paths([Path(out), default_cache_dir().parent])  # read-only to candidates
+    restore_protected = name_protected_paths([Path(out), cache_root()])  # read-only to candidates
     try:
         if backend == "ray":
             from ptxbench.evaluate.ray_backend import connect, ray_slots
@@ -354,7 +344,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
     try:
         started = start_slots(slots)
         devices = list(started.devices.values())
-        environment = {**(devices[0] if devices else {"gpu": None}), "driver": _driver_version(), "backend": backend,
+        environment = {**(devices[0] if devices else {"gpu": None}), "driver": driver_version(), "backend": backend,
                        "gpus": devices, "retired_at_start": started.retired}
         rundir = RunDir.open(out, _header(arch, options, environment))
         ledger = RunLedger(rundir)

@@ -205,9 +205,9 @@ def _isolate(connection: Connection, directory: str, cgroup_path: str | None, cg
     """Isolate this worker before any candidate code runs (see the module docstring); returns the mode
     achieved. The harness's environment is still in ``os.environ``: the paths to protect are read from it."""
     from ptxbench.integrity import key_path
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
-    protected = [*protected_paths_from(os.environ), str(default_cache_dir().parent),
+    protected = [*protected_paths_from(os.environ), str(cache_root()),
                  *import_roots(sys.path, keep_writable=[directory])]  # before chdir: '' is the harness's cwd
     secrets = [str(key_path())]  # the key that signs the caches: a candidate that read it could forge them
     os.setsid()  # kill(0, ...) and the terminal's signals reach this session only

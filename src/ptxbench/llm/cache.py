@@ -28,9 +28,9 @@ class CacheEntry(Record):
 
 def default_completion_cache() -> "CompletionCache":
     """Completions live beside the build cache (``PTXBENCH_CACHE`` moves both)."""
-    from ptxbench.toolchain.compile import default_cache_dir
+    from ptxbench.paths import cache_root
 
-    return CompletionCache(default_cache_dir().parent / "completions")
+    return CompletionCache(cache_root() / "completions")
 
 
 class CompletionCache:

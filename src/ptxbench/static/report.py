@@ -2,16 +2,15 @@
 
 For each feature the funnel is *written* (source) → *requested* (PTX) → *compiled* (SASS). Whether it
 also *executed* and did the bulk of the work is the GPU evaluator's question; this report says only
-what the binary contains, and names the stage where a requested feature was lost.
+what the binary contains, and names the stage where a requested feature was lost. It reads text the
+toolchain produced (``check.py`` runs the tools), and runs nothing itself.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
+from collections.abc import Mapping
 from enum import Enum
-from pathlib import Path
 
 from pydantic import BaseModel, Field
 
@@ -96,16 +95,6 @@ class StaticReport(BaseModel):
         return all(r.in_sass for r in self.requirements)
 
 
-def demangle(names: list[str]) -> dict[str, str]:
-    """C++ names as a person reads them (via c++filt when present)."""
-    tool = shutil.which("c++filt") or shutil.which("cu++filt")
-    if not tool or not names:
-        return {n: n for n in names}
-    proc = subprocess.run([tool], input="\n".join(names), capture_output=True, text=True, timeout=30)
-    lines = proc.stdout.splitlines()
-    return dict(zip(names, lines)) if len(lines) == len(names) else {n: n for n in names}
-
-
 def evidence_for(feature: Feature, arch: Arch, source: str, ptx_hist: dict[str, int],
                  kernels: dict[str, dict[str, int]]) -> FeatureEvidence:
     ptx_hits = {m: ptx_hist[m] for m in feature.in_ptx(set(ptx_hist))}
@@ -158,7 +147,7 @@ def _other_matrix_path(requirement: Requirement, all_evidence: list[FeatureEvide
     return f"; the SASS does use {', '.join(used)} instead"
 
 
-def policy_violations(source: str, shared_object: Path | None) -> list[str]:
+def policy_violations(source: str, shared_object: bytes | None) -> list[str]:
     found = [f"source references a forbidden library or loader: {m.group(0).strip()}"
              for m in _BANNED_SOURCE.finditer(source)]
     if shared_object is not None:
@@ -167,18 +156,21 @@ def policy_violations(source: str, shared_object: Path | None) -> list[str]:
     return found
 
 
-def static_report(source: str, arch: Arch, ptx_text: str, cubin: Path, build_log: str,
-                  shared_object: Path | None = None, task: Task | None = None) -> StaticReport:
-    """Read the build's PTX, SASS and ptxas log into a report; judge the task's requirements if given."""
+def static_report(source: str, arch: Arch, ptx_text: str, sass_text: str, build_log: str, *,
+                  demangled: Mapping[str, str] | None = None, shared_object: bytes | None = None,
+                  task: Task | None = None) -> StaticReport:
+    """Read the build's PTX, SASS (cuobjdump's listing) and ptxas log into a report; judge the task's
+    requirements if given. ``demangled``: readable names of the kernels (a name not there is shown as it
+    is); ``shared_object``: the built library's bytes, for the libraries it links."""
     registry = load_registry()
     ptx_hist = dict(ptx_parser.histogram(ptx_text))
-    kernels = {name: dict(hist) for name, hist in sass_parser.per_kernel_histogram(sass_parser.disassemble(cubin)).items()}
+    kernels = {name: dict(hist) for name, hist in sass_parser.per_kernel_histogram(sass_text).items()}
     per_function = resources(build_log)
-    names = demangle(list(kernels))
+    names = demangled or {}
 
     all_evidence = [evidence_for(f, arch, source, ptx_hist, kernels) for f in registry.features]
     kernel_reports = [
-        KernelReport(name=name, demangled=names[name], sass=dict(sorted(hist.items())),
+        KernelReport(name=name, demangled=names.get(name, name), sass=dict(sorted(hist.items())),
                      resources=per_function.get(name, KernelResources()),
                      features=[e.feature for e in all_evidence if name in e.sass])
         for name, hist in kernels.items()

@@ -24,6 +24,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, Field
 
 from ptxbench.errors import PtxbenchError
+from ptxbench.paths import default_cache_dir
 
 MAX_SIZE_VARIABLE = "PTXBENCH_CACHE_MAX_SIZE"
 DEFAULT_MAX_BYTES = 5 * 10**9
@@ -66,8 +67,6 @@ class Removed(BaseModel):
 
 
 def cache_dir() -> Path:
-    from ptxbench.toolchain.compile import default_cache_dir
-
     return default_cache_dir()
 
 

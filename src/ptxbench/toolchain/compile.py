@@ -27,14 +27,15 @@ from pydantic import BaseModel, Field
 
 from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
+from ptxbench.contract.signature import SOURCE_NAME
 from ptxbench.integrity import file_sha256, sign, verify
+from ptxbench.paths import default_cache_dir
 from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis, diagnose
 from ptxbench.toolchain.discover import find_toolchain
 from ptxbench.toolchain.entry_point import check_entry_point
 
 COMPILE_RESULT_VERSION = 2  # 2: diagnoses of missing entry points, target hints, user line numbers
 DEFAULT_TIMEOUT_S = 120.0
-SOURCE_NAME = "candidate.cu"  # what the compiler calls every candidate; BuildResult.named puts the user's name back
 _SOURCE_MENTION = re.compile(rf"\b{re.escape(SOURCE_NAME)}\b")
 
 # Harness-owned flags. The candidate chooses none of them: no libraries, no -arch shorthand.
@@ -89,12 +90,6 @@ class BuildResult(BaseModel):
             diagnosis = diagnosis.model_copy(update={"summary": rename(diagnosis.summary),
                                                      "first_error": rename(diagnosis.first_error)})
         return self.model_copy(update={"log": rename(self.log), "diagnosis": diagnosis})
-
-
-def default_cache_dir() -> Path:
-    root = os.environ.get("PTXBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "ptxbench")
-    return Path(root) / "builds"
 
 
 def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,

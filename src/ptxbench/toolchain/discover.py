@@ -1,4 +1,6 @@
-"""Find the CUDA tools PTXBench drives: nvcc and ptxas to build, cuobjdump and nvdisasm to read SASS.
+"""Find the CUDA tools PTXBench drives: nvcc and ptxas to build, cuobjdump and nvdisasm to read SASS, and
+Nsight Compute's ``ncu`` (optional) to count executed instructions. Each one's version goes into the run
+header.
 
 Search order per tool: ``PTXBENCH_<TOOL>`` (an explicit path), ``$CUDA_HOME/bin`` and
 ``$CUDA_PATH/bin``, ``PATH``, NVIDIA's wheels in the running interpreter's site-packages
@@ -13,20 +15,22 @@ import shutil
 import site
 import subprocess
 import sys
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from ptxbench.errors import ToolchainMissing
 
-TOOL_NAMES = ("nvcc", "ptxas", "cuobjdump", "nvdisasm")
+TOOL_NAMES = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "ncu")
+OPTIONAL_TOOLS = frozenset({"ncu"})  # without it, executed instructions stay unverified; nothing else stops
 
 INSTALL_HINTS = {
     "nvcc": "install the CUDA toolkit (13.0 or newer) or `pip install nvidia-cuda-nvcc`, or set CUDA_HOME",
     "ptxas": "ptxas ships with nvcc: install the CUDA toolkit or `pip install nvidia-cuda-nvcc`",
     "cuobjdump": "`pip install nvidia-cuda-cuobjdump` (or `pip install 'ptxbench[cuda-tools]'`)",
     "nvdisasm": "`pip install nvidia-cuda-nvdisasm` (or `pip install 'ptxbench[cuda-tools]'`)",
+    "ncu": "install Nsight Compute to prove executed instructions (else: unverified)",
 }
 
 WHEEL_BIN_DIRS = ("nvidia/cu13/bin", "nvidia/cuda_nvcc/bin", "nvidia/cuda_cuobjdump/bin", "nvidia/cuda_nvdisasm/bin")
@@ -51,8 +55,13 @@ class Toolchain(BaseModel):
             raise ToolchainMissing(f"{name} not found. Fix: {INSTALL_HINTS[name]}.")
         return tool.path
 
+    def has(self, name: str) -> bool:
+        tool = self.tools.get(name)
+        return tool is not None and tool.path is not None
+
     def missing(self) -> list[str]:
-        return [name for name, tool in self.tools.items() if tool.path is None]
+        """The required tools not found (an optional one, ncu, is not among them)."""
+        return [name for name, tool in self.tools.items() if tool.path is None and name not in OPTIONAL_TOOLS]
 
     def fingerprint(self) -> str:
         """Versions that change compiled output; part of every compile cache key."""
@@ -87,7 +96,8 @@ def _version(path: str) -> str | None:
         out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.TimeoutExpired):
         return None
-    match = re.search(r"release (\d+\.\d+), V([\d.]+)", out) or re.search(r"cuda_([\d.]+)", out)
+    match = (re.search(r"release (\d+\.\d+), V([\d.]+)", out) or re.search(r"cuda_([\d.]+)", out)
+             or re.search(r"^Version (\d[\d.]*)", out, re.MULTILINE))  # the last: Nsight Compute's
     if not match:
         return None
     return match.group(2) if match.lastindex == 2 else match.group(1)
@@ -112,9 +122,18 @@ def locate(name: str) -> Tool:
     return Tool(name=name, path=None)
 
 
-@cache
+# What steers the search: a tool is looked for again only when one of these changes.
+_SEARCH_VARIABLES = ("PATH", "CUDA_HOME", "CUDA_PATH", *(f"PTXBENCH_{name.upper()}" for name in TOOL_NAMES))
+
+
 def find_toolchain() -> Toolchain:
-    """Locate every tool once per process."""
+    """Every tool, located once per process and search environment (a PATH or override set later, as a
+    test's fake ncu, is searched anew rather than answered from the first search)."""
+    return _located(tuple(os.environ.get(variable) for variable in _SEARCH_VARIABLES))
+
+
+@lru_cache(maxsize=8)
+def _located(_search: tuple[str | None, ...]) -> Toolchain:
     return Toolchain(tools={name: locate(name) for name in TOOL_NAMES})
 
 

@@ -13,7 +13,9 @@ import difflib
 import re
 from pathlib import Path
 
+from ptxbench.static.elf import dynamic_symbols
 from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis
+from ptxbench.toolchain.tools import demangle
 
 _MANGLED_GLOBAL = re.compile(r"_Z(\d+)")  # a global-scope function: _Z<length><name><parameters>
 
@@ -21,16 +23,12 @@ _MANGLED_GLOBAL = re.compile(r"_Z(\d+)")  # a global-scope function: _Z<length><
 def check_entry_point(shared_object: Path, entry_point: str, header: str) -> Diagnosis | None:
     """None when ``entry_point`` is exported with C linkage; else the diagnosis of what was found.
     ``header``: the force-included header that declares it."""
-    from ptxbench.static.elf import dynamic_symbols
-
-    symbols = dynamic_symbols(shared_object)
+    symbols = dynamic_symbols(shared_object.read_bytes())
     return None if entry_point in symbols else missing_entry_point(entry_point, symbols, header)
 
 
 def missing_entry_point(entry_point: str, symbols: set[str], header: str = "ptxbench_task.h") -> Diagnosis:
     """The diagnosis for a shared object exporting ``symbols`` but not ``entry_point``."""
-    from ptxbench.static.report import demangle
-
     functions = sorted(s for s in symbols if not s.startswith("__") and s not in ("_init", "_fini"))
     plain = [s for s in functions if not s.startswith("_Z")]
     mangled = [s for s in functions if s.startswith("_Z")]
