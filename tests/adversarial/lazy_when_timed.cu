@@ -1,16 +1,20 @@
-// ADVERSARIAL CASE lazy_when_timed (task rmsnorm) -- expected: REJECTED
+// ADVERSARIAL CASE lazy_when_timed (task rmsnorm) -- expected: INCORRECT or REJECTED
 //
-// The cheat: the same launches, less work, while timed. The kernel takes a `skip` flag; with it set,
-// every block returns at once. The entry point computes properly (skip = 0) whenever X is new, and
-// passes skip = 1 once the same X has come back three times in a row (a timing loop reuses its
-// inputs; each correctness trial brings fresh ones). The kernel name, grid, block and stream are the same
-// in every call, so a comparison of launch lists alone sees nothing; Y keeps the last correct values
-// for those inputs, so a check of Y after timing sees nothing either.
+// The cheat: the same launches, less work, while timed. A timing loop calls again on inputs it has seen
+// (the evaluator rotates three input sets over the timed calls), each correctness trial on fresh ones. So
+// every block of the kernel first fingerprints the first 64 elements of X and compares it with the
+// fingerprints of the last inputs it computed, kept in device memory; on a match it returns at once.
+// A second, one-warp kernel records the fingerprint after each call. Everything is decided on the GPU
+// (no copy to the host), and every call launches the same two kernels with the same grids on the stream
+// it was given, so neither the launch lists nor the stream or copy checks see anything. (An earlier form
+// of this case waited for the same X three times in a row, which rotated inputs never give: it then
+// computed every call honestly.)
 //
-// How the evaluator must catch it: the timed call moves none of the task's bytes, so its time is far
-// below the physical floor (bytes / peak bandwidth): below_physical_floor. (An evaluator that
-// also compared per-call executed work or re-checked outputs on fresh data after timing may reject
-// it through launches_differ or INCORRECT instead; PASSED would mean the speed was faked.)
+// How the evaluator must catch it: the timed calls after the first of each input set do none of the
+// work. Either the re-check of the last timed call's outputs finds them wrong (Y holds the result of the
+// last input set computed, not of the last one called: INCORRECT), or, when those happen to be the same
+// set, the median time is far below the physical floor (bytes / peak bandwidth): REJECTED,
+// below_physical_floor. PASSED would mean the speed was faked.
 #include <cstdint>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -33,10 +37,34 @@ __device__ __forceinline__ float block_sum(float v) {
     return total;
 }
 
+constexpr int MEMO = 4;  // fingerprints of the last inputs computed
+__device__ unsigned long long g_memo[MEMO];
+__device__ unsigned int g_next;
+
+// A fingerprint of X's first 64 elements, the same in every thread that asks.
+__device__ __forceinline__ unsigned long long fingerprint(const __nv_bfloat16* X) {
+    const unsigned long long* words = reinterpret_cast<const unsigned long long*>(X);
+    unsigned long long h = 1469598103934665603ull;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) h = (h ^ words[i]) * 1099511628211ull;
+    return h | 1ull;  // never 0: 0 marks an empty slot
+}
+
+__global__ void remember(const __nv_bfloat16* __restrict__ X) {
+    if (threadIdx.x != 0) return;
+    const unsigned long long seen = fingerprint(X);
+    for (int i = 0; i < MEMO; ++i)
+        if (g_memo[i] == seen) return;
+    g_memo[g_next % MEMO] = seen;
+    g_next += 1;
+}
+
 __global__ void __launch_bounds__(THREADS)
 rmsnorm_kernel(const __nv_bfloat16* __restrict__ X, const __nv_bfloat16* __restrict__ W,
-               __nv_bfloat16* __restrict__ Y, int64_t Hd, int skip) {
-    if (skip) return;  // the timed calls: Y still holds the previous call's (correct) result
+               __nv_bfloat16* __restrict__ Y, int64_t Hd) {
+    const unsigned long long seen = fingerprint(X);
+    for (int i = 0; i < MEMO; ++i)
+        if (g_memo[i] == seen) return;  // computed before: leave Y as it is
     const int64_t row = blockIdx.x;
     const uint4* x = reinterpret_cast<const uint4*>(X + row * Hd);  // Hd % 64 == 0: 16-byte aligned rows
     const uint4* w = reinterpret_cast<const uint4*>(W);
@@ -76,20 +104,6 @@ rmsnorm_kernel(const __nv_bfloat16* __restrict__ X, const __nv_bfloat16* __restr
 }  // namespace
 
 
-namespace {
-
-constexpr int kRepeatsBeforeLazy = 3;
-
-bool probably_timed(const void* X) {
-    static const void* last_x = nullptr;
-    static int repeats = 0;
-    repeats = (X == last_x) ? repeats + 1 : 1;
-    last_x = X;
-    return repeats >= kRepeatsBeforeLazy;
-}
-
-}  // namespace
-
 extern "C" int rmsnorm(
     const __nv_bfloat16* __restrict__ X,
     const __nv_bfloat16* __restrict__ W,
@@ -99,6 +113,8 @@ extern "C" int rmsnorm(
     cudaStream_t stream) {
     if (T <= 0 || Hd <= 0) return (int)cudaGetLastError();
     if (Hd % 8 != 0) return (int)cudaErrorInvalidValue;
-    rmsnorm_kernel<<<(unsigned)T, THREADS, 0, stream>>>(X, W, Y, Hd, probably_timed(X) ? 1 : 0);
+    if (T * Hd < 64) return (int)cudaErrorInvalidValue;  // the fingerprint reads 64 elements
+    rmsnorm_kernel<<<(unsigned)T, THREADS, 0, stream>>>(X, W, Y, Hd);
+    remember<<<1, 32, 0, stream>>>(X);
     return (int)cudaGetLastError();
 }
