@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.check import CheckReport, check_files
+from ptxbench.check import check_files
 from ptxbench.context import pack
+from ptxbench.records.check import CheckReport
 from ptxbench.static.ptx import instructions
 
 HERE = Path(__file__).resolve().parent

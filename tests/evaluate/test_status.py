@@ -6,11 +6,19 @@ import pytest
 from pydantic import ValidationError
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.compare import Comparison
-from ptxbench.evaluate.executed import RequirementExecution
-from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import base_name, decide, library_guards, provenance_guards
-from ptxbench.llm.extract import ExtractionStatus
+from ptxbench.records.completion import ExtractionStatus
+from ptxbench.records.evaluation import (
+    Comparison,
+    Evaluation,
+    Guard,
+    GuardFinding,
+    InfraFailure,
+    RequirementExecution,
+    Status,
+    Timing,
+    TrialResult,
+)
 from ptxbench.tasks.model import Requirement
 
 GOOD = TrialResult(workload="w", role="timed", seed=1, passed=True, comparisons=[

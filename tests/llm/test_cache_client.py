@@ -10,7 +10,8 @@ import pytest
 from ptxbench.llm.cache import CompletionCache
 from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.providers import get_provider
-from ptxbench.llm.types import Completion, CompletionRequest, Message
+from ptxbench.llm.types import CompletionRequest, Message
+from ptxbench.records.completion import Completion
 
 from .conftest import FakeLLMServer, Reply
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.arch.registry import BENCHMARK_ARCHS, Arch
-from ptxbench.llm.prompts import ContextCondition, OneShot, build_conversation, prompt_version
+from ptxbench.llm.prompts import OneShot, build_conversation, prompt_version
 from ptxbench.prompt import render_task_prompt
+from ptxbench.records.trajectory import ContextCondition
 from ptxbench.tasks.loader import bundled_suite, get_task
 
 from ..conftest import EXAMPLES

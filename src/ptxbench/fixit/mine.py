@@ -15,8 +15,10 @@ from pathlib import Path
 from pydantic import Field
 
 from ptxbench.records import Record
-from ptxbench.results.attempts import Attempt, turns_of_run
-from ptxbench.results.rundir import RunDir
+from ptxbench.records.evaluation import Evaluation
+from ptxbench.records.rundir import RESULT_FILE, RunDir, load_result
+from ptxbench.refine.graders import render_evaluation_feedback
+from ptxbench.results.attempts import Attempt, attempts_from_run, turns_of_run
 
 FIXIT_RECORD_VERSION = 1
 NOT_REPAIRABLE = ("ok", "unevaluated")
@@ -58,16 +60,14 @@ def _turns(run_dir: Path):  # type: ignore[no-untyped-def]
 
 
 def _eval_failures(run_dir: Path) -> list[FailureCase]:
-    from ptxbench.evaluate.status import Evaluation
-    from ptxbench.llm.feedback import render_evaluation_feedback
-    from ptxbench.results.attempts import attempts_from_run
-
+    rundir = RunDir.load(run_dir)
     cases = []
     for attempt in attempts_from_run(run_dir):
-        folder = Path(run_dir) / "items" / attempt.task / attempt.sample
+        folder = rundir.item(attempt.task, attempt.sample)
         if not repairable(attempt) or not (folder / "candidate.cu").is_file():
             continue
-        evaluation = Evaluation.model_validate_json((folder / "result.json").read_text())
+        evaluation = load_result(folder / RESULT_FILE, rundir.header)
+        assert isinstance(evaluation, Evaluation)  # an eval run's result (mine_failures checked the kind)
         cases.append(FailureCase(attempt=attempt, source=(folder / "candidate.cu").read_text(),
                                  feedback=render_evaluation_feedback(evaluation)[2]))
     return cases

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ptxbench.llm.types import Completion, CompletionRequest
+from ptxbench.llm.types import CompletionRequest
 from ptxbench.records import Record
+from ptxbench.records.completion import Completion
 
 CACHE_VERSION = 1
 

@@ -8,14 +8,13 @@ same words; held-out workloads never appear.
 
 from __future__ import annotations
 
-from enum import Enum
-
 from pydantic import BaseModel
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import OptionError
 from ptxbench.llm.types import Message
 from ptxbench.prompt import PROMPT_VERSION, render_task_prompt
+from ptxbench.records.trajectory import ContextCondition
 from ptxbench.tasks.model import Task
 
 CONVERSATION_VERSION = 1
@@ -25,12 +24,6 @@ SYSTEM_PROMPT = (
     "architecture-specific PTX instructions a task asks for, through inline assembly, and you make them "
     "fast. You answer with the whole file in one fenced ```cuda block."
 )
-
-
-class ContextCondition(str, Enum):
-    NONE = "none"
-    ARCH = "arch"
-    FULL = "full"
 
 
 class OneShot(BaseModel):

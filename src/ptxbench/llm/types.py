@@ -1,5 +1,5 @@
-"""What goes to a model and what comes back: the records every provider, the cache and the run
-directory share."""
+"""What goes to a model: the request every provider and the cache share. What comes back (``Completion``)
+is a persisted record: ``ptxbench.records.completion``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,6 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from ptxbench.records import Record
-
-LLM_RECORD_VERSION = 1
-
 
 class Message(Record):
     model_config = ConfigDict(frozen=True)
@@ -47,23 +44,3 @@ class CompletionRequest(Record):
     def cache_key(self) -> str:
         payload = self.model_dump(mode="json", exclude={"metadata"})
         return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-class Usage(Record):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = Field(default=None, description="None when the model's price is unknown")
-
-
-class Completion(Record):
-    """A model's answer with its accounting. ``error`` is set (and ``text`` empty) when the provider
-    failed after its retries: the run goes on and the item records the failure."""
-
-    version: int = LLM_RECORD_VERSION
-    model: str
-    text: str
-    finish_reason: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-    latency_s: float = 0.0
-    cached: bool = False
-    error: str | None = None

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError
+from ptxbench.records.rundir import RunDir, RunHeader
 from ptxbench.results.attempts import Attempt, attempts_from_run
 from ptxbench.results.measured import State, is_measured, state, unknown
-from ptxbench.results.rundir import RunDir, RunHeader
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

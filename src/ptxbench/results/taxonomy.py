@@ -13,9 +13,9 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ptxbench.evaluate.status import Evaluation
-    from ptxbench.llm.extract import Extraction
-    from ptxbench.llm.feedback import Feedback
+    from ptxbench.records.completion import Extraction
+    from ptxbench.records.evaluation import Evaluation
+    from ptxbench.records.trajectory import Feedback
 
 CLASSES = (
     "ok", "unevaluated",
@@ -46,7 +46,7 @@ def classify_extraction(extraction: "Extraction", feedback: "Feedback | None") -
 
 
 def classify_evaluation(evaluation: "Evaluation") -> str:
-    from ptxbench.evaluate.status import Guard, Status
+    from ptxbench.records.evaluation import Guard, Status
 
     if evaluation.extraction is not None:
         return f"extraction.{evaluation.extraction.value}"

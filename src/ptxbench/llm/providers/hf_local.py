@@ -11,7 +11,8 @@ import time
 from typing import Any
 
 from ptxbench.llm.providers.base import check_model, require_sdk
-from ptxbench.llm.types import Completion, CompletionRequest, Message, Usage
+from ptxbench.llm.types import CompletionRequest, Message
+from ptxbench.records.completion import Completion, Usage
 
 
 def plain_prompt(messages: list[Message]) -> str:
