@@ -183,3 +183,24 @@ def test_a_result_of_another_kind_than_its_header_says_is_one_line_naming_the_fi
     file = _run(tmp_path, "run", _evaluation())
     with pytest.raises(RunDirError, match=rf"^{file}: not the result of a generated item \(missing field 'sample'"):
         load_result(file)
+
+
+def test_a_jsonl_record_of_a_newer_version_is_one_line_naming_the_file_and_line(tmp_path: Path) -> None:
+    from ptxbench._io import read_jsonl, write_jsonl
+    from ptxbench.fixit.mine import FailureCase
+    from ptxbench.results.attempts import Attempt
+
+    attempt = Attempt(run="r", arch="sm_90a", task=TASK.id, sample="s", error_class="compile.cpp_error")
+    case = FailureCase(attempt=attempt, source="x", feedback="f")
+    path = tmp_path / "failures.jsonl"
+    write_jsonl(path, [case, case])
+    assert read_jsonl(path, FailureCase) == [case, case]
+    old = {**json.loads(case.model_dump_json()), "attempt": {**json.loads(attempt.model_dump_json()), "version": 1}}
+    newer = {**json.loads(case.model_dump_json()), "version": 7}
+    path.write_text(json.dumps(old) + "\n" + json.dumps(newer) + "\n")
+    with pytest.raises(RecordVersionError) as refused:
+        read_jsonl(path, FailureCase)
+    assert str(refused.value) == (f"{path}:2: written with failure case version 7; this ptxbench ({__version__}) reads "
+                                  "version 1; upgrade ptxbench to read it")
+    path.write_text(json.dumps(old) + "\n")
+    assert read_jsonl(path, FailureCase) == [case]

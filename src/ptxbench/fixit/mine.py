@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic import Field
 
-from ptxbench.records import Record
 from ptxbench.records.evaluation import Evaluation
 from ptxbench.records.rundir import RESULT_FILE, RunDir, load_result
+from ptxbench.records.version import Versioned
 from ptxbench.refine.graders import render_evaluation_feedback
 from ptxbench.results.attempts import Attempt, attempts_from_run, turns_of_run
 
@@ -25,8 +25,10 @@ NOT_REPAIRABLE = ("ok", "unevaluated")
 NOT_REPAIRABLE_STAGES = ("extraction", "infra")
 
 
-class FailureCase(Record):
+class FailureCase(Versioned):
     """One failed kernel and what the evaluator said about it."""
+
+    RECORD = "failure case"
 
     version: int = FIXIT_RECORD_VERSION
     attempt: Attempt
@@ -39,8 +41,10 @@ class FailureCase(Record):
         return (a.run, a.task, a.arch, a.sample, str(a.turn))
 
 
-class RepairPair(Record):
+class RepairPair(Versioned):
     """A failure and a kernel that fixes it; ``verified`` only when the fix passed a GPU evaluation."""
+
+    RECORD = "repair pair"
 
     version: int = FIXIT_RECORD_VERSION
     failure: FailureCase

@@ -20,18 +20,26 @@ from typing import Any
 from pydantic import Field
 
 from ptxbench.evaluate.static_only import decided_by_build, static_verdict
-from ptxbench.records import Record
 from ptxbench.records.check import CheckReport
 from ptxbench.records.evaluation import Evaluation, Generation
 from ptxbench.records.rundir import RESULT_FILE, RunDir, load_result
 from ptxbench.records.trajectory import ItemResult, Turn
+from ptxbench.records.version import Versioned
 from ptxbench.results.taxonomy import classify_evaluation, classify_extraction
 
 ATTEMPT_VERSION = 2
 """2: ``provider``; an answer without code and a verdict the build decided have no correctness (None)."""
 
 
-class Attempt(Record):
+def _attempt_from_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no ``provider``: it reads as None, its default."""
+    return record
+
+
+class Attempt(Versioned):
+    RECORD = "attempt"
+    MIGRATIONS = {1: _attempt_from_v1}
+
     version: int = ATTEMPT_VERSION
     run: str = Field(description="The run directory's name")
     model: str | None = Field(default=None, description="'provider:name' of the model that wrote the candidate")
