@@ -111,8 +111,8 @@ def test_a_result_of_a_future_version_is_refused_with_one_line(tmp_path: Path, k
     with pytest.raises(RecordVersionError) as refused:
         load_result(file)
     assert isinstance(refused.value, PtxbenchError)
-    assert str(refused.value) == (f"{file}: written with {name} version 99; this ptxbench ({__version__}) reads version "
-                                  f"{current}; upgrade ptxbench to read it")
+    assert str(refused.value) == (f"{file}: written with {name} version 99; this ptxbench ({__version__}) reads "
+                                  f"version {current}; upgrade ptxbench to read it")
 
 
 def test_a_nested_record_of_a_future_version_is_refused_too(tmp_path: Path) -> None:
@@ -127,7 +127,8 @@ def test_a_result_of_an_unknown_version_is_refused_with_one_line(tmp_path: Path,
     file = _run(tmp_path, "eval", {**json.loads(_evaluation().model_dump_json()), "version": version})
     with pytest.raises(RecordVersionError) as refused:
         load_result(file)
-    assert str(refused.value) == f"{file}: evaluation version {version!r} is unknown; this ptxbench ({__version__}) reads version 1, 2"
+    assert str(refused.value) == (f"{file}: evaluation version {version!r} is unknown; this ptxbench ({__version__}) "
+                                  "reads version 1, 2")
 
 
 def test_an_evaluation_of_version_1_is_migrated(tmp_path: Path) -> None:
@@ -145,7 +146,8 @@ def test_a_trajectory_of_version_1_is_migrated_to_typed_records(tmp_path: Path) 
     item = _item(None)
     turn = item.turns[0].model_dump(mode="json")
     no_code = Extraction(status=ExtractionStatus.NO_CODE).model_dump(mode="json")
-    records = {"extraction": no_code, "compile": report.model_dump(mode="json"), "gpu": evaluation.model_dump(mode="json")}
+    records = {"extraction": no_code, "compile": report.model_dump(mode="json"),
+               "gpu": evaluation.model_dump(mode="json")}
     turns = []
     for index, (stage, record) in enumerate(records.items()):
         record.pop("kind", None)
