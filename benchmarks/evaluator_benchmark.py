@@ -75,7 +75,7 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
                            source=f"// copy {index} {secrets.token_hex(4)}\n{source}")  # no build is reused
                  for index in range(copies)]
     from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
-    from ptxbench.results.rundir import RunDir
+    from ptxbench.records.rundir import RunDir
 
     with tempfile.TemporaryDirectory() as folder:
         trace = Path(folder) / "lock_trace.jsonl"

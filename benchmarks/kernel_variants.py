@@ -163,7 +163,7 @@ def main() -> None:
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.evaluator import DEFAULT_LANES, EvalOptions
     from ptxbench.evaluate.run import Candidate, evaluate_candidates
-    from ptxbench.results.rundir import RunDir
+    from ptxbench.records.rundir import RunDir
     from ptxbench.tasks.loader import get_task
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

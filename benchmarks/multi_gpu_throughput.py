@@ -127,7 +127,7 @@ def _versions(backend: str) -> dict[str, Any]:
     import torch
 
     from ptxbench import __version__
-    from ptxbench.results.rundir import _git_revision
+    from ptxbench.records.rundir import _git_revision
 
     driver = None
     if shutil.which("nvidia-smi"):

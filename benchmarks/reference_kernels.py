@@ -78,7 +78,7 @@ def main() -> None:
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.evaluator import EvalOptions
     from ptxbench.evaluate.run import candidate_from_file, evaluate_candidates
-    from ptxbench.results.rundir import RunDir
+    from ptxbench.records.rundir import RunDir
     from ptxbench.tasks.loader import get_task
 
     parser = argparse.ArgumentParser()

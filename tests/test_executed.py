@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.executed import KernelProfile, judge_execution, parse_ncu_csv
+from ptxbench.evaluate.executed import judge_execution, parse_ncu_csv
+from ptxbench.records.evaluation import KernelProfile
 from ptxbench.tasks.loader import get_task
 
 from .conftest import FIXTURES

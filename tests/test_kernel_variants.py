@@ -74,8 +74,7 @@ def test_a_variant_builds_as_the_evaluator_builds_it():
 
 
 def test_the_worst_error_ratio_is_kept_per_workload_over_trials_and_outputs():
-    from ptxbench.evaluate.compare import Comparison
-    from ptxbench.evaluate.status import TrialResult
+    from ptxbench.records.evaluation import Comparison, TrialResult
 
     def comparison(output: str, ratio: float) -> Comparison:
         return Comparison(output=output, passed=ratio < 1, elements=4, mismatched=0, nonfinite=0, max_abs_error=0.1,

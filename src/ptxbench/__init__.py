@@ -1,8 +1,9 @@
 """PTXBench: do LLM-written GPU kernels use architecture-specific PTX, correctly and fast?
 
 The public API, for Python users: the records and the few entry points a script needs (check a source,
-evaluate candidates, load a run, compute metrics, write a report). Each name is imported on first use,
-so ``import ptxbench`` stays as light as the command line's start (no torch, no pydantic models built)::
+evaluate candidates, load a run or one of its results, compute metrics, write a report). Each name is
+imported on first use, so ``import ptxbench`` stays as light as the command line's start (no torch, no
+pydantic models built)::
 
     from pathlib import Path
     import ptxbench
@@ -28,7 +29,7 @@ _PUBLIC = {
     "get_task": "ptxbench.tasks.loader",
     "bundled_suite": "ptxbench.tasks.loader",
     # checking a source (build + static report), no GPU needed
-    "CheckReport": "ptxbench.check",
+    "CheckReport": "ptxbench.records.check",
     "check_source": "ptxbench.check",
     "check_file": "ptxbench.check",
     # evaluating on GPUs
@@ -36,10 +37,12 @@ _PUBLIC = {
     "candidate_from_file": "ptxbench.evaluate.run",
     "evaluate_candidates": "ptxbench.evaluate.run",
     "EvalOptions": "ptxbench.evaluate.evaluator",
-    "Evaluation": "ptxbench.evaluate.status",
-    "Status": "ptxbench.evaluate.status",
+    "Evaluation": "ptxbench.records.evaluation",
+    "Status": "ptxbench.records.evaluation",
     # runs, metrics and reports
-    "RunDir": "ptxbench.results.rundir",
+    "RunDir": "ptxbench.records.rundir",
+    "ItemResult": "ptxbench.records.trajectory",
+    "load_result": "ptxbench.records.rundir",
     "Attempt": "ptxbench.results.attempts",
     "attempts_from_run": "ptxbench.results.attempts",
     "summarize": "ptxbench.results.metrics",

@@ -66,6 +66,8 @@ def read_jsonl(path: Path, model: "type[M]") -> "list[M]":
         except ValidationError as exc:
             raise PtxbenchError(f"{path}:{number}: not a {_words(model.__name__)} record "
                                 f"({field_problems(exc)})") from None
+        except PtxbenchError as exc:  # a record version this ptxbench cannot read
+            raise type(exc)(f"{path}:{number}: {exc}") from None
     return records
 
 

@@ -11,40 +11,18 @@ import hashlib
 import time
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from ptxbench.arch.registry import Arch
 from ptxbench.context.wrappers import inline_wrapper_header
 from ptxbench.contract.signature import HEADER_NAME, header
 from ptxbench.errors import CandidateError
-from ptxbench.static.report import StaticReport, static_report
+from ptxbench.records.check import CheckReport
+from ptxbench.static.report import static_report
 from ptxbench.static.sass import kernel_names
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S, BuildRequest, BuildResult, build, build_many
 from ptxbench.toolchain.tools import demangle, disassemble
 
-CHECK_REPORT_VERSION = 1
 CANDIDATE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc")
-
-
-class CheckReport(BaseModel):
-    """A candidate's build and static report for one target."""
-
-    version: int = CHECK_REPORT_VERSION
-    candidate: str
-    source_sha256: str
-    arch: Arch
-    task: str | None
-    build: BuildResult
-    static: StaticReport | None
-    duration_s: float
-
-    @property
-    def ok(self) -> bool:
-        """Built, and (with a task) every requirement reached the SASS, with no policy violation."""
-        if not self.build.ok or self.static is None:
-            return False
-        return self.static.requirements_in_sass and not self.static.policy_violations
 
 
 def read_candidate(path: Path | str, *, to_compile: bool = True) -> str:

@@ -56,7 +56,7 @@ def _context_condition(value: str) -> str:
 def _one_shot_spec(value: Optional[str]) -> Optional[str]:
     """Checked before anything runs, so a malformed spec leaves no run directory behind."""
     if value is not None:
-        from ptxbench.llm.run import one_shot_parts
+        from ptxbench.refine.loop import one_shot_parts
 
         try:
             one_shot_parts(value)
@@ -165,7 +165,7 @@ def prompt(task: str = typer.Argument(..., help="Task id or path to a task .toml
            as_json: bool = typer.Option(False, "--json", help="The messages as JSON, exactly as sent")) -> None:
     """Print exactly what a model is given for TASK (the opening conversation of every sample)."""
     from ptxbench.prompts.conversation import ContextCondition, build_conversation
-    from ptxbench.llm.run import load_one_shot
+    from ptxbench.refine.loop import load_one_shot
     from ptxbench.tasks.loader import get_task
 
     messages = build_conversation(get_task(task), arch, ContextCondition(context), load_one_shot(one_shot))
@@ -234,12 +234,12 @@ def evaluate(
     from ptxbench.evaluate.run import (
         GpusRetired,
         candidates_from_eval_run,
-        candidates_from_generations,
         candidates_from_run,
         evaluate_candidates,
         gpu_available,
         is_eval_run,
     )
+    from ptxbench.refine.generations import candidates_from_generations
     from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note
     from ptxbench.tasks.loader import get_task
 
@@ -412,18 +412,14 @@ def _entries(count: int) -> str:
     return "1 entry" if count == 1 else f"{count} entries"
 
 
-def _evaluator_for_refinement():  # type: ignore[no-untyped-def]
-    """The GPU evaluator's feedback where a GPU is visible, else the static evaluator (and say so)."""
-    from ptxbench.evaluate.run import gpu_available
-    from ptxbench.llm.feedback import StaticEvaluator
+def _grader_for_refinement():  # type: ignore[no-untyped-def]
+    """The GPU grader where a GPU is visible, else the static grader (and say so)."""
+    from ptxbench.refine.graders import StaticGrader, grader_for_this_machine
 
-    if gpu_available():
-        from ptxbench.evaluate.evaluator import GpuEvaluator
-        from ptxbench.llm.feedback import GpuFeedbackEvaluator
-
-        return GpuFeedbackEvaluator(GpuEvaluator())
-    console.print(_static_evaluation_note(), highlight=False)
-    return StaticEvaluator()
+    grader = grader_for_this_machine()
+    if isinstance(grader, StaticGrader):
+        console.print(_static_evaluation_note(), highlight=False)
+    return grader
 
 
 @fixit_app.command("mine")
@@ -455,7 +451,7 @@ def fixit_repair(failures: Path = typer.Argument(...), teacher: str = typer.Opti
     from ptxbench.fixit.mine import FailureCase
     from ptxbench.fixit.repair import repair
 
-    pairs = repair(read_jsonl(failures, FailureCase), teacher, work, _evaluator_for_refinement(), turns=turns,
+    pairs = repair(read_jsonl(failures, FailureCase), teacher, work, _grader_for_refinement(), turns=turns,
                    base_url=base_url)
     write_jsonl(out, pairs)
     verified = sum(p.verified for p in pairs)
@@ -517,7 +513,7 @@ def fixit_eval(base: str = typer.Option(..., "--base", help="Base model path or 
     from ptxbench.fixit.evaluate import evaluate_adapter
 
     _, _, table = evaluate_adapter(base, adapter, [t for t in tasks.split(",") if t], out, samples=samples, turns=turns,
-                                   evaluator=_evaluator_for_refinement(), max_tokens=max_tokens)
+                                   grader=_grader_for_refinement(), max_tokens=max_tokens)
     print(table)
 
 
@@ -527,7 +523,7 @@ def fixit_ablation(config: Path = typer.Argument(..., help="Ablation config (.to
     """Diversity vs volume: train on a varied set and on an equally large unvaried one, evaluate both, compare."""
     from ptxbench.fixit.ablation import load_ablation, run_ablation
 
-    summary = run_ablation(load_ablation(config), evaluator=None if build_only else _evaluator_for_refinement(),
+    summary = run_ablation(load_ablation(config), grader=None if build_only else _grader_for_refinement(),
                            build_only=build_only)
     for arm, facts in summary["arms"].items():
         console.print(f"{arm}: {facts['records']} records over {facts['cells']} family/class/task cells → {facts['data']}",
@@ -545,9 +541,9 @@ def _static_evaluation_note() -> str:
 def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, turns: int, context: str,
                 temperature: float, top_p: Optional[float], max_tokens: int, concurrency: int, out: Optional[Path],
                 base_url: Optional[str], adapter: Optional[str], one_shot: Optional[str], dry_run: bool) -> None:
-    from ptxbench.prompts.conversation import ContextCondition
-    from ptxbench.llm.run import RunConfig, execute, plan, provider_errors
     from ptxbench.llm.types import SamplingParams
+    from ptxbench.prompts.conversation import ContextCondition
+    from ptxbench.refine.loop import RunConfig, execute, plan, provider_errors
     from ptxbench.tasks.loader import bundled_suite, get_task
 
     chosen = list(bundled_suite()) if tasks == "all" else [get_task(t.strip()) for t in tasks.split(",") if t.strip()]
@@ -569,15 +565,14 @@ def _generation(command: str, model: str, tasks: str, arch: Arch, samples: int, 
         return
     from ptxbench.results.terminal import GenerationProgress
 
-    evaluator = _evaluator_for_refinement() if evaluate else None
+    grader = _grader_for_refinement() if evaluate else None
     target = out or Path("runs") / f"{command}-{model.replace(':', '-').replace('/', '_')}-{arch.value}-{context}"
     with GenerationProgress(console, len(chosen) * samples, f"{command} → {target}") as progress:
         try:
-            results = execute(chosen, config, target, evaluator=evaluator, on_done=progress.done)
+            results = execute(chosen, config, target, grader=grader, on_done=progress.done)
         finally:
-            gpu = getattr(evaluator, "evaluator", None)
-            if gpu is not None:
-                gpu.close()
+            if grader is not None:
+                grader.close()
     passed = sum(r.passed for r in results)
     errors = sum(1 for r in results if r.turns and r.turns[-1].completion.error)
     spent = [r.usage.cost_usd for r in results]

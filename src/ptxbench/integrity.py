@@ -11,7 +11,7 @@ with detection, discard and recompute, in three layers:
 2. Memory: a process keeps what it measured or verified itself (``BaselineCache``'s memo, the build
    cache's memo of entries it sealed or checked) and the run driver keeps every file it wrote into the
    run directory; at the end of the run changed files are rewritten and files it did not write are
-   moved aside (``results.rundir.RunLedger``).
+   moved aside (``records.rundir.RunLedger``).
 3. The operating system (``evaluate.isolation``, where the machine permits): read-only bind mounts of
    the caches and the run directory in the candidate's private mount namespace.
 

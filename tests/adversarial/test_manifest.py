@@ -24,7 +24,8 @@ import pytest
 
 from ptxbench._compat import tomllib
 from ptxbench.arch.registry import Arch
-from ptxbench.check import CheckReport, check_files
+from ptxbench.check import check_files
+from ptxbench.records.check import CheckReport
 from ptxbench.static.report import Stage
 from ptxbench.kernels import reference_folder
 from ptxbench.tasks.loader import bundled_suite, get_task

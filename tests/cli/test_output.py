@@ -13,7 +13,7 @@ from ..conftest import REPO
 from .newcomer import COLUMNS, cli, one_line, widest_line
 
 if TYPE_CHECKING:
-    from ptxbench.evaluate.status import Evaluation
+    from ptxbench.records.evaluation import Evaluation
 
 EXAMPLES = REPO / "kernels" / "examples"
 
@@ -71,7 +71,7 @@ def _gpu_evaluation(task: str, guards: list[tuple[str, str]]) -> Evaluation:
     """What a GPU machine with Nsight Compute records for a bundled example: correct on every trial, then
     REJECTED where a required feature did not execute (or PASSED without guards)."""
     from ptxbench.arch.registry import Arch
-    from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, Status, TrialResult
+    from ptxbench.records.evaluation import Evaluation, Guard, GuardFinding, Status, TrialResult
     from ptxbench.tasks.loader import get_task
 
     findings = [GuardFinding(guard=Guard(guard), detail=detail) for guard, detail in guards]
@@ -83,7 +83,7 @@ def _gpu_evaluation(task: str, guards: list[tuple[str, str]]) -> Evaluation:
 
 
 def _gpu_run(out: Path, evaluations: list[Evaluation]) -> None:
-    from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
+    from ptxbench.records.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 
     rundir = RunDir.open(out, RunHeader(kind="eval", config={"arch": "sm_90a"}, environment={"name": "NVIDIA H200"}))
     for evaluation in evaluations:

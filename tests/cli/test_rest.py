@@ -117,8 +117,8 @@ DAMAGED = {
     "bad kind": (json.dumps({"kind": "bench", "config": {}}), "not a run header (field 'kind': Input should be "
                                                               "'generate', 'run', 'eval' or 'repair')"),
     "newer": (json.dumps({"version": 2, "kind": "eval", "config": {}, "ptxbench": "9.0.0", "shards": 4}),
-              "written by ptxbench 9.0.0 with run schema 2; this ptxbench ({version}) reads schema 1; upgrade "
-              "ptxbench to read it"),
+              "written by ptxbench 9.0.0 with run header version 2; this ptxbench ({version}) reads version 1; "
+              "upgrade ptxbench to read it"),
 }
 LOADING = [["eval", "RUN"], ["eval", "RUN", "--regrade"], ["report", "RUN"], ["metrics", "RUN"],
            ["compare", "RUN", "RUN"], ["leaderboard", "RUN"]]

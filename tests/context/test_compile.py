@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.check import CheckReport, check_files
+from ptxbench.check import check_files
 from ptxbench.context import wrappers
 from ptxbench.prompts.context import compilable_snippets
+from ptxbench.records.check import CheckReport
 from ptxbench.static.ptx import instructions
 
 HERE = Path(__file__).resolve().parent

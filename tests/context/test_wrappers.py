@@ -54,7 +54,7 @@ def test_wrapper_targets_are_read_from_the_headers_guards() -> None:
 
 
 def test_a_one_shot_example_is_shown_without_line_directives(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.llm.run import load_one_shot
+    from ptxbench.refine.loop import load_one_shot
 
     example = tmp_path / "rmsnorm.cu"
     example.write_text('#include "ptx_wrappers.cuh"\nint x;\n')

@@ -8,7 +8,7 @@ from typing import Any
 
 from ptxbench.evaluate.evaluator import EvalOptions
 from ptxbench.evaluate.run import PLACEMENT_FILE, Candidate
-from ptxbench.evaluate.status import Evaluation
+from ptxbench.records.evaluation import Evaluation
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task
 

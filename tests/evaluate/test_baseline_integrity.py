@@ -15,7 +15,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.evaluate import baseline_cache
 from ptxbench.evaluate.baseline_cache import BaselineCache, BaselineTiming
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.status import Evaluation, Status
+from ptxbench.records.evaluation import Evaluation, Status
 
 from ..conftest import EXAMPLES
 from .fake_runner import BEHAVIOUR

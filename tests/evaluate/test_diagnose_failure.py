@@ -18,7 +18,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.evaluate import diagnose_failure
 from ptxbench.evaluate.diagnose_failure import first_finding, is_cuda_error, with_diagnosis
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.status import Status
+from ptxbench.records.evaluation import Status
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task
 

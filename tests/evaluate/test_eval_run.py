@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ptxbench.cli import app
-from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
+from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 
 from ..conftest import EXAMPLES, FIXTURES
 

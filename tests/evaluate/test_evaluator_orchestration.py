@@ -14,7 +14,7 @@ import pytest
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
-from ptxbench.evaluate.status import Guard, Status
+from ptxbench.records.evaluation import Guard, Status
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task
 

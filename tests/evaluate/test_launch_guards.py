@@ -3,8 +3,6 @@ launched when checked (pure functions; the orchestration tests drive them throug
 
 from __future__ import annotations
 
-from ptxbench.evaluate.status import Guard
-from ptxbench.evaluate.executed import KernelProfile
 from ptxbench.evaluate.verdict import (
     ONE_TIME_LAUNCHES,
     host_transfer_guards,
@@ -14,6 +12,7 @@ from ptxbench.evaluate.verdict import (
     profiled_launch_guards,
     timed_launch_guards,
 )
+from ptxbench.records.evaluation import Guard, KernelProfile
 
 KERNEL = "void (anonymous namespace)::rmsnorm_kernel<256>(float const*, float*)"
 

@@ -17,8 +17,8 @@ from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.compare import compare
 from ptxbench.evaluate.gpu_host import HostOutcome, parse_outcome
 from ptxbench.evaluate.run import evaluate_candidates
-from ptxbench.evaluate.status import Evaluation, Status, TrialResult
-from ptxbench.results.rundir import write_model
+from ptxbench.records.evaluation import Evaluation, Status, TrialResult
+from ptxbench.records.rundir import write_model
 from ptxbench.tasks.model import Tolerance
 
 from .scaleout import FAKE, OPTIONS, candidates, small_softmax, stored

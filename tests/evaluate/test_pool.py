@@ -11,9 +11,9 @@ import pytest
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.pool import GpuSelectionError, parse_gpus, pin_for
 from ptxbench.evaluate.run import GpusRetired, evaluate_candidates
-from ptxbench.evaluate.status import Generation, InfraFailure, Status
-from ptxbench.llm.extract import ExtractionStatus
-from ptxbench.results.rundir import RunDir
+from ptxbench.records.completion import ExtractionStatus
+from ptxbench.records.evaluation import Generation, InfraFailure, Status
+from ptxbench.records.rundir import RunDir
 
 from .scaleout import FAKE, OPTIONS, candidates, stored
 

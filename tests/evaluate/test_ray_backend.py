@@ -14,7 +14,7 @@ import ray
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.run import GpusRetired, evaluate_candidates
-from ptxbench.evaluate.status import InfraFailure, Status
+from ptxbench.records.evaluation import InfraFailure, Status
 
 from ..conftest import REPO
 from .scaleout import FAKE, OPTIONS, candidates, stored
@@ -91,7 +91,7 @@ def test_when_every_gpu_is_retired_the_rest_are_recorded_as_infrastructure_failu
 
 
 def test_lanes_put_several_actors_on_each_gpu(tmp_path: Path) -> None:
-    from ptxbench.results.rundir import RunDir
+    from ptxbench.records.rundir import RunDir
 
     out = tmp_path / "run"
     results = evaluate_candidates(candidates(4), Arch.SM_90A, out, OPTIONS.model_copy(update={"lanes": 2}),

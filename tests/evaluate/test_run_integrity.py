@@ -12,8 +12,8 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.run import evaluate_candidates
-from ptxbench.evaluate.status import Evaluation, Status
-from ptxbench.results.rundir import QUARANTINE_DIR, RunDir, RunHeader, RunLedger
+from ptxbench.records.evaluation import Evaluation, Status
+from ptxbench.records.rundir import QUARANTINE_DIR, RunDir, RunHeader, RunLedger
 
 from .scaleout import FAKE, OPTIONS, candidates
 

@@ -9,7 +9,7 @@ from typing import Any
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome
 from ptxbench.evaluate.scheduler import Job, SlotStartFailed, Started, schedule, start_slots
-from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
+from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 
 from .scaleout import small_softmax
 

@@ -6,11 +6,20 @@ import pytest
 from pydantic import ValidationError
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.compare import Comparison
-from ptxbench.evaluate.executed import RequirementExecution
-from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import base_name, decide, library_guards, provenance_guards
-from ptxbench.llm.extract import ExtractionStatus
+from ptxbench.records.completion import ExtractionStatus
+from ptxbench.records.evaluation import (
+    EVALUATION_VERSION,
+    Comparison,
+    Evaluation,
+    Guard,
+    GuardFinding,
+    InfraFailure,
+    RequirementExecution,
+    Status,
+    Timing,
+    TrialResult,
+)
 from ptxbench.tasks.model import Requirement
 
 GOOD = TrialResult(workload="w", role="timed", seed=1, passed=True, comparisons=[
@@ -35,11 +44,11 @@ def test_legal_states() -> None:
 
 
 def test_a_version_1_record_still_reads() -> None:
-    """Records written before extraction failures and generation labels existed load as they are."""
+    """Records written before extraction failures and generation labels existed load as today's, without them."""
     old = _evaluation(status=Status.INCORRECT, trials=[GOOD, BAD]).model_dump(mode="json")
-    old = {key: value for key, value in old.items() if key not in ("extraction", "generation")} | {"version": 1}
+    old = {key: value for key, value in old.items() if key not in ("kind", "extraction", "generation")} | {"version": 1}
     read = Evaluation.model_validate(old)
-    assert read.version == 1 and read.extraction is None and read.generation is None
+    assert read.version == EVALUATION_VERSION and read.extraction is None and read.generation is None
 
 
 @pytest.mark.parametrize(("fields", "message"), [

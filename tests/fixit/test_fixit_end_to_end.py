@@ -62,7 +62,7 @@ def test_fixit_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert result.steps == 2 and result.records == 1
 
     base_run, adapter_run, table = evaluate_adapter(str(base), tmp_path / "adapter", ["transpose"],
-                                                    tmp_path / "eval", max_tokens=8, evaluator=FixedWhenTiled())
+                                                    tmp_path / "eval", max_tokens=8, grader=FixedWhenTiled())
     for run in (base_run, adapter_run):
         (attempt,) = attempts_from_run(run)
         assert attempt.task == "transpose"

@@ -8,17 +8,15 @@ from pathlib import Path
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_file
-from ptxbench.evaluate.compare import Comparison
-from ptxbench.evaluate.status import Evaluation, Status, TrialResult
 from ptxbench.fixit.dataset import build_dataset, explanation_problem, export, normalized
 from ptxbench.fixit.mine import harvest_own_repairs, mine_failures
-from ptxbench.llm.extract import Extraction, ExtractionStatus
-from ptxbench.llm.feedback import Feedback, render_check_feedback
-from ptxbench.prompts.conversation import ContextCondition
-from ptxbench.llm.run import ItemResult, Turn
-from ptxbench.llm.types import Completion
 from ptxbench.prompts import PROMPT_VERSION
-from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
+from ptxbench.prompts.conversation import ContextCondition
+from ptxbench.records.completion import Completion, Extraction, ExtractionStatus
+from ptxbench.records.evaluation import Comparison, Evaluation, Status, TrialResult
+from ptxbench.records.rundir import RESULT_FILE, RunDir, RunHeader, write_model
+from ptxbench.records.trajectory import Feedback, ItemResult, Turn
+from ptxbench.refine.graders import render_check_feedback
 from ptxbench.tasks.loader import get_task
 
 from ..conftest import EXAMPLES, FIXTURES
@@ -32,7 +30,7 @@ def _failed_turn(turn: int) -> Turn:
     passed, stage, text = render_check_feedback(report)
     return Turn(turn=turn, completion=Completion(model="m", text=f"```cuda\n{BROKEN}\n```"),
                 extraction=Extraction(status=ExtractionStatus.OK, source=BROKEN),
-                feedback=Feedback(passed=passed, stage=stage, text=text, record=report.model_dump(mode="json")))
+                feedback=Feedback(passed=passed, stage=stage, text=text, record=report))
 
 
 def _passed_turn(turn: int) -> Turn:
@@ -45,7 +43,7 @@ def _passed_turn(turn: int) -> Turn:
     return Turn(turn=turn, completion=Completion(model="m", text=f"```cuda\n{FIXED}\n```"),
                 extraction=Extraction(status=ExtractionStatus.OK, source=FIXED),
                 feedback=Feedback(passed=True, stage="gpu", text="Status: PASSED.", verified_on_gpu=True,
-                                  record=evaluation.model_dump(mode="json")))
+                                  record=evaluation))
 
 
 def _run(tmp_path: Path) -> Path:

@@ -8,18 +8,18 @@ import pytest
 
 from ptxbench.fixit.mine import harvest_own_repairs, mine_failures
 from ptxbench.fixit.repair import explain, repair
-from ptxbench.llm.feedback import Feedback
 from ptxbench.prompts import PROMPT_VERSION
-from ptxbench.results.rundir import RunDir
+from ptxbench.records.rundir import RunDir
+from ptxbench.records.trajectory import Feedback
 
 from ..llm.conftest import FakeLLMServer, Reply
 from .test_mine_and_dataset import FIXED, _run
 
 
 class FixedWhenTiled:
-    """An evaluator stand-in: passes (as if GPU-verified) exactly the known-good kernel."""
+    """A grader stand-in: passes (as if GPU-verified) exactly the known-good kernel."""
 
-    def evaluate(self, task, arch, source):  # type: ignore[no-untyped-def]
+    def grade(self, task, arch, source):  # type: ignore[no-untyped-def]
         good = source.strip() == FIXED.strip()
         return Feedback(passed=good, stage="gpu", verified_on_gpu=True,
                         text="Status: PASSED." if good else "Status: INCORRECT. wrong on workload r4096-c4096")

@@ -20,7 +20,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.status import Evaluation, Guard, Status
+from ptxbench.records.evaluation import Evaluation, Guard, Status
 from ptxbench.tasks.loader import bundled_suite, get_task
 
 from ..adversarial.cases import case_source, manifest_cases

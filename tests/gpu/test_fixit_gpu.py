@@ -14,7 +14,7 @@ from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.fixit.mine import mine_failures
 from ptxbench.fixit.repair import repair
 from ptxbench.kernels import reference_folder
-from ptxbench.llm.feedback import GpuFeedbackEvaluator
+from ptxbench.refine.graders import GpuGrader
 
 from ..conftest import EXAMPLES
 from ..fixit.test_mine_and_dataset import _run
@@ -35,7 +35,7 @@ def test_only_a_gpu_verified_repair_is_kept(tmp_path: Path, monkeypatch: pytest.
                                Reply(text=f"Using TMA:\n```cuda\n{expert}\n```")])
         try:
             (case, *_) = mine_failures([_run(tmp_path)])
-            pairs = repair([case], "openai:teacher", tmp_path / "repairs", GpuFeedbackEvaluator(gpu), turns=3,
+            pairs = repair([case], "openai:teacher", tmp_path / "repairs", GpuGrader(gpu), turns=3,
                            base_url=f"{teacher.url}/v1")
         finally:
             gpu.close()

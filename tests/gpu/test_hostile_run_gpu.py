@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 
 from ptxbench._compat import tomllib
-from ptxbench.evaluate.status import Evaluation, Guard, Status
-from ptxbench.results.rundir import RunDir
+from ptxbench.records.evaluation import Evaluation, Guard, Status
+from ptxbench.records.rundir import RunDir
 from ptxbench.tasks.loader import bundled_suite
 
 from ..adversarial.cases import case_file

@@ -11,7 +11,7 @@ import pytest
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions
 from ptxbench.evaluate.run import Candidate, evaluate_candidates
-from ptxbench.evaluate.status import Status
+from ptxbench.records.evaluation import Status
 from ptxbench.tasks.loader import get_task
 
 from ..conftest import EXAMPLES

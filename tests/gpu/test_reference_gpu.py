@@ -11,8 +11,8 @@ import pytest
 from ptxbench.arch.registry import Arch
 from ptxbench.check import read_candidate
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.status import Status
 from ptxbench.kernels import reference_folder
+from ptxbench.records.evaluation import Status
 from ptxbench.tasks.loader import get_task
 
 

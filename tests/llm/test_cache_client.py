@@ -10,8 +10,9 @@ import pytest
 from ptxbench.llm.cache import CompletionCache
 from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.providers import get_provider
-from ptxbench.llm.types import Completion, CompletionRequest
+from ptxbench.llm.types import CompletionRequest
 from ptxbench.prompts.conversation import Message
+from ptxbench.records.completion import Completion
 
 from .conftest import FakeLLMServer, Reply
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ptxbench.llm.extract import ExtractionStatus, extract_candidate
+from ptxbench.llm.extract import extract_candidate
+from ptxbench.records.completion import ExtractionStatus
 
 KERNEL = '''#include <cuda_bf16.h>
 __global__ void k(float* y) { y[threadIdx.x] = 1.f; }

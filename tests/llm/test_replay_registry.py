@@ -12,8 +12,9 @@ from ptxbench.errors import ApiKeyMissing, ProviderError, ProviderSdkMissing, Un
 from ptxbench.llm.client import complete_all_sync
 from ptxbench.llm.pricing import cost
 from ptxbench.llm.providers import get_provider, parse_model
-from ptxbench.llm.types import CompletionRequest, Usage
+from ptxbench.llm.types import CompletionRequest
 from ptxbench.prompts.conversation import Message
+from ptxbench.records.completion import Usage
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -114,9 +115,9 @@ def test_pricing() -> None:
 
 
 def test_provider_errors_are_grouped_by_reason_most_common_first() -> None:
-    from ptxbench.llm.run import ItemResult, Turn, provider_errors
-    from ptxbench.llm.extract import Extraction, ExtractionStatus
-    from ptxbench.llm.types import Completion
+    from ptxbench.records.completion import Completion, Extraction, ExtractionStatus
+    from ptxbench.records.trajectory import ItemResult, Turn
+    from ptxbench.refine.loop import provider_errors
 
     def item(sample: int, error: str | None) -> ItemResult:
         turn = Turn(turn=0, completion=Completion(model="m", text="", error=error),

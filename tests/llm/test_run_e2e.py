@@ -9,7 +9,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from ptxbench.cli import app
-from ptxbench.llm.run import ItemResult
+from ptxbench.records.trajectory import ItemResult
 
 from ..conftest import EXAMPLES
 from .conftest import FakeLLMServer, Reply
@@ -101,9 +101,8 @@ def test_dry_run_sends_nothing_and_never_shows_held_out_shapes(server: FakeLLMSe
 
 def test_gpu_evaluation_feedback_names_the_failure() -> None:
     from ptxbench.arch.registry import Arch
-    from ptxbench.evaluate.compare import Comparison
-    from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, Status, TrialResult
-    from ptxbench.llm.feedback import render_evaluation_feedback
+    from ptxbench.records.evaluation import Comparison, Evaluation, Guard, GuardFinding, Status, TrialResult
+    from ptxbench.refine.graders import render_evaluation_feedback
 
     wrong = Comparison(output="Y", passed=False, elements=100, mismatched=3, nonfinite=1, max_abs_error=2.5,
                        max_rel_error=1.0, worst_index=[0, 7], worst_value=float("nan"), worst_expected=0.25)

@@ -62,10 +62,9 @@ def test_a_static_turn_recorded_before_the_one_status_model_is_judged_as_today(t
     kernel has the same class in an old run, a new run and an eval run."""
     from ptxbench.arch.registry import Arch
     from ptxbench.check import check_file
-    from ptxbench.llm.extract import Extraction, ExtractionStatus
-    from ptxbench.llm.feedback import Feedback, render_check_feedback
-    from ptxbench.llm.run import Turn
-    from ptxbench.llm.types import Completion
+    from ptxbench.records.completion import Completion, Extraction, ExtractionStatus
+    from ptxbench.records.trajectory import Feedback, Turn
+    from ptxbench.refine.graders import render_check_feedback
     from ptxbench.results.attempts import turn_attempt
     from ptxbench.tasks.loader import get_task
 
@@ -74,7 +73,7 @@ def test_a_static_turn_recorded_before_the_one_status_model_is_judged_as_today(t
         passed, stage, text = render_check_feedback(report)
         return Turn(turn=0, completion=Completion(model="m", text=""),
                     extraction=Extraction(status=ExtractionStatus.OK, source=path.read_text()),
-                    feedback=Feedback(passed=passed, stage=stage, text=text, record=report.model_dump(mode="json")))
+                    feedback=Feedback(passed=passed, stage=stage, text=text, record=report))
 
     base = {"run": "old", "arch": "sm_90a", "task": "transpose", "sample": "sample_000"}
     plain = turn_attempt(old_turn(EXAMPLES / "transpose.cu", "transpose"), base)

@@ -10,11 +10,19 @@ from pathlib import Path
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.compare import Comparison
-from ptxbench.evaluate.executed import RequirementExecution
-from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
+from ptxbench.records.evaluation import (
+    Comparison,
+    Evaluation,
+    Guard,
+    GuardFinding,
+    InfraFailure,
+    RequirementExecution,
+    Status,
+    Timing,
+    TrialResult,
+)
+from ptxbench.records.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.results.attempts import Attempt, attempts_from_run
-from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.static.report import FeatureEvidence, RequirementCheck, Stage, StaticReport
 from ptxbench.tasks.model import Requirement
 from ptxbench.toolchain.compile import BuildResult

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ptxbench.results.attempts import Attempt
-from ptxbench.results.rundir import RunHeader
+from ptxbench.records.rundir import RunHeader
 
 pytest.importorskip("matplotlib")
 

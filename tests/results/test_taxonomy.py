@@ -5,9 +5,16 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.compare import Comparison
-from ptxbench.evaluate.executed import RequirementExecution
-from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, TrialResult
+from ptxbench.records.evaluation import (
+    Comparison,
+    Evaluation,
+    Guard,
+    GuardFinding,
+    InfraFailure,
+    RequirementExecution,
+    Status,
+    TrialResult,
+)
 from ptxbench.results.taxonomy import CLASSES, classify_evaluation
 from ptxbench.tasks.model import Requirement
 

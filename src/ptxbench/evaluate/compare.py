@@ -4,30 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ptxbench.records import Record
+from ptxbench.records.evaluation import Comparison
 from ptxbench.tasks.model import Task, Tolerance
 from ptxbench.tasks.reference import magnitude_key
 
 if TYPE_CHECKING:
     import torch
-
-
-class Comparison(Record):
-    """Where and how far an output is off: the feedback a model needs to fix it."""
-
-    output: str
-    passed: bool
-    elements: int
-    mismatched: int
-    nonfinite: int
-    max_abs_error: float
-    max_rel_error: float
-    max_error_ratio: float = 0.0
-    """The largest error divided by its bound: below 1 passes; how far from passing when above."""
-    worst_index: list[int] | None = None
-    worst_value: float | None = None
-    worst_expected: float | None = None
-    bound_at_worst: float | None = None
 
 
 def compare(name: str, actual: "torch.Tensor", expected: "torch.Tensor", tolerance: Tolerance,

@@ -33,15 +33,13 @@ from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
+from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
 from ptxbench.evaluate.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
-from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.executed import KernelProfile, RequirementExecution
 from ptxbench.evaluate.gpu_side import CANARY_VALUE, median_iqr
 from ptxbench.evaluate.static_only import verdict_before_running
-from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, InfraFailure, Status, Timing, TrialResult
 from ptxbench.evaluate.verdict import (
     base_name,
     canary_guards,
@@ -58,6 +56,17 @@ from ptxbench.evaluate.verdict import (
 )
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.paths import cache_root
+from ptxbench.records.evaluation import (
+    Evaluation,
+    Guard,
+    GuardFinding,
+    InfraFailure,
+    KernelProfile,
+    RequirementExecution,
+    Status,
+    Timing,
+    TrialResult,
+)
 from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
 from ptxbench.toolchain.discover import find_toolchain

@@ -18,10 +18,8 @@ import csv
 import io
 import re
 
-from pydantic import BaseModel, Field
-
 from ptxbench.arch.registry import Arch, load_registry
-from ptxbench.records import Record
+from ptxbench.records.evaluation import Dims, KernelProfile, RequirementExecution
 from ptxbench.tasks.model import Requirement
 
 OPCODE_METRIC = "sass__inst_executed_per_opcode_with_modifier_all"
@@ -47,37 +45,6 @@ _UNIT_SCALE = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1
                "ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
 
 _INSTANCE = re.compile(r"([A-Z][A-Z0-9_.]*(?:\.[A-Za-z0-9_]+)*):\s*([\d,]+)")
-
-
-Dims = tuple[int, int, int]
-
-
-class KernelProfile(Record):
-    """One profiled kernel launch, as ncu saw it from outside the candidate's process."""
-
-    launch_id: int
-    name: str
-    stream: str | None = None
-    grid: Dims | None = Field(default=None, description="grid size in blocks (x, y, z)")
-    block: Dims | None = Field(default=None, description="block size in threads (x, y, z)")
-    duration_ns: float | None = None
-    executed: dict[str, int] = Field(default_factory=dict, description="full SASS mnemonic -> warp-level count")
-    bytes: dict[str, float] = Field(default_factory=dict, description=(
-        "byte counters of BYTE_METRICS present in the report, in bytes; a counter ncu did not report is absent"))
-
-
-class RequirementExecution(Record):
-    """One requirement judged on executed counts; ``flop_share`` only for matrix features, ``byte_share``
-    only for requirements with a minimum share of the task's bytes. ``verified`` False: the counters
-    needed to judge it were not in the report, so it is neither satisfied nor held against the candidate."""
-
-    requirement: Requirement
-    executed: dict[str, int] = Field(description="executed mnemonics of the requirement's features")
-    flop_share: float | None = None
-    byte_share: float | None = None
-    satisfied: bool
-    verified: bool = True
-    message: str
 
 
 def ncu_number(text: str) -> float | None:

@@ -28,9 +28,9 @@ from pydantic import Field, ValidationError
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
-from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
 from ptxbench.evaluate.worker import RequestFailed, WorkerDied, WorkerTimeout
 from ptxbench.records import Record
+from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 from ptxbench.tasks.model import Role, Task
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S
 

@@ -30,17 +30,11 @@ from pathlib import Path
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.executed import (
-    NCU_METRICS,
-    OPCODE_METRIC,
-    KernelProfile,
-    RequirementExecution,
-    judge_execution,
-    parse_ncu_csv,
-)
+from ptxbench.evaluate.executed import NCU_METRICS, OPCODE_METRIC, judge_execution, parse_ncu_csv
 from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, profiler_turn, shared_if_known
 from ptxbench.evaluate.processes import mapped_libraries
 from ptxbench.evaluate.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
+from ptxbench.records.evaluation import KernelProfile, RequirementExecution
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 

@@ -42,19 +42,22 @@ from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
 from ptxbench.evaluate.static_only import static_verdict
-from ptxbench.evaluate.status import Evaluation, Generation, InfraFailure
 from ptxbench.evaluate.verdict import decide
-from ptxbench.llm.extract import ExtractionStatus
-from ptxbench.results.rundir import (
+from ptxbench.records.completion import ExtractionStatus
+from ptxbench.records.evaluation import Evaluation, Generation, InfraFailure
+from ptxbench.records.rundir import (
     HEADER_FILE,
     RESULT_FILE,
     RUN_LOCAL_OPTIONS,
+    Result,
     RunAudit,
     RunDir,
+    RunDirError,
     RunHeader,
     RunLedger,
-    read_result,
+    load_result,
 )
+from ptxbench.records.trajectory import ItemResult
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.compile import build_many
 from ptxbench.toolchain.discover import find_toolchain
@@ -77,7 +80,6 @@ class Candidate(BaseModel):
 def candidates_from_run(path: Path) -> list[Candidate]:
     """Every sample of a `generate`/`run` directory: its final candidate (the last turn with code), or,
     where no turn had code, the last turn's extraction failure, so that no sample drops out of a count."""
-    from ptxbench.llm.run import ItemResult
     from ptxbench.tasks.loader import get_task
 
     rundir = RunDir.load(path)
@@ -88,7 +90,8 @@ def candidates_from_run(path: Path) -> list[Candidate]:
     model = rundir.header.config.get("model")
     found = []
     for result_file in rundir.results():
-        record = read_result(result_file, ItemResult, "the result of a generated item")
+        record = load_result(result_file, rundir.header)
+        assert isinstance(record, ItemResult)  # not an eval run: refused above
         final = next((t for t in reversed(record.turns) if t.extraction.ok), record.turns[-1])
         labels = Generation(run=rundir.path.name, model=model, provider=_provider(model),
                             condition=record.context.value, sample=record.sample, turn=final.turn)
@@ -115,48 +118,15 @@ def candidates_from_eval_run(path: Path) -> list[Candidate]:
     from ptxbench.tasks.loader import get_task
 
     found = []
-    for result_file in RunDir.load(path).results():
-        evaluation = read_result(result_file, Evaluation, "an evaluation")
+    rundir = RunDir.load(path)
+    for result_file in rundir.results():
+        evaluation = _evaluation(load_result(result_file, rundir.header), result_file)
         folder = result_file.parent
         source_file = folder / "candidate.cu"
         found.append(Candidate(task=get_task(evaluation.task), item=folder.name,
                                source=source_file.read_text() if source_file.is_file() else "",
                                origin=evaluation.candidate, extraction=evaluation.extraction,
                                generation=evaluation.generation))
-    return found
-
-
-def candidates_from_generations(path: Path) -> list[Candidate]:
-    """Completions made elsewhere, one JSON object per line with ``task``, ``completion`` and optionally
-    ``sample``, ``turn`` (the replay provider's format), ``model`` and ``context``. Each (task, sample) is one
-    candidate: its last turn with code, else its last turn's extraction failure."""
-    import json
-
-    from ptxbench.llm.extract import extract_candidate
-    from ptxbench.tasks.loader import get_task
-
-    samples: dict[tuple[str, int], list[tuple[int, Candidate]]] = {}
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            task = get_task(record["task"])
-            text = record["completion"]
-            sample, turn = int(record.get("sample", number - 1)), int(record.get("turn", 0))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise CandidateError(f"{path}:{number}: not a generation record ({exc})") from None
-        model = record.get("model")
-        labels = Generation(run=path.name, model=model, provider=_provider(model), condition=record.get("context"),
-                            sample=sample, turn=turn)
-        extraction = extract_candidate(text, task.entry_point)
-        samples.setdefault((task.id, sample), []).append((turn, Candidate(
-            task=task, item=f"sample_{sample:03d}", source=extraction.source, origin=f"{path}:{number}",
-            extraction=None if extraction.ok else extraction.status, notes=extraction.notes, generation=labels)))
-    found = []
-    for turns in samples.values():
-        turns.sort(key=lambda pair: pair[0])
-        found.append(next((c for _, c in reversed(turns) if c.extraction is None), turns[-1][1]))
     return found
 
 
@@ -284,8 +254,16 @@ def _stored(rundir: RunDir, candidate: Candidate, ledger: RunLedger | None = Non
     record = rundir.item(candidate.task.id, candidate.item) / RESULT_FILE
     if not record.is_file():
         return None
-    return read_result(record, Evaluation, "an evaluation", ledger.read_text if ledger else Path.read_text,
-                       fix="remove it to evaluate the item again")
+    return _evaluation(load_result(record, rundir.header, ledger.read_text if ledger else Path.read_text,
+                                   fix="remove it to evaluate the item again"), record)
+
+
+def _evaluation(result: Result, file: Path) -> Evaluation:
+    """An eval run's result is an evaluation; another run's (a trajectory) is refused, naming its run."""
+    if not isinstance(result, Evaluation):
+        raise RunDirError(f"{file} is a generated item's trajectory, not an evaluation: {file.parents[3]} is not an "
+                          "eval run directory; evaluate into another --out")
+    return result
 
 
 def _to_evaluate(stored: Evaluation | None) -> bool:

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.gpu_host import HostJob, HostOutcome
-from ptxbench.evaluate.status import Evaluation, InfraFailure, Status
+from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 
 log = logging.getLogger(__name__)
 

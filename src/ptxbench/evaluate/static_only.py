@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ptxbench.evaluate.status import Evaluation, Generation, Guard, GuardFinding, InfraFailure, Status
+from ptxbench.records.evaluation import Evaluation, Generation, Guard, GuardFinding, InfraFailure, Status
 
 if TYPE_CHECKING:
-    from ptxbench.check import CheckReport
+    from ptxbench.records.check import CheckReport
 
 NO_GPU_MESSAGE = "no CUDA GPU visible: built and read statically only; not run"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from ptxbench.evaluate.status import Evaluation, Guard, GuardFinding, Status
+from ptxbench.records.evaluation import Evaluation, Guard, GuardFinding, Status
 
 if TYPE_CHECKING:
     import torch

@@ -15,8 +15,8 @@ from ptxbench._io import read_jsonl
 from ptxbench.errors import PtxbenchError
 from ptxbench.fixit.dataset import build_dataset, export, select
 from ptxbench.fixit.mine import RepairPair
-from ptxbench.llm.feedback import Evaluator
 from ptxbench.records import Record
+from ptxbench.refine.graders import Grader
 
 ABLATION_VERSION = 1
 ARMS: tuple[Literal["diverse", "volume"], ...] = ("diverse", "volume")
@@ -47,7 +47,7 @@ def load_ablation(path: Path | str) -> AblationConfig:
         raise PtxbenchError(f"{path}: not a valid ablation config: {exc}") from None
 
 
-def run_ablation(config: AblationConfig, *, evaluator: Evaluator | None = None, build_only: bool = False) -> dict[str, Any]:
+def run_ablation(config: AblationConfig, *, grader: Grader | None = None, build_only: bool = False) -> dict[str, Any]:
     """Both arms: data (always), then training and evaluation unless ``build_only``; returns a summary."""
     from ptxbench.fixit.evaluate import evaluate_adapter
     from ptxbench.fixit.train import TrainConfig, train
@@ -73,7 +73,7 @@ def run_ablation(config: AblationConfig, *, evaluator: Evaluator | None = None, 
         result = train(train_config)
         _, adapter_run, table = evaluate_adapter(train_config.base_model, train_config.output_dir, config.eval_tasks,
                                                  config.out / arm / "eval", samples=config.samples, turns=config.turns,
-                                                 evaluator=evaluator)
+                                                 grader=grader)
         summary["arms"][arm].update({"final_loss": result.final_loss, "eval": str(adapter_run), "vs_base": table})
     if not build_only:
         from ptxbench.results.compare import compare_command

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ptxbench.llm.feedback import Evaluator
-from ptxbench.llm.run import RunConfig, execute
+from ptxbench.refine.graders import Grader
+from ptxbench.refine.loop import RunConfig, execute
 from ptxbench.tasks.loader import get_task
 
 
 def evaluate_adapter(base: str, adapter: Path, tasks: list[str], out: Path, *, samples: int = 1, turns: int = 1,
-                     evaluator: Evaluator | None = None, max_tokens: int = 4096,
+                     grader: Grader | None = None, max_tokens: int = 4096,
                      temperature: float = 0.0) -> tuple[Path, Path, str]:
     """Runs base and adapter into ``out/base`` and ``out/adapter``; returns both and the comparison table."""
     from ptxbench.llm.types import SamplingParams
@@ -27,5 +27,5 @@ def evaluate_adapter(base: str, adapter: Path, tasks: list[str], out: Path, *, s
               "concurrency": 1}
     runs = {"base": RunConfig(**common), "adapter": RunConfig(**common, adapter=str(adapter))}
     for name, config in runs.items():
-        execute(chosen, config, out / name, evaluator=evaluator)
+        execute(chosen, config, out / name, grader=grader)
     return out / "base", out / "adapter", compare_command(out / "base", out / "adapter", "correct", 1)

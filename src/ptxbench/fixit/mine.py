@@ -14,17 +14,21 @@ from pathlib import Path
 
 from pydantic import Field
 
-from ptxbench.records import Record
-from ptxbench.results.attempts import Attempt, turns_of_run
-from ptxbench.results.rundir import RunDir
+from ptxbench.records.evaluation import Evaluation
+from ptxbench.records.rundir import RESULT_FILE, RunDir, load_result
+from ptxbench.records.version import Versioned
+from ptxbench.refine.graders import render_evaluation_feedback
+from ptxbench.results.attempts import Attempt, attempts_from_run, turns_of_run
 
 FIXIT_RECORD_VERSION = 1
 NOT_REPAIRABLE = ("ok", "unevaluated")
 NOT_REPAIRABLE_STAGES = ("extraction", "infra")
 
 
-class FailureCase(Record):
+class FailureCase(Versioned):
     """One failed kernel and what the evaluator said about it."""
+
+    RECORD = "failure case"
 
     version: int = FIXIT_RECORD_VERSION
     attempt: Attempt
@@ -37,8 +41,10 @@ class FailureCase(Record):
         return (a.run, a.task, a.arch, a.sample, str(a.turn))
 
 
-class RepairPair(Record):
+class RepairPair(Versioned):
     """A failure and a kernel that fixes it; ``verified`` only when the fix passed a GPU evaluation."""
+
+    RECORD = "repair pair"
 
     version: int = FIXIT_RECORD_VERSION
     failure: FailureCase
@@ -58,16 +64,14 @@ def _turns(run_dir: Path):  # type: ignore[no-untyped-def]
 
 
 def _eval_failures(run_dir: Path) -> list[FailureCase]:
-    from ptxbench.evaluate.status import Evaluation
-    from ptxbench.llm.feedback import render_evaluation_feedback
-    from ptxbench.results.attempts import attempts_from_run
-
+    rundir = RunDir.load(run_dir)
     cases = []
     for attempt in attempts_from_run(run_dir):
-        folder = Path(run_dir) / "items" / attempt.task / attempt.sample
+        folder = rundir.item(attempt.task, attempt.sample)
         if not repairable(attempt) or not (folder / "candidate.cu").is_file():
             continue
-        evaluation = Evaluation.model_validate_json((folder / "result.json").read_text())
+        evaluation = load_result(folder / RESULT_FILE, rundir.header)
+        assert isinstance(evaluation, Evaluation)  # an eval run's result (mine_failures checked the kind)
         cases.append(FailureCase(attempt=attempt, source=(folder / "candidate.cu").read_text(),
                                  feedback=render_evaluation_feedback(evaluation)[2]))
     return cases

@@ -15,13 +15,13 @@ from pathlib import Path
 from ptxbench.arch.registry import Arch
 from ptxbench.fixit.dataset import explanation_problem
 from ptxbench.fixit.mine import FailureCase, RepairPair
-from ptxbench.llm.feedback import Evaluator
-from ptxbench.llm.run import RunConfig, run_item
 from ptxbench.llm.types import CompletionRequest, SamplingParams
 from ptxbench.prompts import PROMPT_VERSION
 from ptxbench.prompts.conversation import Message
 from ptxbench.prompts.fixit import explain_request, repair_opening
-from ptxbench.results.rundir import RunDir, RunHeader
+from ptxbench.records.rundir import RunDir, RunHeader
+from ptxbench.refine.graders import Grader
+from ptxbench.refine.loop import RunConfig, run_item
 from ptxbench.tasks.loader import get_task
 
 
@@ -30,12 +30,12 @@ def _item(case: FailureCase) -> str:
     return f"{a.run}-{a.sample}-t{a.turn}".replace("/", "_")
 
 
-def repair(cases: list[FailureCase], teacher: str, out: Path, evaluator: Evaluator, *, turns: int = 3,
+def repair(cases: list[FailureCase], teacher: str, out: Path, grader: Grader, *, turns: int = 3,
            base_url: str | None = None, temperature: float = 0.2) -> list[RepairPair]:
-    """Ask ``teacher`` to fix every case, refining with the evaluator's feedback; keep the passing fixes."""
+    """Ask ``teacher`` to fix every case, refining with the grader's feedback; keep the passing fixes."""
     from ptxbench.llm.cache import default_completion_cache
     from ptxbench.llm.client import DEFAULT_TIMEOUT_S
-    from ptxbench.llm.run import completer, provider_for
+    from ptxbench.refine.loop import completer, provider_for
 
     config = RunConfig(model=teacher, tasks=sorted({c.attempt.task for c in cases}), turns=turns,
                        params=SamplingParams(temperature=temperature), base_url=base_url)
@@ -48,7 +48,7 @@ def repair(cases: list[FailureCase], teacher: str, out: Path, evaluator: Evaluat
         for case in cases:
             task, arch = get_task(case.attempt.task), Arch(case.attempt.arch)
             config_for = config.model_copy(update={"arch": arch})
-            result = await run_item(task, 0, config_for, complete, evaluator, rundir,
+            result = await run_item(task, 0, config_for, complete, grader, rundir,
                                     opening=repair_opening(task, arch, case.source, case.feedback), item=_item(case))
             last = result.turns[-1]
             if last.feedback is not None and last.feedback.passed and last.extraction.ok:
@@ -63,7 +63,7 @@ def explain(pairs: list[RepairPair], teacher: str, *, base_url: str | None = Non
     """Ask ``teacher`` why each failure happened and why its fix works; keep explanations that pass the filter."""
     from ptxbench.llm.cache import default_completion_cache
     from ptxbench.llm.client import complete_all_sync
-    from ptxbench.llm.run import provider_for
+    from ptxbench.refine.loop import provider_for
 
     requests = []
     for index, pair in enumerate(pairs):

@@ -11,8 +11,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ptxbench.llm.types import Completion, CompletionRequest
+from ptxbench.llm.types import CompletionRequest
 from ptxbench.records import Record
+from ptxbench.records.version import RecordVersionError
+from ptxbench.records.completion import Completion
 
 CACHE_VERSION = 1
 
@@ -45,7 +47,7 @@ class CompletionCache:
         key = request.cache_key()
         try:
             entry = CacheEntry.model_validate_json(self.path(key).read_text())
-        except (OSError, ValidationError):
+        except (OSError, ValidationError, RecordVersionError):  # another version's entry: a miss
             return None
         if entry.version != CACHE_VERSION or entry.key != key:
             return None

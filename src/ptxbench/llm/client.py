@@ -11,7 +11,8 @@ from typing import Callable, cast
 
 from ptxbench.llm.cache import CompletionCache
 from ptxbench.llm.providers.base import Provider
-from ptxbench.llm.types import Completion, CompletionRequest
+from ptxbench.llm.types import CompletionRequest
+from ptxbench.records.completion import Completion
 
 OnResult = Callable[[int, Completion], None]
 DEFAULT_TIMEOUT_S = 1800.0

@@ -9,34 +9,16 @@ blocks that look like CUDA C++, and inlines a header block that the main block i
 from __future__ import annotations
 
 import re
-from enum import Enum
 
 from pydantic import BaseModel
+
+from ptxbench.records.completion import Extraction, ExtractionStatus
 
 CODE_TAGS = {"cuda", "cu", "cpp", "c++", "cxx", "cc", "c", "h", "hpp", "cuh", ""}
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$", re.MULTILINE)
 _THINKING = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.DOTALL | re.IGNORECASE)
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*$', re.MULTILINE)
 _CUDA_SIGNS = re.compile(r"__global__|__device__|extern\s+\"C\"|asm\s*(volatile)?\s*\(|#include\s*[<\"]cuda")
-
-
-class ExtractionStatus(str, Enum):
-    OK = "ok"
-    EMPTY = "empty_completion"
-    NO_CODE = "no_code_block"
-    NO_ENTRY_POINT = "no_entry_point"
-    PROVIDER_ERROR = "provider_error"
-
-
-class Extraction(BaseModel):
-    status: ExtractionStatus
-    source: str = ""
-    blocks_found: int = 0
-    notes: list[str] = []
-
-    @property
-    def ok(self) -> bool:
-        return self.status is ExtractionStatus.OK
 
 
 class _Block(BaseModel):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from ptxbench.llm.types import Usage
+from ptxbench.records.completion import Usage
 
 
 class Price(NamedTuple):

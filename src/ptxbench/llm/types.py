@@ -1,6 +1,6 @@
-"""What goes to a model and what comes back: the records every provider, the cache and the run
-directory share. The messages themselves are ``ptxbench.prompts.conversation.Message``: the prompts
-make them, below every client that sends them."""
+"""What goes to a model: the request every provider and the cache share. The messages themselves are
+``ptxbench.prompts.conversation.Message`` (the prompts make them, below every client that sends them); what
+comes back (``Completion``) is a persisted record: ``ptxbench.records.completion``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from pydantic import ConfigDict, Field
 from ptxbench.prompts.conversation import Message
 from ptxbench.records import Record
 
-LLM_RECORD_VERSION = 1
 
 
 class SamplingParams(Record):
@@ -42,23 +41,3 @@ class CompletionRequest(Record):
     def cache_key(self) -> str:
         payload = self.model_dump(mode="json", exclude={"metadata"})
         return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-class Usage(Record):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cost_usd: float | None = Field(default=None, description="None when the model's price is unknown")
-
-
-class Completion(Record):
-    """A model's answer with its accounting. ``error`` is set (and ``text`` empty) when the provider
-    failed after its retries: the run goes on and the item records the failure."""
-
-    version: int = LLM_RECORD_VERSION
-    model: str
-    text: str
-    finish_reason: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-    latency_s: float = 0.0
-    cached: bool = False
-    error: str | None = None

@@ -15,22 +15,31 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 
-from ptxbench.records import Record
-from ptxbench.results.rundir import RESULT_FILE, RunDir, read_result
+from ptxbench.evaluate.static_only import decided_by_build, static_verdict
+from ptxbench.records.check import CheckReport
+from ptxbench.records.evaluation import Evaluation, Generation
+from ptxbench.records.rundir import RESULT_FILE, RunDir, load_result
+from ptxbench.records.trajectory import ItemResult, Turn
+from ptxbench.records.version import Versioned
 from ptxbench.results.taxonomy import classify_evaluation, classify_extraction
-
-if TYPE_CHECKING:
-    from ptxbench.llm.run import Turn
 
 ATTEMPT_VERSION = 2
 """2: ``provider``; an answer without code and a verdict the build decided have no correctness (None)."""
 
 
-class Attempt(Record):
+def _attempt_from_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no ``provider``: it reads as None, its default."""
+    return record
+
+
+class Attempt(Versioned):
+    RECORD = "attempt"
+    MIGRATIONS = {1: _attempt_from_v1}
+
     version: int = ATTEMPT_VERSION
     run: str = Field(description="The run directory's name")
     model: str | None = Field(default=None, description="'provider:name' of the model that wrote the candidate")
@@ -70,11 +79,7 @@ def _family(task_id: str) -> str | None:
     return next((t.family.value for t in bundled_suite() if t.id == task_id), None)
 
 
-def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
-    from ptxbench.evaluate.static_only import decided_by_build
-    from ptxbench.evaluate.status import Evaluation
-
-    evaluation = Evaluation.model_validate(record)
+def _from_evaluation(evaluation: Evaluation, base: dict[str, Any]) -> Attempt:
     if evaluation.extraction is not None:
         return Attempt(**base, error_class=classify_evaluation(evaluation))
     static = evaluation.static
@@ -105,66 +110,64 @@ def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
     )
 
 
-def _from_check(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
+def _from_check(report: CheckReport, base: dict[str, Any]) -> Attempt:
     """A turn graded statically before its record was an evaluation: judged by the same rule as today."""
-    from ptxbench.check import CheckReport
-    from ptxbench.evaluate.static_only import static_verdict
-
-    evaluation = static_verdict(CheckReport.model_validate(record), task_hash="")
-    return _from_evaluation(evaluation.model_dump(mode="json"), base)
+    return _from_evaluation(static_verdict(report, task_hash=""), base)
 
 
-def _labels(generation: Any) -> dict[str, Any]:
+def _labels(generation: Generation | None) -> dict[str, Any]:
     """The grouping labels an evaluation carries from the generation run that sampled its candidate."""
     if generation is None:
         return {}
     return {"model": generation.model, "provider": generation.provider, "condition": generation.condition}
 
 
-def turns_of_run(path: Path | str) -> Iterator[tuple[Attempt, "Turn"]]:
+def turns_of_run(path: Path | str) -> Iterator[tuple[Attempt, Turn]]:
     """(attempt, turn) for every turn of every sample of a ``generate``/``run`` directory (none for ``eval``)."""
-    from ptxbench.llm.run import ItemResult
-
     rundir = RunDir.load(path)
-    if rundir.header.kind == "eval":
-        return
-    model = rundir.header.config.get("model")
     for result_file in rundir.results():
-        result = read_result(result_file, ItemResult, "the result of a generated item")
-        task_id = result_file.parent.parent.name
-        for turn in result.turns:
-            base = {"run": rundir.path.name, "model": model, "provider": model.partition(":")[0] if model else None,
-                    "condition": result.context.value, "arch": result.arch.value, "task": task_id,
-                    "family": _family(task_id), "sample": result_file.parent.name, "turn": turn.turn,
-                    "last_turn": turn is result.turns[-1]}
-            yield turn_attempt(turn, base), turn
+        result = load_result(result_file, rundir.header)
+        if isinstance(result, ItemResult):
+            yield from _turns(rundir, result_file, result)
 
 
 def attempts_from_run(path: Path | str) -> list[Attempt]:
     """Every attempt stored in a run directory (items without a result are still running: skipped)."""
     rundir = RunDir.load(path)
-    if rundir.header.kind != "eval":
-        return [attempt for attempt, _ in turns_of_run(path)]
-    from ptxbench.evaluate.status import Evaluation
-
     attempts: list[Attempt] = []
     for result_file in rundir.results():
+        result = load_result(result_file, rundir.header)
+        if isinstance(result, ItemResult):
+            attempts += [attempt for attempt, _ in _turns(rundir, result_file, result)]
+            continue
         task_id, item = result_file.parent.parent.name, result_file.parent.name
-        evaluation = read_result(result_file, Evaluation, "an evaluation")
         base = {"run": rundir.path.name, "arch": rundir.header.config.get("arch", "sm_90a"), "task": task_id,
-                "family": _family(task_id), "sample": item, **_labels(evaluation.generation)}
-        attempts.append(_from_evaluation(evaluation.model_dump(mode="json"), base))
+                "family": _family(task_id), "sample": item, **_labels(result.generation)}
+        attempts.append(_from_evaluation(result, base))
     return attempts
 
 
-def turn_attempt(turn: Any, base: dict[str, Any]) -> Attempt:
-    """The attempt one refinement turn (``llm.run.Turn``) amounts to, whichever evaluator judged it."""
+def _turns(rundir: RunDir, result_file: Path, result: ItemResult) -> Iterator[tuple[Attempt, Turn]]:
+    model = rundir.header.config.get("model")
+    task_id = result_file.parent.parent.name
+    for turn in result.turns:
+        base = {"run": rundir.path.name, "model": model, "provider": model.partition(":")[0] if model else None,
+                "condition": result.context.value, "arch": result.arch.value, "task": task_id,
+                "family": _family(task_id), "sample": result_file.parent.name, "turn": turn.turn,
+                "last_turn": turn is result.turns[-1]}
+        yield turn_attempt(turn, base), turn
+
+
+def turn_attempt(turn: Turn, base: dict[str, Any]) -> Attempt:
+    """The attempt one refinement turn amounts to, whichever grader judged it (its record says which)."""
     feedback = turn.feedback
     if not turn.extraction.ok or feedback is None or feedback.stage == "extraction":
         return Attempt(**base, error_class=classify_extraction(turn.extraction, feedback))
-    if feedback.verified_on_gpu or "trials" in feedback.record:
+    if isinstance(feedback.record, Evaluation):
         return _from_evaluation(feedback.record, base)
-    return _from_check(feedback.record, base)
+    if isinstance(feedback.record, CheckReport):
+        return _from_check(feedback.record, base)
+    return Attempt(**base, error_class=classify_extraction(turn.extraction, None))  # a grader that kept no record
 
 
 __all__ = ["Attempt", "attempts_from_run", "turns_of_run", "RESULT_FILE"]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ptxbench.evaluate.status import Guard, Status
+from ptxbench.records.evaluation import Guard, Status
 
 if TYPE_CHECKING:
-    from ptxbench.evaluate.status import Evaluation
-    from ptxbench.llm.extract import Extraction
-    from ptxbench.llm.feedback import Feedback
+    from ptxbench.records.completion import Extraction
+    from ptxbench.records.evaluation import Evaluation
+    from ptxbench.records.trajectory import Feedback
 
 CLASSES = (
     "ok", "unevaluated",

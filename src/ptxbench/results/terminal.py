@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ptxbench.check import CheckReport
+from ptxbench.records.check import CheckReport
 from ptxbench.static.report import Stage
 
 if TYPE_CHECKING:
@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
     from ptxbench.arch.registry import Arch
-    from ptxbench.evaluate.status import Evaluation
-    from ptxbench.llm.run import ItemResult
+    from ptxbench.records.evaluation import Evaluation
+    from ptxbench.records.trajectory import ItemResult
     from ptxbench.tasks.model import Task
 
 STAGE_LABEL = {  # how far a required feature got, in the same words wherever it is shown (check, eval)
@@ -182,7 +182,7 @@ class GenerationProgress(ItemProgress):
 
     def done(self, result: ItemResult, seconds: float | None) -> None:
         """``seconds`` the sample took; None for one found done in the run directory (resumed)."""
-        from ptxbench.llm.run import item_name
+        from ptxbench.records.trajectory import item_name
 
         turns = len(result.turns)
         verdict, reason = _generation_verdict(result)
@@ -194,7 +194,7 @@ class GenerationProgress(ItemProgress):
 def _generation_verdict(result: ItemResult) -> tuple[str, str]:
     """(verdict, reason) of a sample's last turn: its extraction failure, its evaluation's verdict (the record
     ``run`` keeps is the evaluation ``eval`` makes of the same file), or 'sampled' where nothing judged it."""
-    from ptxbench.evaluate.status import Evaluation
+    from ptxbench.records.evaluation import Evaluation
 
     last = result.turns[-1]
     feedback = last.feedback
@@ -202,9 +202,8 @@ def _generation_verdict(result: ItemResult) -> tuple[str, str]:
         return f"extraction: {last.extraction.status.value}", "; ".join(last.extraction.notes)
     if feedback is None:
         return "sampled", f"a candidate of {len(last.extraction.source.splitlines())} lines"
-    if "trials" in feedback.record:  # an evaluation, as `eval` records it (static or on a GPU)
-        evaluation = Evaluation.model_validate(feedback.record)
-        return evaluation.verdict, _reason(evaluation)
+    if isinstance(feedback.record, Evaluation):  # as `eval` records it (static or on a GPU)
+        return feedback.record.verdict, _reason(feedback.record)
     # a static turn written before its record was an evaluation: what the model was told
     return f"{feedback.stage}: {'passed' if feedback.passed else 'failed'}", (feedback.text.splitlines() or [""])[0]
 
@@ -231,7 +230,7 @@ def all_rejected_note(results: list[Evaluation], arch: Arch) -> str | None:
     """One line when every candidate was correct and REJECTED only because its task's required features did
     not execute (the bundled examples, plain CUDA, on a GPU with Nsight Compute): said once, not left for a
     newcomer to infer from a table of REJECTED rows; None otherwise."""
-    from ptxbench.evaluate.status import Guard, Status
+    from ptxbench.records.evaluation import Guard, Status
 
     if not results or not all(r.status is Status.REJECTED and r.correct and r.guards
                               and all(g.guard is Guard.FEATURE_NOT_EXECUTED for g in r.guards) for r in results):

@@ -15,7 +15,8 @@ from typing import Any
 
 from ptxbench.llm.pricing import cost
 from ptxbench.llm.providers.base import PerLoop, check_model, require_sdk, resolve_api_key
-from ptxbench.llm.types import Completion, CompletionRequest, Usage
+from ptxbench.llm.types import CompletionRequest
+from ptxbench.records.completion import Completion, Usage
 
 
 class AnthropicProvider:

@@ -14,7 +14,8 @@ from types import ModuleType
 from typing import Any, Callable, Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from ptxbench.errors import ApiKeyMissing, ProviderError, ProviderSdkMissing, UnknownProvider
-from ptxbench.llm.types import Completion, CompletionRequest
+from ptxbench.llm.types import CompletionRequest
+from ptxbench.records.completion import Completion
 
 T = TypeVar("T")
 

@@ -11,8 +11,9 @@ import time
 from typing import Any
 
 from ptxbench.llm.providers.base import check_model, require_sdk
-from ptxbench.llm.types import Completion, CompletionRequest, Usage
+from ptxbench.llm.types import CompletionRequest
 from ptxbench.prompts.conversation import Message
+from ptxbench.records.completion import Completion, Usage
 
 
 def plain_prompt(messages: list[Message]) -> str:

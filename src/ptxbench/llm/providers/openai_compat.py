@@ -11,7 +11,8 @@ from typing import Any
 from ptxbench.errors import ProviderError
 from ptxbench.llm.pricing import cost
 from ptxbench.llm.providers.base import PerLoop, check_model, require_sdk, resolve_api_key
-from ptxbench.llm.types import Completion, CompletionRequest, Usage
+from ptxbench.llm.types import CompletionRequest
+from ptxbench.records.completion import Completion, Usage
 
 DEFAULT_BASE_URLS = {"ollama": "http://localhost:11434/v1"}
 NEEDS_BASE_URL = frozenset({"vllm", "sglang", "ollama"})

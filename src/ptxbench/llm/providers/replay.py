@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ptxbench.errors import ProviderError, field_problems
 from ptxbench.llm.providers.base import check_model
-from ptxbench.llm.types import Completion, CompletionRequest, Usage
+from ptxbench.llm.types import CompletionRequest
+from ptxbench.records.completion import Completion, Usage
 
 
 class ReplayEntry(BaseModel):

@@ -18,7 +18,7 @@ from ptxbench.results.report.content import FunnelStage, counted, funnel, report
 from ptxbench.results.report.html import render_html
 from ptxbench.results.report.markdown import render_markdown
 from ptxbench.results.report.plots import PLOTS_NEED_MATPLOTLIB, ReportError, plots, plots_available
-from ptxbench.results.rundir import RunDir, RunHeader
+from ptxbench.records.rundir import RunDir, RunHeader
 
 MARKDOWN_FILE = "report.md"
 HTML_FILE = "report.html"

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from ptxbench.results.attempts import Attempt
 from ptxbench.results.measured import State, is_measured, state, unknown
-from ptxbench.results.rundir import RunHeader
+from ptxbench.records.rundir import RunHeader
 
 FAST_P_TABLE = (0.0, 0.5, 1.0, 1.5, 2.0)
 """The p values the text tables show; the plot draws the whole curve from 0 to 2."""

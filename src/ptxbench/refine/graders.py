@@ -1,53 +1,43 @@
-"""What refinement sends back to a model after each turn, from whichever evaluator is available.
+"""Graders: what refinement sends back to a model after each turn, from the check or the GPU evaluator.
 
-An evaluator is one method: source in, ``Feedback`` out. ``StaticEvaluator`` builds the candidate and
-reads its PTX/SASS (no GPU); the GPU evaluator plugs in through the same protocol. The feedback text is
-what a kernel engineer would want: the first compiler error with its context, the class of failure,
-and for each required feature where it got lost.
+A grader is one method: task, target and source in, ``Feedback`` out. ``StaticGrader`` builds the candidate
+and reads its PTX/SASS (no GPU); ``GpuGrader`` runs the full GPU evaluation. The feedback text is what a
+kernel engineer would want: the first compiler error with its context, the class of failure, and for each
+required feature where it got lost; its record is the grader's evaluation, the one ``eval`` makes.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
-
-from pydantic import Field
+from typing import TYPE_CHECKING, Protocol
 
 from ptxbench.arch.registry import Arch
-from ptxbench.check import CheckReport, check_source
-from ptxbench.llm.extract import Extraction
-from ptxbench.records import Record
+from ptxbench.check import check_source
+from ptxbench.evaluate.static_only import static_verdict
+from ptxbench.records.check import CheckReport
+from ptxbench.records.completion import Extraction
+from ptxbench.records.evaluation import Evaluation, Status
+from ptxbench.records.trajectory import Feedback, Stage
 from ptxbench.tasks.model import Task
 
 if TYPE_CHECKING:
     from ptxbench.evaluate.evaluator import GpuEvaluator
-    from ptxbench.evaluate.status import Evaluation
 
 LOG_LINES_SHOWN = 30
 
 
-class Feedback(Record):
-    """One evaluation as refinement sees it. ``passed`` means nothing is left to fix at this stage."""
-
-    passed: bool
-    stage: str = Field(description="'extraction', 'compile', 'static' or 'gpu': how far the candidate got")
-    text: str = Field(description="What the model is told")
-    verified_on_gpu: bool = False
-    record: dict[str, Any] = Field(default_factory=dict, description="The evaluator's full record")
-
-
-class Evaluator(Protocol):
-    def evaluate(self, task: Task, arch: Arch, source: str) -> Feedback: ...
+class Grader(Protocol):
+    def grade(self, task: Task, arch: Arch, source: str) -> Feedback: ...
 
 
 def extraction_feedback(extraction: Extraction, entry_point: str) -> Feedback:
+    """What a model is told when its answer held no candidate (the turn's extraction keeps the details)."""
     reasons = {
         "empty_completion": "Your answer was empty.",
         "no_code_block": "Your answer contains no code block.",
         "no_entry_point": f"No code block in your answer defines the entry point {entry_point}().",
         "provider_error": "The model could not be reached: " + "; ".join(extraction.notes),
     }
-    return Feedback(passed=False, stage="extraction", text=reasons[extraction.status.value],
-                    record=extraction.model_dump(mode="json"))
+    return Feedback(passed=False, stage="extraction", text=reasons[extraction.status.value])
 
 
 def _log_excerpt(log: str, first_error: str) -> str:
@@ -57,7 +47,7 @@ def _log_excerpt(log: str, first_error: str) -> str:
     return "\n".join(excerpt)
 
 
-def render_check_feedback(report: CheckReport) -> tuple[bool, str, str]:
+def render_check_feedback(report: CheckReport) -> tuple[bool, Stage, str]:
     """(passed, stage, text) for a static check report."""
     build_result = report.build
     if not build_result.ok:
@@ -77,7 +67,7 @@ def render_check_feedback(report: CheckReport) -> tuple[bool, str, str]:
                             "were not measured: no GPU evaluation in this run.)")
 
 
-class StaticEvaluator:
+class StaticGrader:
     """Build and read the binary; never runs the candidate. Its verdicts are marked as not GPU-verified.
 
     The model is told what the binary shows (the compiler's error, the features missing from the SASS);
@@ -87,20 +77,17 @@ class StaticEvaluator:
     def __init__(self, timeout_s: float = 120.0) -> None:
         self.timeout_s = timeout_s
 
-    def evaluate(self, task: Task, arch: Arch, source: str) -> Feedback:
-        from ptxbench.evaluate.static_only import static_verdict
-
+    def grade(self, task: Task, arch: Arch, source: str) -> Feedback:
         report = check_source(source, arch, task, timeout_s=self.timeout_s)
         passed, stage, text = render_check_feedback(report)
-        evaluation = static_verdict(report, task.content_hash)
-        return Feedback(passed=passed, stage=stage, text=text, record=evaluation.model_dump(mode="json"))
+        return Feedback(passed=passed, stage=stage, text=text, record=static_verdict(report, task.content_hash))
+
+    def close(self) -> None:
+        """Nothing to release (the GPU grader's workers are)."""
 
 
-def render_evaluation_feedback(evaluation: "Evaluation") -> tuple[bool, str, str]:
+def render_evaluation_feedback(evaluation: Evaluation) -> tuple[bool, Stage, str]:
     """(passed, stage, text) for a GPU evaluation: where it failed, by how much, and what to fix."""
-    from ptxbench.check import CheckReport
-    from ptxbench.evaluate.status import Status
-
     status = evaluation.status
     if status is Status.COMPILE_ERROR and evaluation.build is not None:
         report = CheckReport(candidate=evaluation.candidate, source_sha256="", arch=evaluation.arch, task=evaluation.task,
@@ -130,14 +117,30 @@ def render_evaluation_feedback(evaluation: "Evaluation") -> tuple[bool, str, str
     return status is Status.PASSED, "gpu", "\n".join(lines)
 
 
-class GpuFeedbackEvaluator:
-    """Refinement's evaluator on a GPU machine: the full evaluation, told back to the model."""
+class GpuGrader:
+    """Refinement's grader on a GPU machine: the full evaluation, told back to the model."""
 
     def __init__(self, evaluator: "GpuEvaluator") -> None:
         self.evaluator = evaluator
 
-    def evaluate(self, task: Task, arch: Arch, source: str) -> Feedback:
+    def grade(self, task: Task, arch: Arch, source: str) -> Feedback:
         evaluation = self.evaluator.evaluate(task, arch, source)
         passed, stage, text = render_evaluation_feedback(evaluation)
         return Feedback(passed=passed, stage=stage, text=text, verified_on_gpu=evaluation.status is not None,
-                        record=evaluation.model_dump(mode="json"))
+                        record=evaluation)
+
+    def close(self) -> None:
+        """Stop the GPU evaluator's worker processes."""
+        self.evaluator.close()
+
+
+def grader_for_this_machine() -> StaticGrader | GpuGrader:
+    """The GPU grader where a GPU is visible, else the static grader (whose verdicts say they are not
+    GPU-verified)."""
+    from ptxbench.evaluate.run import gpu_available
+
+    if gpu_available():
+        from ptxbench.evaluate.evaluator import GpuEvaluator
+
+        return GpuGrader(GpuEvaluator())
+    return StaticGrader()

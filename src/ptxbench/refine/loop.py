@@ -1,8 +1,9 @@
 """``generate`` and ``run``: sample every (task, sample) item, refine over turns, keep the whole trajectory.
 
 Each item's folder in the run directory holds, per turn, the request, the completion, the extracted
-candidate and the evaluator's feedback, and finally ``result.json`` (which marks the item done, so
-an interrupted run resumes where it stopped and a rerun costs nothing thanks to the completion cache).
+candidate and the grader's feedback, and finally ``result.json``, the trajectory (``ItemResult``), which
+marks the item done, so an interrupted run resumes where it stopped and a rerun costs nothing thanks to
+the completion cache. Fixit's repairs go through ``run_item`` too.
 """
 
 from __future__ import annotations
@@ -13,18 +14,18 @@ from pathlib import Path
 
 from pydantic import Field
 
+from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
-from ptxbench.llm.extract import Extraction, ExtractionStatus, extract_candidate
-from ptxbench.llm.feedback import Evaluator, Feedback, extraction_feedback
-from ptxbench.llm.types import Completion, CompletionRequest, SamplingParams, Usage
+from ptxbench.llm.extract import extract_candidate
+from ptxbench.llm.types import CompletionRequest, SamplingParams
 from ptxbench.prompts import PROMPT_VERSION
 from ptxbench.prompts.conversation import ContextCondition, Message, OneShot, build_conversation, feedback_message
-from ptxbench._io import write_atomic
 from ptxbench.records import Record
-from ptxbench.results.rundir import RESULT_FILE, RunDir, RunHeader, read_result, write_model
+from ptxbench.records.completion import Completion, Extraction, ExtractionStatus, Usage
+from ptxbench.records.rundir import RESULT_FILE, RunDir, RunHeader, load_result, write_model
+from ptxbench.records.trajectory import ItemResult, Turn, item_name
+from ptxbench.refine.graders import Grader, StaticGrader, extraction_feedback
 from ptxbench.tasks.model import Task
-
-TRAJECTORY_VERSION = 1
 
 
 class RunConfig(Record):
@@ -45,40 +46,6 @@ class RunConfig(Record):
     request_timeout_s: float = Field(default=900.0, gt=0)
 
 
-class Turn(Record):
-    turn: int
-    completion: Completion
-    extraction: Extraction
-    feedback: Feedback | None = None
-
-
-class ItemResult(Record):
-    """One sample of one task, all its turns; written last, as the item's 'done' marker."""
-
-    version: int = TRAJECTORY_VERSION
-    task: str
-    task_hash: str
-    sample: int
-    arch: Arch
-    context: ContextCondition
-    prompt_version: str
-    turns: list[Turn]
-    passed: bool = Field(description="The last feedback passed (static or GPU, see verified_on_gpu)")
-    verified_on_gpu: bool = False
-    usage: Usage = Field(default_factory=Usage)
-
-    @property
-    def final_source(self) -> str | None:
-        for turn in reversed(self.turns):
-            if turn.extraction.ok:
-                return turn.extraction.source
-        return None
-
-
-def item_name(sample: int) -> str:
-    return f"sample_{sample:03d}"
-
-
 def _total_usage(turns: list[Turn]) -> Usage:
     costs = [t.completion.usage.cost_usd for t in turns]
     return Usage(input_tokens=sum(t.completion.usage.input_tokens for t in turns),
@@ -87,10 +54,10 @@ def _total_usage(turns: list[Turn]) -> Usage:
 
 
 async def run_item(task: Task, sample: int, config: RunConfig, complete: Callable[[CompletionRequest], "asyncio.Future[Completion]"],
-                   evaluator: Evaluator | None, rundir: RunDir, one_shot: OneShot | None = None,
+                   grader: Grader | None, rundir: RunDir, one_shot: OneShot | None = None,
                    build_slots: asyncio.Semaphore | None = None, opening: list[Message] | None = None,
                    item: str | None = None) -> ItemResult:
-    """Sample, extract, evaluate and feed back, up to ``config.turns`` times; stop at the first pass.
+    """Sample, extract, grade and feed back, up to ``config.turns`` times; stop at the first pass.
 
     ``opening`` replaces the task's conversation (Fixit's repairs start from a failed kernel)."""
     folder = rundir.item(task.id, item or item_name(sample))
@@ -114,8 +81,8 @@ async def run_item(task: Task, sample: int, config: RunConfig, complete: Callabl
             else:
                 slots = build_slots or asyncio.Semaphore(1)
                 async with slots:
-                    feedback = await asyncio.to_thread(evaluator.evaluate, task, config.arch, extraction.source) \
-                        if evaluator is not None else None
+                    feedback = await asyncio.to_thread(grader.grade, task, config.arch, extraction.source) \
+                        if grader is not None else None
             if feedback is not None:
                 write_model(turn_dir / "feedback.json", feedback)
         turns.append(Turn(turn=turn, completion=completion, extraction=extraction, feedback=feedback))
@@ -158,7 +125,7 @@ def load_one_shot(spec: str | None) -> OneShot | None:
         raise OptionError(f"--one-shot {spec}: {exc}") from None
 
 
-async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete, evaluator: Evaluator | None,
+async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete, grader: Grader | None,
                   on_done: Callable[[ItemResult, float | None], None] | None = None) -> list[ItemResult]:
     """Every (task, sample) item not already done, ``config.concurrency`` at a time. ``on_done`` gets each
     item as it finishes with the seconds it took (None for an item already done: resumed)."""
@@ -171,14 +138,15 @@ async def run_all(tasks: list[Task], config: RunConfig, rundir: RunDir, complete
 
     async def one(task: Task, sample: int) -> ItemResult:
         if rundir.is_done(task.id, item_name(sample)):
-            done = read_result(rundir.item(task.id, item_name(sample)) / RESULT_FILE, ItemResult,
-                               "the result of a generated item", fix="remove it to sample the item again")
+            done = load_result(rundir.item(task.id, item_name(sample)) / RESULT_FILE, rundir.header,
+                               fix="remove it to sample the item again")
+            assert isinstance(done, ItemResult)  # the header's kind is generate or run (RunDir.open checked it)
             if on_done:
                 on_done(done, None)
             return done
         async with item_slots:
             started = time.monotonic()
-            result = await run_item(task, sample, config, complete, evaluator, rundir, one_shot, build_slots)
+            result = await run_item(task, sample, config, complete, grader, rundir, one_shot, build_slots)
         if on_done:
             on_done(result, time.monotonic() - started)
         return result
@@ -270,17 +238,15 @@ def completer(provider, cache, timeout_s: float | None):  # type: ignore[no-unty
 
 
 def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir: Path | None = None,
-            evaluator: Evaluator | None = None, on_done: Callable[[ItemResult, float | None], None] | None = None
+            grader: Grader | None = None, on_done: Callable[[ItemResult, float | None], None] | None = None
             ) -> list[ItemResult]:
     """Run (or resume) every item into ``out``; the main job behind ``ptxbench generate`` and ``run``.
 
-    With ``config.evaluate`` and no evaluator given, candidates are graded by the static evaluator."""
+    With ``config.evaluate`` and no grader given, candidates are graded by the static grader."""
     from ptxbench.llm.cache import CompletionCache, default_completion_cache
 
-    if config.evaluate and evaluator is None:
-        from ptxbench.llm.feedback import StaticEvaluator
-
-        evaluator = StaticEvaluator()
+    if config.evaluate and grader is None:
+        grader = StaticGrader()
     # What can be refused is checked before the run directory exists, so a refusal leaves none behind: the
     # one-shot example against every task, then the provider (its name, key, replay file).
     one_shot = load_one_shot(config.one_shot)
@@ -290,4 +256,4 @@ def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir:
     rundir = RunDir.open(out, header_for(config))
     cache = CompletionCache(cache_dir) if cache_dir else default_completion_cache()
     complete = completer(provider, cache, config.request_timeout_s)
-    return asyncio.run(run_all(tasks, config, rundir, complete, evaluator, on_done))
+    return asyncio.run(run_all(tasks, config, rundir, complete, grader, on_done))

@@ -11,20 +11,73 @@ in every count; a candidate a model wrote carries its generation run's labels (m
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.compare import Comparison
-from ptxbench.evaluate.executed import RequirementExecution
-from ptxbench.llm.extract import ExtractionStatus
 from ptxbench.records import Record
+from ptxbench.records.completion import ExtractionStatus
+from ptxbench.records.version import Versioned
 from ptxbench.static.report import StaticReport
+from ptxbench.tasks.model import Requirement
 from ptxbench.toolchain.compile import BuildResult
 
 EVALUATION_VERSION = 2
 """2: ``extraction`` (an answer without a candidate is an item) and ``generation`` (the labels of the run that
 sampled the candidate); version 1 records read as they are, without either."""
+
+
+class Comparison(Record):
+    """Where and how far an output is off: the feedback a model needs to fix it (computed by
+    ``ptxbench.evaluate.compare``)."""
+
+    output: str
+    passed: bool
+    elements: int
+    mismatched: int
+    nonfinite: int
+    max_abs_error: float
+    max_rel_error: float
+    max_error_ratio: float = 0.0
+    """The largest error divided by its bound: below 1 passes; how far from passing when above."""
+    worst_index: list[int] | None = None
+    worst_value: float | None = None
+    worst_expected: float | None = None
+    bound_at_worst: float | None = None
+
+
+Dims = tuple[int, int, int]
+
+
+class KernelProfile(Record):
+    """One profiled kernel launch, as ncu saw it from outside the candidate's process (read by
+    ``ptxbench.evaluate.executed``)."""
+
+    launch_id: int
+    name: str
+    stream: str | None = None
+    grid: Dims | None = Field(default=None, description="grid size in blocks (x, y, z)")
+    block: Dims | None = Field(default=None, description="block size in threads (x, y, z)")
+    duration_ns: float | None = None
+    executed: dict[str, int] = Field(default_factory=dict, description="full SASS mnemonic -> warp-level count")
+    bytes: dict[str, float] = Field(default_factory=dict, description=(
+        "byte counters of ptxbench.evaluate.executed.BYTE_METRICS present in the report, in bytes; a counter ncu "
+        "did not report is absent"))
+
+
+class RequirementExecution(Record):
+    """One requirement judged on executed counts; ``flop_share`` only for matrix features, ``byte_share``
+    only for requirements with a minimum share of the task's bytes. ``verified`` False: the counters
+    needed to judge it were not in the report, so it is neither satisfied nor held against the candidate."""
+
+    requirement: Requirement
+    executed: dict[str, int] = Field(description="executed mnemonics of the requirement's features")
+    flop_share: float | None = None
+    byte_share: float | None = None
+    satisfied: bool
+    verified: bool = True
+    message: str
 
 
 class Status(str, Enum):
@@ -128,8 +181,18 @@ class Generation(Record):
     turn: int = Field(default=0, description="The turn whose answer this is (the last one with code)")
 
 
-class Evaluation(Record):
+def _from_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had neither ``extraction`` nor ``generation``: both read as None, their defaults."""
+    return record
+
+
+class Evaluation(Versioned):
+    RECORD = "evaluation"
+    MIGRATIONS = {1: _from_v1}
+
     version: int = EVALUATION_VERSION
+    kind: Literal["evaluation"] = Field(default="evaluation", description=(
+        "What record this is, beside a CheckReport (``kind`` 'check') where either can stand"))
     candidate: str
     task: str
     task_hash: str

@@ -3,6 +3,8 @@
 Every artifact is written atomically (temp file + rename), so an interrupted run leaves either a
 whole file or none, and a rerun with the same configuration resumes: items with a result are skipped.
 A rerun with a different configuration is refused rather than mixed into the same directory.
+An item's result is one typed record, chosen by the header's kind (``load_result``): an ``Evaluation``
+for an ``eval`` run, an ``ItemResult`` (the sample's trajectory) for the others.
 ``RunLedger`` keeps what a run's driver wrote in memory and checks the folder against it at the end.
 """
 
@@ -23,7 +25,9 @@ from pydantic import BaseModel, Field, ValidationError
 from ptxbench import __version__
 from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError, field_problems
-from ptxbench.records import Record
+from ptxbench.records.evaluation import Evaluation
+from ptxbench.records.trajectory import ItemResult
+from ptxbench.records.version import RecordVersionError, Versioned
 
 RUN_SCHEMA_VERSION = 1
 HEADER_FILE = "run.json"
@@ -33,11 +37,16 @@ RESULT_FILE = "result.json"
 RUN_LOCAL_OPTIONS = frozenset({"lanes"})
 
 
-class RunHeader(Record):
+RunKind = Literal["generate", "run", "eval", "repair"]
+
+
+class RunHeader(Versioned):
     """Who made the run, with what, and how (every option, resolved)."""
 
+    RECORD = "run header"
+
     version: int = RUN_SCHEMA_VERSION
-    kind: Literal["generate", "run", "eval", "repair"]
+    kind: RunKind
     created: str = Field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     ptxbench: str = __version__
     git_revision: str | None = Field(default_factory=lambda: _git_revision())
@@ -54,7 +63,7 @@ class RunDirError(PtxbenchError):
 
 def read_header(file: Path) -> RunHeader:
     """A run's header, or one line naming the file and what is wrong with it: unreadable, not JSON, not a
-    run header (a foreign or damaged file), or another schema version (a newer ptxbench wrote it)."""
+    run header (a foreign or damaged file), or a version this ptxbench cannot read (a newer one wrote it)."""
     try:
         text = file.read_bytes().decode()
     except OSError as exc:
@@ -67,14 +76,10 @@ def read_header(file: Path) -> RunHeader:
         raise RunDirError(f"{file}: not a run header: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise RunDirError(f"{file}: not a run header: a JSON {type(data).__name__}, not an object")
-    version = data.get("version", RUN_SCHEMA_VERSION)
-    if version != RUN_SCHEMA_VERSION:
-        written = f" by ptxbench {data['ptxbench']}" if isinstance(data.get("ptxbench"), str) else ""
-        newer = isinstance(version, int) and version > RUN_SCHEMA_VERSION
-        raise RunDirError(f"{file}: written{written} with run schema {version!r}; this ptxbench ({__version__}) "
-                          f"reads schema {RUN_SCHEMA_VERSION}" + ("; upgrade ptxbench to read it" if newer else ""))
     try:
         return RunHeader.model_validate(data)
+    except RecordVersionError as exc:
+        raise RecordVersionError(f"{file}: {exc}") from None
     except ValidationError as exc:
         raise RunDirError(f"{file}: not a run header ({field_problems(exc)})") from None
 
@@ -88,11 +93,35 @@ def read_result(file: Path, model: type[R], what: str, read: Callable[[Path], st
     the ``fix``. ``read`` reads the text (a ``RunLedger``'s, to keep what was read)."""
     try:
         return model.model_validate_json(read(file))
+    except RecordVersionError as exc:
+        raise RecordVersionError(f"{file}: {exc}") from None
     except UnicodeDecodeError:
         problem = "not UTF-8 text"
     except ValidationError as exc:
         problem = field_problems(exc)
     raise RunDirError(f"{file}: not {what} ({problem})" + (f"; {fix}" if fix else ""))
+
+
+Result = Evaluation | ItemResult
+"""What an item's ``result.json`` holds: an evaluation in an ``eval`` run, a trajectory in the others."""
+
+RESULTS: dict[str, tuple[type[Evaluation] | type[ItemResult], str]] = {
+    "eval": (Evaluation, "an evaluation"),
+    "generate": (ItemResult, "the result of a generated item"),
+    "run": (ItemResult, "the result of a generated item"),
+    "repair": (ItemResult, "the result of a repaired item"),
+}
+
+
+def load_result(path: Path | str, header: RunHeader | None = None, read: Callable[[Path], str] = Path.read_text,
+                *, fix: str = "") -> Result:
+    """The record in an item's result file (``items/<task>/<item>/result.json``), typed by the kind of run that
+    wrote it: ``header``, or else the run's own header, read from beside ``items/``."""
+    path = Path(path)
+    if header is None:
+        header = read_header(path.parents[3] / HEADER_FILE)
+    model, what = RESULTS[header.kind]
+    return read_result(path, model, what, read, fix=fix)
 
 
 def _git_revision() -> str | None:
