@@ -39,7 +39,7 @@ EXPECTS = {"COMPILE_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT", "REJECTED",
 GUARDS = {"library_call", "torch_fallback", "other_stream", "cached_output", "input_mutation", "dead_code_feature",
           "out_of_bounds_write", "below_physical_floor", "feature_not_executed", "host_transfer", "profiler_evasion",
           "timed_only_stream", "timed_only_shortcut", "forged_timing"}
-CHECKS = {"others_unaffected", "no_survivors", "harness_unchanged"}
+CHECKS = {"others_unaffected", "no_survivors", "harness_unchanged", "compile_cache_unchanged"}
 REQUIRED_KEYS = {"file", "task", "expect", "why"}
 OPTIONAL_KEYS = {"guard", "check", "secret_env", "base"}
 HEADER = re.compile(r"^// ADVERSARIAL CASE (?P<case>\w+) \(task (?P<task>\w+)\) -- expected: (?P<expect>[A-Z_]+(?: or [A-Z_]+)*)\b")
@@ -343,6 +343,25 @@ def test_tamper_harness_marks_the_code_it_can_reach(reports: dict[str, CheckRepo
     assert "returned" in done.stdout, done.stderr
     for file in files:
         assert "TAMPERED-BY-CANDIDATE" in file.read_text(), file
+
+
+def test_poison_compile_cache_marks_the_compiled_code_it_can_reach(reports: dict[str, CheckReport],
+                                                                    tmp_path: Path) -> None:
+    """Inductor's default folder under TMPDIR and the harness's compile cache named in its parent's environment
+    (a shell started with the sandbox's variables, so nothing outside tmp_path is searched) get the mark."""
+    environment = _sandbox_environment(tmp_path)
+    inductor = tmp_path / "tmp" / "torchinductor_someone" / "ab" / "kernel.py"
+    harness = tmp_path / "cache" / "ptxbench" / "compile" / "inductor" / "cd" / "graph.py"
+    untouched = tmp_path / "cache" / "ptxbench" / "compile" / "inductor" / "cd" / "kernel.cubin"
+    for file in (inductor, harness, untouched):
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text("original = True\n")
+    command = " ".join(f"'{part}'" for part in _call_command(reports, "poison_compile_cache.cu", _RMSNORM_EMPTY))
+    done = subprocess.run(["sh", "-c", f"{command}; exit $?"], cwd=tmp_path / "tmp", env=environment,
+                          capture_output=True, text=True, timeout=120)
+    assert "returned" in done.stdout, done.stderr
+    assert "POISONED-BY-CANDIDATE" in inductor.read_text() and "POISONED-BY-CANDIDATE" in harness.read_text()
+    assert untouched.read_text() == "original = True\n", "generated Python only: binaries stay loadable"
 
 
 _LOAD_BESIDE_TORCH = """

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from ptxbench.evaluate import isolation
 from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 
 HANDLER = "tests.evaluate.fake_handler:Misbehaving"
@@ -170,6 +171,25 @@ def test_an_isolated_worker_sees_no_secret_and_works_in_a_private_directory(monk
     finally:
         worker.close()
     assert not os.path.exists(directory), "the private directory is removed with the worker"
+
+
+def test_compiled_code_comes_from_the_harnesss_cache_for_baselines_and_a_private_one_for_candidates(
+        monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """torch.compile's default folder is in /tmp, writable by candidate code: a candidate could rewrite a
+    compiled baseline kernel there. The baseline process compiles into the harness's cache (read-only to
+    candidates), a candidate's process into its private directory; neither reads the other's."""
+    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_shared")  # what a candidate could poison
+    with Worker(HANDLER) as harness:
+        for name, folder in isolation.COMPILE_CACHE_VARIABLES.items():
+            assert harness.call("environment", name, timeout_s=60) == str(tmp_path / "cache" / "compile" / folder)
+    worker = Worker(HANDLER, isolate=True)
+    try:
+        directory = worker.call("working_directory", timeout_s=60)
+        for name, folder in isolation.COMPILE_CACHE_VARIABLES.items():
+            assert worker.call("environment", name, timeout_s=60) == os.path.join(directory, "compile", folder)
+    finally:
+        worker.close()
 
 
 def test_a_forged_ready_message_is_refused() -> None:

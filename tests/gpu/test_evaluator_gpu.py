@@ -20,6 +20,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.paths import cache_root
 from ptxbench.records.evaluation import Evaluation, Guard, Status
 from ptxbench.tasks.loader import bundled_suite, get_task
 
@@ -74,6 +75,7 @@ import sys
 from pathlib import Path
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.paths import cache_root
 from ptxbench.tasks.loader import get_task
 
 candidate, task, options, out = sys.argv[1:]
@@ -134,6 +136,7 @@ def assert_no_daemon_survives(before: set[int], grace_s: float = 10.0) -> None:
 
 
 TAMPER_MARK = "TAMPERED-BY-CANDIDATE"  # what tamper_harness.cu appends to the harness's code it can write
+POISON_MARK = "POISONED-BY-CANDIDATE"  # what poison_compile_cache.cu appends to compiled code it can write
 
 
 def assert_harness_unchanged() -> None:
@@ -147,6 +150,15 @@ def assert_harness_unchanged() -> None:
              Path(torch.__file__), Path(pydantic.__file__)]
     marked = [str(f) for f in files if TAMPER_MARK in f.read_text(errors="replace")]
     assert not marked, f"a candidate rewrote the harness's code: {marked}"
+
+
+def assert_compile_cache_unchanged(cache: Path | None = None) -> None:
+    """No compiled-code file in the harness's compile cache (the baseline process's) carries the mark."""
+    folder = (cache if cache is not None else cache_root()) / "compile"
+    files = [f for f in folder.rglob("*.py") if f.is_file() and not f.is_symlink()] if folder.is_dir() else []
+    marked = [str(f) for f in files if POISON_MARK in f.read_text(errors="replace")]
+    print(f"COMPILE CACHE {folder}: {len(files)} generated file(s) checked")
+    assert not marked, f"a candidate rewrote the baseline process's compiled code: {marked[:5]}"
 
 
 def assert_expected(case: dict, evaluation: Evaluation) -> None:
@@ -184,6 +196,8 @@ def test_adversarial_candidate_gets_its_status(evaluator, case, tmp_path) -> Non
         assert_no_daemon_survives(before)
     if case.get("check") == "harness_unchanged":
         assert_harness_unchanged()
+    if case.get("check") == "compile_cache_unchanged":
+        assert_compile_cache_unchanged()
 
 
 @pytest.fixture

@@ -67,6 +67,12 @@ _ALLOWED_NAMES = frozenset({
 _ALLOWED_PREFIXES = ("CUDA_", "NVIDIA_", "LC_", "PYTORCH_CUDA_", "TORCH_CUDA_", "PTXBENCH_FAKE_")
 # A name that looks like a credential is refused even when an allowed prefix matches (CUDA_API_KEY).
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
+# Where torch.compile and Triton keep compiled code between processes. Left at their defaults, Inductor's
+# folder is /tmp/torchinductor_<user>: scratch space, writable by candidate code, and read by the baseline
+# process, so a candidate could rewrite a compiled baseline kernel (slower baselines, larger speedups). The
+# baseline process is given folders in the harness's cache (read-only to candidates); a candidate's process
+# folders of its own (``compile_cache_environment``).
+COMPILE_CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
 
 
 def candidate_environment(environ: Mapping[str, str], home: str | None = None) -> dict[str, str]:
@@ -79,7 +85,13 @@ def candidate_environment(environ: Mapping[str, str], home: str | None = None) -
     }
     if home is not None:
         allowed["HOME"] = home
+        allowed |= compile_cache_environment(home)
     return allowed
+
+
+def compile_cache_environment(folder: os.PathLike[str] | str) -> dict[str, str]:
+    """The compile caches' variables (``COMPILE_CACHE_VARIABLES``) pointing into ``folder``."""
+    return {name: os.path.join(folder, "compile", sub) for name, sub in COMPILE_CACHE_VARIABLES.items()}
 
 
 def protected_paths_from(environ: Mapping[str, str]) -> list[str]:

@@ -42,6 +42,7 @@ from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.isolation import (
     Cgroup,
     candidate_environment,
+    compile_cache_environment,
     close_inherited_descriptors,
     import_roots,
     protect_paths,
@@ -233,6 +234,10 @@ def _serve(connection: Connection, handler_path: str, device: int | None, enviro
     # lock, the device pinning a host has set)
     os.environ.clear()
     os.environ.update(environment)
+    if sandbox is None:  # the harness's own process (vendor baselines): compiled code from its own cache only
+        from ptxbench.paths import cache_root
+
+        os.environ.update(compile_cache_environment(cache_root()))
     isolation = _isolate(connection, *sandbox) if sandbox is not None else None
     become_subreaper()  # what the candidate starts and abandons stays this process's to end
     if device is not None:
