@@ -100,7 +100,8 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
         finally:
             os.environ.pop(TRACE_VARIABLE, None)
         finished = sorted(path.stat().st_mtime - wall_started for path in RunDir.load(Path(folder) / "run").results())
-        holds = [json.loads(line) for line in trace.read_text().splitlines()] if trace.is_file() else []
+        lines = trace.read_text().splitlines() if trace.is_file() else []
+        holds = [hold for hold in map(json.loads, lines) if hold["released"] is not None]  # ended holds only
     statuses = [r.status.value if r.status else str(r.infra_failure) for r in results]
     stages = sorted({name for r in results for name in r.durations_s})
     mean_stage_s = {name: statistics.fmean(r.durations_s.get(name, 0.0) for r in results) for name in stages}

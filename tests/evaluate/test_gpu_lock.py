@@ -87,8 +87,12 @@ def test_every_hold_is_traced_when_a_trace_file_is_named(tmp_path: Path, monkeyp
         time.sleep(0.05)
     with lock.exclusive("timing"):
         pass
-    holds = [json.loads(line) for line in trace.read_text().splitlines()]
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    begun = [h for h in lines if h["released"] is None]  # written when taken: a hold that never ends shows too
+    holds = [h for h in lines if h["released"] is not None]
+    assert [(h["mode"], h["purpose"]) for h in begun] == [("shared", "trials"), ("exclusive", "timing")]
     assert [(h["mode"], h["purpose"]) for h in holds] == [("shared", "trials"), ("exclusive", "timing")]
+    assert lines.index(begun[0]) < lines.index(holds[0]) < lines.index(begun[1])
     assert all(h["asked"] <= h["got"] <= h["released"] for h in holds)
     assert holds[0]["released"] - holds[0]["got"] >= 0.05
 

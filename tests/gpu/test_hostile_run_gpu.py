@@ -153,9 +153,10 @@ def _records_containing(folder: Path, text: str) -> list[Path]:
 
 def _seed_cache(cache: Path) -> str:
     """The run's cache starts with the machine's measured baselines and compiled baseline code (and the key
-    that signs them) where there are some: timing every baseline variant anew takes most of a cold run,
-    and it is what the gold and examples sections already did. The forged-record checks read this copy."""
-    warm = cache_root()
+    that signs them) where there are some (PTXBENCH_HOSTILE_SEED_CACHE names another cache to start from):
+    timing every baseline variant anew takes most of a cold run, and it is what the examples already did
+    in this session. The forged-record checks read this copy."""
+    warm = Path(os.environ.get("PTXBENCH_HOSTILE_SEED_CACHE") or cache_root())  # a cache carried from another run
     if not (warm / "baselines").is_dir() or not (warm / KEY_FILE).is_file():
         return "cold cache"
     cache.mkdir(parents=True)
@@ -203,17 +204,27 @@ def test_one_run_of_every_hostile_case_with_the_honest_examples(tmp_path: Path) 
     seeded = _seed_cache(cache)
     started = time.monotonic()
     timeout_s = float(os.environ.get("PTXBENCH_HOSTILE_TIMEOUT_S", RUN_TIMEOUT_S))
-    child = subprocess.Popen([sys.executable, "-c", _RUN, str(plan_file)], env=environment, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # Output to files, not pipes: the run's hosts and forkserver inherit them, and a pipe would hold a reader
+    # past a timeout until the last of them ends.
+    with open(tmp_path / "run.out", "w") as out, open(tmp_path / "run.err", "w") as err:
+        child = subprocess.Popen([sys.executable, "-c", _RUN, str(plan_file)], env=environment, stdout=out,
+                                 stderr=err, text=True, start_new_session=True)
     try:
-        stdout, stderr = child.communicate(timeout=timeout_s)
+        child.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
-        child.communicate()
+        child.wait()
+        for line in _strays(before, (mark, str(tmp_path))):  # the hosts and workers left behind
+            try:
+                os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         finished = _finished(Path(plan["out"]))
         pytest.fail(f"the run did not finish in {timeout_s:.0f} s ({seeded}); {len(finished)} of "
-                    f"{len(plan['candidates'])} items done:\n" + "\n".join(finished))
-    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
+                    f"{len(plan['candidates'])} items done:\n" + "\n".join(finished)
+                    + f"\nits stderr ends: {(tmp_path / 'run.err').read_text()[-3000:]}")
+    done = subprocess.CompletedProcess(child.args, child.returncode, (tmp_path / "run.out").read_text(),
+                                       (tmp_path / "run.err").read_text())
     print(f"HOSTILE RUN: {len(plan['candidates'])} items in {time.monotonic() - started:.0f} s, profile={profile}, "
           f"exit {done.returncode}, {seeded}")
     print("\n".join(_finished(Path(plan["out"]))))

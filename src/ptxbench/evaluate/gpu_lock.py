@@ -10,7 +10,8 @@ it has had its turn. The invariant the evaluator keeps with it: a process holdin
 lives only while its lane holds the lock, so no candidate can run anything during another's timing.
 
 With ``PTXBENCH_LOCK_TRACE`` naming a file, every hold is appended to it as one JSON line (process,
-mode, what for, when asked, got and released, wall-clock seconds): how lanes share the GPU is then
+mode, what for, when asked, got and released, wall-clock seconds; a line with ``released`` null when
+it is taken, so a hold that never ends shows too): how lanes share the GPU is then
 measured rather than guessed (``benchmarks/evaluator_benchmark.py`` reads it). Processes that hold
 candidate code see the machine read-only but scratch space (``isolation.SCRATCH_ROOTS``): their holds
 reach the file only where it lies there (under /tmp, say).
@@ -72,6 +73,7 @@ class GpuLock:
         with _held(self._main, fcntl.LOCK_SH):
             self.waited_s += time.perf_counter() - started
             got = time.time()
+            _trace("shared", purpose, asked, got, released=None)
             try:
                 yield
             finally:
@@ -86,19 +88,25 @@ class GpuLock:
             with _held(self._main, fcntl.LOCK_EX):
                 self.waited_s += time.perf_counter() - started
                 got = time.time()
+                _trace("exclusive", purpose, asked, got, released=None)
                 try:
                     yield
                 finally:
                     _trace("exclusive", purpose, asked, got)
 
 
-def _trace(mode: str, purpose: str, asked: float, got: float) -> None:
-    """One hold, appended to the trace file when one is named (one short write: lines stay whole)."""
+_NOW = object()
+
+
+def _trace(mode: str, purpose: str, asked: float, got: float, released: object = _NOW) -> None:
+    """One hold, appended to the trace file when one is named (one short write: lines stay whole): when it
+    ends, and also when it begins (``released`` None), so a hold that never ended (a hang, a killed run)
+    is in the trace too."""
     path = os.environ.get(TRACE_VARIABLE)
     if not path:
         return
     line = json.dumps({"pid": os.getpid(), "mode": mode, "purpose": purpose, "asked": asked, "got": got,
-                       "released": time.time()})
+                       "released": time.time() if released is _NOW else released})
     try:
         with open(path, "a") as out:
             out.write(line + "\n")
