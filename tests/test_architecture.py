@@ -81,7 +81,7 @@ def imports_of(source: str, module: str, is_pkg: bool, package: Path) -> list[Im
             targets = [f"{origin}.{a.name}" if exists(f"{origin}.{a.name}", package) else origin for a in node.names]
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_STRING.fullmatch(node.value):
             targets = [node.value.split(":")[0]]
-        found += [Import(module, t, node.lineno) for t in targets if t == root or t.startswith(root + ".")]
+        found += [Import(module, t, node.lineno) for t in dict.fromkeys(targets) if t == root or t.startswith(root + ".")]
     return found
 
 
