@@ -35,6 +35,18 @@ def test_the_wheel_carries_every_reference_kernel(wheel: Path) -> None:
     assert "ptxbench/context/ptx_wrappers.cuh" in names  # the header the reference kernels include
 
 
+def test_the_wheel_carries_every_file_of_the_package(wheel: Path) -> None:
+    """Package data is listed by pattern in pyproject.toml: a new kind of file, or a new folder of tasks or
+    reference kernels, that no pattern covers would be missing from an install, and a folder without an
+    ``__init__.py`` would lose its modules. Every module and data file of the source tree must ship."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    source = REPO / "src"
+    files = {p.relative_to(source).as_posix() for p in (source / "ptxbench").rglob("*")
+             if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+    assert {f for f in files if not f.endswith(".py")}, "the package has data files"
+    assert files - names == set()
+
+
 def test_eval_gold_from_the_installed_wheel_outside_the_source_tree(wheel: Path, tmp_path: Path) -> None:
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],

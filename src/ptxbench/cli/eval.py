@@ -1,0 +1,145 @@
+"""``ptxbench eval``: evaluate candidates on the GPUs into a resumable run directory, and print the verdicts.
+
+The command checks what it was given and says so in one line; the evaluation itself is
+``ptxbench.evaluate.run.evaluate_candidates``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from ptxbench.arch.registry import Arch
+from ptxbench.cli.files import candidates_in
+from ptxbench.cli.options import TargetArch
+from ptxbench.cli.output import console, fail, run_directory
+from ptxbench.errors import PtxbenchError
+from ptxbench.kernels import reference_folder
+
+if TYPE_CHECKING:
+    from ptxbench.evaluate.run import Candidate
+
+_DEFAULT_OUT = Path("runs/eval")
+
+
+def evaluate(
+    paths: Annotated[Optional[list[Path]], typer.Argument(help="Candidate .cu files, directories of them, a "
+                                                          "generate/run directory, or a generations .jsonl file")
+                     ] = None,
+    task: Annotated[str, typer.Option("--task", help="Task id for every file; 'auto': the file's name")] = "auto",
+    arch: TargetArch = Arch.SM_90A,
+    out: Annotated[Path, typer.Option("--out", help="Run directory (resumed if it exists)")] = _DEFAULT_OUT,
+    trials: Annotated[int, typer.Option("--trials", min=1, help="Fresh input sets per workload")] = 3,
+    timing: Annotated[bool, typer.Option("--time/--no-time", help="Time against the vendor baseline")] = True,
+    profile: Annotated[bool, typer.Option("--profile/--no-profile", help="Prove executed instructions with ncu")
+                       ] = True,
+    budget_ms: Annotated[Optional[float], typer.Option("--timing-budget-ms", min=1, help="Measured time per "
+                                                       "workload and side [default: 100]")] = None,
+    call_timeout_s: Annotated[float, typer.Option("--call-timeout-s")] = 60.0,
+    regrade: Annotated[bool, typer.Option("--regrade", help="Recompute verdicts from the stored evidence; run "
+                                          "nothing")] = False,
+    gold: Annotated[bool, typer.Option("--gold", help="Evaluate the reference kernels shipped with the package "
+                                       "(ptxbench/kernels/reference/<arch>)")] = False,
+    gpus: Annotated[Optional[str], typer.Option("--gpus", help="Local GPUs to use, e.g. 0,1 (default: every "
+                                                "visible GPU)")] = None,
+    backend: Annotated[str, typer.Option("--backend", help="local: this machine's GPUs; ray: every GPU of a Ray "
+                                         "cluster")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="With --backend ray: the cluster (auto, "
+                                                   "ray://host:10001); default: start Ray on this machine")] = None,
+    lanes: Annotated[Optional[int], typer.Option("--lanes", min=1, max=16, help="Candidates evaluated at once on "
+                                                 "each GPU (default 2): their untimed stages overlap, timing "
+                                                 "always runs alone")] = None,
+) -> None:
+    """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
+    from ptxbench.evaluate.evaluator import EvalOptions
+    from ptxbench.evaluate.run import GpusRetired, evaluate_candidates, gpu_available
+    from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note
+
+    chosen = _chosen_gpus(gpus, backend, address, regrade)
+    if gold:
+        if paths:
+            fail("--gold evaluates the bundled reference kernels: give no paths with it")
+        paths = [reference_folder(arch.value)]
+        if not paths[0].is_dir():
+            fail(f"no reference kernels for {arch.value} yet ({paths[0]})")
+    elif not paths:
+        fail("give candidate files or folders to evaluate (or --gold for the bundled reference kernels)")
+    candidates, out = _candidates(paths, task, out, regrade)
+    if backend == "local" and not gpu_available() and not regrade:
+        console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each that "
+                      "builds is recorded as an infrastructure failure (NO_GPU), never as the candidate's failure",
+                      highlight=False)
+    options = EvalOptions(trials=trials, time=timing, profile=profile, call_timeout_s=call_timeout_s,
+                          **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}),
+                          **({"lanes": lanes} if lanes is not None else {}))
+    retired = None
+    with EvalProgress(console, len(candidates), f"eval → {out}") as progress:
+        try:
+            results = evaluate_candidates(candidates, arch, out, options, regrade=regrade, gpus=chosen,
+                                          backend="ray" if backend == "ray" else "local", address=address,
+                                          on_done=progress.done)
+        except GpusRetired as exc:
+            results, retired = exc.results, exc
+    table = Table("candidate", "task", "status", "detail")
+    for result in results:
+        verdict = result.verdict
+        detail = result.message
+        if result.status is None and result.static is not None:  # no GPU: say what the binary shows
+            detail = "static only: " + "; ".join(f"{r.requirement.label} {STAGE_LABEL[r.stage]}"
+                                                 for r in result.static.requirements)
+        table.add_row(Path(result.candidate).name, result.task, verdict, detail[:160])
+    console.print(table)
+    rejected = all_rejected_note(results, arch)
+    if rejected is not None:
+        console.print(rejected, highlight=False, markup=False)
+    run_directory(out)
+    if retired is not None:
+        fail(str(retired))
+
+
+def _chosen_gpus(gpus: Optional[str], backend: str, address: Optional[str], regrade: bool) -> Optional[list[int]]:
+    """The local GPUs ``--gpus`` names (None: every visible one), after checking it fits ``--backend``."""
+    from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
+
+    if backend not in ("local", "ray"):
+        fail(f"--backend is local or ray, not {backend!r}")
+    if backend == "ray" and gpus is not None:
+        fail("--gpus chooses GPUs of this machine; with --backend ray every GPU of the cluster is used")
+    if backend == "local" and address is not None:
+        fail("--address names a Ray cluster: use it with --backend ray")
+    try:
+        chosen = parse_gpus(gpus) if gpus is not None else None
+    except PtxbenchError as exc:
+        fail(str(exc))
+    if chosen is not None and not regrade:
+        visible = visible_gpu_count()
+        unseen = [i for i in chosen if i >= visible]
+        if unseen:
+            fail(f"--gpus {gpus}: GPU {unseen[0]} is not visible ({visible} GPU(s) visible, numbered from 0)")
+    return chosen
+
+
+def _candidates(paths: list[Path], task: str, out: Path, regrade: bool) -> tuple[list[Candidate], Path]:
+    """Every candidate the paths hold, and the run directory they go to (``eval RUN --regrade``: RUN itself)."""
+    from ptxbench.evaluate.run import candidates_from_eval_run, candidates_from_run, is_eval_run
+    from ptxbench.refine.generations import candidates_from_generations
+    from ptxbench.tasks.loader import get_task
+
+    candidates: list[Candidate] = []
+    for path in paths:
+        if regrade and is_eval_run(path):  # `eval RUN --regrade`: an eval run's verdicts recomputed in place
+            if len(paths) > 1 or out not in (_DEFAULT_OUT, path):
+                fail(f"--regrade recomputes the eval run {path} in place: give it alone, with no other --out")
+            candidates += candidates_from_eval_run(path)
+            out = path
+        elif (path / "run.json").is_file():
+            candidates += candidates_from_run(path)
+        elif path.suffix == ".jsonl":
+            candidates += candidates_from_generations(path)
+        else:
+            candidates += candidates_in(path, task, get_task)
+    if not candidates:
+        fail("nothing to evaluate: " + ", ".join(str(p) for p in paths) + " held no candidate with a known task")
+    return candidates, out

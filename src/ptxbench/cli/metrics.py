@@ -1,0 +1,50 @@
+"""``ptxbench metrics|compare|leaderboard``: the numbers of finished runs, alone, paired or ranked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+_K = Annotated[int, typer.Option("-k", min=1)]
+
+
+def metrics(runs: Annotated[list[Path], typer.Argument(help="Run directories")],
+            by: Annotated[str, typer.Option("--by", help="Comma-separated grouping fields, e.g. model,condition; "
+                                            "'' for all")] = "task",
+            k: _K = 1, bootstrap: Annotated[int, typer.Option("--bootstrap", min=0)] = 1000,
+            as_json: Annotated[bool, typer.Option("--json", help="The summaries as JSON (a rate not measured is "
+                                                  "null)")] = False
+            ) -> None:
+    """Metrics with 95 % bootstrap intervals (pass@k, fast_p, speedup, generalization) as Markdown; a rate
+    that nothing measured reads – (null in JSON), never 0."""
+    from ptxbench.results.attempts import attempts_from_run
+    from ptxbench.results.metrics import summarize, summary_table
+
+    attempts = [a for run_dir in runs for a in attempts_from_run(run_dir)]
+    groups = tuple(field for field in by.split(",") if field)
+    summaries = summarize(attempts, by=groups, k=k, bootstrap=bootstrap)
+    if as_json:
+        print(json.dumps([json.loads(s.model_dump_json()) for s in summaries], indent=2))
+        return
+    print(summary_table(summaries))
+
+
+def compare(run_a: Annotated[Path, typer.Argument()], run_b: Annotated[Path, typer.Argument()],
+            metric: Annotated[str, typer.Option("--metric", help="compile | correct | features_executed | "
+                                                "fast_1.0 ...")] = "correct",
+            k: _K = 1) -> None:
+    """Compare two runs task by task (context ablation, base vs fine-tuned) with a paired test."""
+    from ptxbench.results.compare import compare_command
+
+    print(compare_command(run_a, run_b, metric, k))
+
+
+def leaderboard(runs: Annotated[list[Path], typer.Argument()],
+                metric: Annotated[str, typer.Option("--metric")] = "fast_1.0") -> None:
+    """Rank runs (models or conditions) on the tasks they all attempted."""
+    from ptxbench.results.compare import leaderboard_command
+
+    print(leaderboard_command(runs, metric))

@@ -1,0 +1,70 @@
+"""Option types shared by several commands, declared once (``Annotated``) with their checks.
+
+A check runs while the command line is parsed, so bad input fails with one line before anything runs
+(and, for ``--one-shot``, before a run directory is created)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from ptxbench.arch.registry import Arch
+from ptxbench.cli.output import fail
+from ptxbench.errors import PtxbenchError
+
+
+def benchmark_arch(arch: Arch) -> Arch:
+    """Generation and evaluation target a benchmark arch; a plain one (sm_90) is for `check` to diagnose."""
+    if not arch.is_arch_specific:
+        fail(f"--arch {arch.value} is the plain target, without the arch-specific features the tasks require: "
+             f"use --arch {arch.specific.value} (`ptxbench check --arch {arch.value}` shows why a kernel fails there)")
+    return arch
+
+
+def context_condition(value: str) -> str:
+    from ptxbench.prompts.conversation import ContextCondition
+
+    choices = [c.value for c in ContextCondition]
+    if value not in choices:
+        fail(f"--context is {', '.join(choices[:-1])} or {choices[-1]}, not {value!r}")
+    return value
+
+
+def one_shot_spec(value: Optional[str]) -> Optional[str]:
+    """Checked before anything runs, so a malformed spec leaves no run directory behind."""
+    if value is not None:
+        from ptxbench.refine.loop import one_shot_parts
+
+        try:
+            one_shot_parts(value)
+        except PtxbenchError as exc:
+            fail(str(exc))
+    return value
+
+
+TargetArch = Annotated[Arch, typer.Option("--arch", callback=benchmark_arch,
+                                          metavar="<" + "|".join(a.value for a in Arch if a.is_arch_specific) + ">")]
+"""A benchmark target (sm_90a, sm_100a); the plain targets are refused with the reason."""
+Context = Annotated[str, typer.Option("--context", callback=context_condition, metavar="<none|arch|full>",
+                                      help="The task alone; + the target's feature table; + the guide and the "
+                                           "wrapper header")]
+OneShot = Annotated[Optional[str], typer.Option("--one-shot", callback=one_shot_spec, help="TASK:FILE worked example")]
+TaskRef = Annotated[str, typer.Argument(help="Task id or path to a task .toml")]
+
+# generate, run and fixit: which model, where
+Model = Annotated[str, typer.Option("--model", help="provider:name, e.g. openai:gpt-5, anthropic:claude-sonnet-4-5, "
+                                                    "vllm:NAME (with --base-url), hf:PATH_OR_ID, replay:FILE.jsonl")]
+Tasks = Annotated[str, typer.Option("--tasks", help="Comma-separated task ids, or 'all'")]
+Samples = Annotated[int, typer.Option("--samples", min=1)]
+Turns = Annotated[int, typer.Option("--turns", min=1)]
+Temperature = Annotated[float, typer.Option("--temperature", min=0.0)]
+TopP = Annotated[Optional[float], typer.Option("--top-p")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens")]
+Concurrency = Annotated[int, typer.Option("--concurrency", min=1)]
+OutDir = Annotated[Optional[Path], typer.Option("--out")]
+BaseUrl = Annotated[Optional[str], typer.Option("--base-url")]
+Adapter = Annotated[Optional[str], typer.Option("--adapter")]
+DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be sent and its cost; send nothing")]
+Seed = Annotated[int, typer.Option("--seed")]

@@ -1,0 +1,70 @@
+"""``ptxbench tasks list|show``: the bundled task suite, with each task's weak-baseline warning."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Table
+
+from ptxbench.cli.options import TaskRef
+from ptxbench.cli.output import console
+
+if TYPE_CHECKING:
+    from ptxbench.tasks.model import Task
+
+app = typer.Typer(no_args_is_help=True, help="The bundled task suite.")
+
+_WEAK_MARK = "*"  # beside a task id in `tasks list`; the legend says what it means
+
+
+@app.command("list")
+def tasks_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the bundled tasks."""
+    from ptxbench.tasks.loader import bundled_suite
+
+    suite = bundled_suite()
+    if as_json:
+        print(json.dumps([{"id": t.id, "family": t.family.value, "title": t.title, "hash": t.content_hash}
+                          for t in suite], indent=2))
+        return
+    warned = {t.id for t in suite if _weak_baseline(t) is not None}
+    table = Table("id", "family", "title")  # the title takes the width the short columns leave (80 in a pipe)
+    table.add_column("workloads (timed / visible / held-out)", max_width=10)
+    for task in suite:
+        visible = len(task.shown()) - 1
+        marked = f"{task.id} {_WEAK_MARK}" if task.id in warned else task.id
+        table.add_row(marked, task.family.value, task.title, f"1 / {visible} / {len(task.held_out())}")
+    console.print(table)
+    if warned:
+        console.print(f"{_WEAK_MARK} weak baseline: the best vendor baseline is under {_weak_pct():.0f} % of its "
+                      "roofline, so the speedup says little (`ptxbench tasks show TASK` says where)", highlight=False)
+
+
+@app.command("show")
+def tasks_show(task: TaskRef, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Show one task in full (held-out workloads included: this is the maintainer's view)."""
+    from ptxbench.tasks.loader import get_task
+
+    loaded = get_task(task)
+    warning = _weak_baseline(loaded)
+    if as_json:
+        print(json.dumps({**loaded.model_dump(mode="json"), "baseline_warning": warning}, indent=2))
+        return
+    from ptxbench.results.terminal import render_task
+
+    render_task(console, loaded, warning)
+
+
+def _weak_pct() -> float:
+    from ptxbench.evaluate.baselines import WEAK_BASELINE_PCT
+
+    return WEAK_BASELINE_PCT
+
+
+def _weak_baseline(task: Task) -> str | None:
+    """The published weak-baseline warning for the task, if its best baseline was measured weak."""
+    from ptxbench.evaluate.baselines import load_baseline_quality, weak_baseline_warning
+
+    return weak_baseline_warning(task, load_baseline_quality())
