@@ -1,0 +1,105 @@
+"""The serving-path attention tasks (paged decode, ragged prefill, fp8): each reference, on the CPU at small
+sizes, against an independent float64 computation written per sequence and per query with explicit loops."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from ptxbench.evaluate.compare import compare  # noqa: E402
+from ptxbench.tasks.loader import get_task  # noqa: E402
+from ptxbench.tasks.model import Tolerance  # noqa: E402
+from ptxbench.tasks.reference import _namespace, make_inputs, run_reference  # noqa: E402
+
+CLOSE = Tolerance(rtol=1e-5, atol=1e-5)
+
+
+def _assert_close(name, actual, expected, tol=CLOSE):  # type: ignore[no-untyped-def]
+    result = compare(name, actual, expected, tol)
+    assert result.passed, result
+
+
+def _softmax_row(scores):  # type: ignore[no-untyped-def]
+    """Float64 softmax weights and natural-log LSE of one row, the textbook way."""
+    top = max(scores)
+    weights = [math.exp(s - top) for s in scores]
+    total = sum(weights)
+    return [w / total for w in weights], top + math.log(total)
+
+
+def _paged_layout(lengths: list[int], page_size: int, pool: int, seed: int):  # type: ignore[no-untyped-def]
+    """FlashInfer-style indptr / indices / last_page_len for given lengths, pages scattered in the pool."""
+    g = torch.Generator().manual_seed(seed)
+    counts = [-(-n // page_size) for n in lengths]
+    pages = torch.randperm(pool, generator=g)[: sum(counts)]
+    indptr = [0]
+    for c in counts:
+        indptr.append(indptr[-1] + c)
+    last = [n - (c - 1) * page_size for n, c in zip(lengths, counts)]
+    as_int = lambda values: torch.tensor(values, dtype=torch.int32)  # noqa: E731
+    return as_int(indptr), pages.to(torch.int32), as_int(last)
+
+
+def test_decode_reference_against_a_per_key_float64_loop() -> None:
+    task = get_task("decode_gqa_paged")
+    lengths, page_size, heads, kv_heads, dim = [1, 17, 40], 16, 4, 2, 128
+    indptr, indices, last = _paged_layout(lengths, page_size, pool=7, seed=0)
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(3, heads, dim, generator=g).bfloat16()
+    k_cache = torch.randn(7, page_size, kv_heads, dim, generator=g).bfloat16()
+    v_cache = torch.randn(7, page_size, kv_heads, dim, generator=g).bfloat16()
+    sizes = {"B": 3, "H": heads, "KH": kv_heads, "P": page_size, "NP": 7, "L": sum(lengths)}
+    inputs = {"Q": q, "K_cache": k_cache, "V_cache": v_cache, "kv_indptr": indptr, "kv_indices": indices,
+              "kv_last_page_len": last}
+    result = run_reference(task, inputs, sizes)
+    assert result["O"].shape == (3, heads, dim) and result["LSE"].shape == (3, heads)
+    want_o = torch.zeros(3, heads, dim, dtype=torch.float64)
+    want_lse = torch.zeros(3, heads, dtype=torch.float64)
+    for b, n in enumerate(lengths):
+        # key t of sequence b: page indices[indptr[b] + t // P], slot t % P
+        rows = [(int(indices[int(indptr[b]) + t // page_size]), t % page_size) for t in range(n)]
+        for h in range(heads):
+            kv = h // (heads // kv_heads)
+            qd = q[b, h].double()
+            scores = [float(k_cache[p, s, kv].double() @ qd) / math.sqrt(dim) for p, s in rows]
+            weights, want_lse[b, h] = _softmax_row(scores)
+            for w, (p, s) in zip(weights, rows):
+                want_o[b, h] += w * v_cache[p, s, kv].double()
+    _assert_close("O", result["O"], want_o)
+    _assert_close("LSE", result["LSE"], want_lse)
+    assert (result["O_magnitude"] >= result["O"].abs() - 1e-6).all()
+
+
+def test_decode_layouts_are_valid_mixed_and_drawn_per_trial() -> None:
+    task = get_task("decode_gqa_paged")
+    sizes = {"B": 5, "H": 4, "KH": 2, "P": 16, "NP": 40, "L": 601}
+    first, second = (make_inputs(task, sizes, seed=s) for s in (3, 4))
+    for inputs in (first, second):
+        indptr, indices, last = inputs["kv_indptr"], inputs["kv_indices"], inputs["kv_last_page_len"]
+        assert indptr.dtype == indices.dtype == last.dtype == torch.int32
+        counts = (indptr[1:] - indptr[:-1]).long()
+        assert int(indptr[0]) == 0 and int(indptr[-1]) == 40 and (counts >= 1).all()
+        assert sorted(indices.tolist()) == list(range(40))
+        assert ((last >= 1) & (last <= 16)).all()
+        lengths = (counts - 1) * 16 + last.long()
+        assert int(lengths.sum()) == 601 and len(set(lengths.tolist())) > 1
+    assert not torch.equal(first["kv_indices"], second["kv_indices"])
+    again = make_inputs(task, sizes, seed=3)
+    assert all(torch.equal(first[n], again[n]) for n in ("kv_indptr", "kv_indices", "kv_last_page_len"))
+
+
+def test_every_decode_workload_has_a_consistent_layout() -> None:
+    """NP pages and L keys must be reachable (every sequence a page, last pages 1..P full)."""
+    task = get_task("decode_gqa_paged")
+    derive = _namespace(task)["derive_inputs"]
+    for workload in task.workloads:
+        sizes = workload.sizes
+        q = torch.zeros(sizes["B"], sizes["H"], 128, dtype=torch.bfloat16)
+        layout = derive(Q=q, K_cache=None, V_cache=None, **sizes)
+        counts = (layout["kv_indptr"][1:] - layout["kv_indptr"][:-1]).long()
+        assert int(((counts - 1) * sizes["P"] + layout["kv_last_page_len"].long()).sum()) == sizes["L"], workload.name
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        derive(Q=torch.zeros(2, 4, 128), K_cache=None, V_cache=None, B=2, H=4, KH=2, P=16, NP=3, L=100)
