@@ -103,3 +103,42 @@ def test_every_decode_workload_has_a_consistent_layout() -> None:
         assert int(((counts - 1) * sizes["P"] + layout["kv_last_page_len"].long()).sum()) == sizes["L"], workload.name
     with pytest.raises(ValueError, match="inconsistent sizes"):
         derive(Q=torch.zeros(2, 4, 128), K_cache=None, V_cache=None, B=2, H=4, KH=2, P=16, NP=3, L=100)
+
+
+def test_prefill_reference_against_a_per_query_float64_loop() -> None:
+    task = get_task("prefill_gqa_ragged")
+    sizes = {"B": 3, "S": 40, "DS": 17, "T": 69, "H": 4, "KH": 2}  # lengths 40, 23, 6 in a drawn order
+    inputs = dict(make_inputs(task, sizes, seed=5))
+    bounds = inputs["seq_indptr"].tolist()
+    assert bounds[0] == 0 and bounds[-1] == 69
+    assert sorted(e - s for s, e in zip(bounds[:-1], bounds[1:])) == [6, 23, 40]
+    result = run_reference(task, inputs, sizes)
+    q, k, v = (inputs[n].double() for n in ("Q", "K", "V"))
+    want_o = torch.zeros(69, 4, 128, dtype=torch.float64)
+    want_lse = torch.zeros(69, 4, dtype=torch.float64)
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        for i in range(start, end):
+            for h in range(4):
+                kv = h // 2
+                scores = [float(q[i, h] @ k[j, kv]) / math.sqrt(128) for j in range(start, i + 1)]
+                weights, want_lse[i, h] = _softmax_row(scores)
+                want_o[i, h] = sum(w * v[j, kv] for w, j in zip(weights, range(start, i + 1)))
+    _assert_close("O", result["O"], want_o)
+    _assert_close("LSE", result["LSE"], want_lse)
+    assert (result["O_magnitude"] >= result["O"].abs() - 1e-6).all()
+
+
+def test_prefill_order_follows_the_draw_and_every_workload_is_consistent() -> None:
+    task = get_task("prefill_gqa_ragged")
+    sizes = {"B": 6, "S": 11, "DS": 2, "T": 36, "H": 2, "KH": 1}
+    orders = {tuple(make_inputs(task, sizes, seed=s)["seq_indptr"].tolist()) for s in range(6)}
+    assert len(orders) > 1
+    derive = _namespace(task)["derive_inputs"]
+    for workload in task.workloads:
+        s = workload.sizes
+        indptr = derive(Q=torch.zeros(1, 1, 8, dtype=torch.bfloat16), K=None, V=None, **s)["seq_indptr"]
+        assert int(indptr[-1]) == s["T"] and len(indptr) == s["B"] + 1, workload.name
+        assert task.flops_for(s) == pytest.approx(sum(4 * s["H"] * 128 * n * (n + 1) / 2 for n in
+                                                      (s["S"] - b * s["DS"] for b in range(s["B"]))))
+    with pytest.raises(ValueError, match="inconsistent sizes"):
+        derive(Q=torch.zeros(1, 1, 8), K=None, V=None, B=3, S=10, DS=5, T=15, H=2, KH=1)

@@ -238,7 +238,7 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
     ),
     "prefill_gqa_ragged": (
         BaselineVariant("flash_varlen", "FlashAttention-2's variable-length causal kernel as built into PyTorch "
-                        "(`aten._flash_attention_forward` on qo_indptr, grouped-query heads native)",
+                        "(`aten._flash_attention_forward` on seq_indptr, grouped-query heads native)",
                         paged.prefill_gqa_ragged_flash),
     ),
     "attention_fp8_fwd": (

@@ -72,7 +72,7 @@ def decode_gqa_paged_flash(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCa
 def prefill_gqa_ragged_flash(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     import torch
 
-    q, k, v, indptr = inputs["Q"], inputs["K"], inputs["V"], inputs["qo_indptr"]
+    q, k, v, indptr = inputs["Q"], inputs["K"], inputs["V"], inputs["seq_indptr"]
     heads = q.shape[1]
     lengths = (indptr[1:] - indptr[:-1]).tolist()
     max_len = max(lengths)
