@@ -142,3 +142,47 @@ def test_prefill_order_follows_the_draw_and_every_workload_is_consistent() -> No
                                                       (s["S"] - b * s["DS"] for b in range(s["B"]))))
     with pytest.raises(ValueError, match="inconsistent sizes"):
         derive(Q=torch.zeros(1, 1, 8), K=None, V=None, B=3, S=10, DS=5, T=15, H=2, KH=1)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_fp8_reference_against_a_per_query_float64_loop(causal: int) -> None:
+    task = get_task("attention_fp8_fwd")
+    sizes = {"B": 1, "H": 2, "S": 64, "causal": causal}
+    inputs = make_inputs(task, sizes, seed=7)
+    assert inputs["Q"].dtype == torch.float8_e4m3fn and float(inputs["descale_q"]) > 0
+    result = run_reference(task, dict(inputs), sizes)
+    scale = float(inputs["descale_q"]) * float(inputs["descale_k"]) / math.sqrt(128)
+    q, k = inputs["Q"].double(), inputs["K"].double()
+    v = inputs["V"].double() * float(inputs["descale_v"])
+    want_o, want_lse = torch.zeros(1, 2, 64, 128, dtype=torch.float64), torch.zeros(1, 2, 64, dtype=torch.float64)
+    for h in range(2):
+        for i in range(64):
+            keys = range(i + 1) if causal else range(64)
+            weights, want_lse[0, h, i] = _softmax_row([float(q[0, h, i] @ k[0, h, j]) * scale for j in keys])
+            want_o[0, h, i] = sum(w * v[0, h, j] for w, j in zip(weights, keys))
+    _assert_close("O", result["O"], want_o)
+    _assert_close("LSE", result["LSE"], want_lse)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_fp8_tolerance_accepts_e4m3_probabilities_and_rejects_zeros(causal: int) -> None:
+    """What an fp8 kernel does (P rounded to e4m3 before P·V, output in bf16) passes; an all-zero output
+    and one off by 10 % do not."""
+    task = get_task("attention_fp8_fwd")
+    sizes = {"B": 1, "H": 2, "S": 512, "causal": causal}
+    inputs = make_inputs(task, sizes, seed=8)
+    expected = run_reference(task, dict(inputs), sizes)
+    scale = float(inputs["descale_q"]) * float(inputs["descale_k"]) / math.sqrt(128)
+    scores = inputs["Q"].float() @ inputs["K"].float().transpose(-1, -2) * scale
+    if causal:
+        scores = scores.masked_fill(torch.ones(512, 512, dtype=torch.bool).triu(1), float("-inf"))
+    p = torch.exp(scores - scores.amax(-1, keepdim=True))
+    p8 = p.to(torch.float8_e4m3fn).float()
+    fp8_out = (p8 @ inputs["V"].float()) * float(inputs["descale_v"]) / p.sum(-1, keepdim=True)
+    outputs = {"LSE": expected["LSE"]}
+    from ptxbench.evaluate.compare import compare_outputs
+
+    passed = compare_outputs(task, {**outputs, "O": fp8_out.bfloat16()}, expected)
+    assert all(c.passed for c in passed), passed
+    assert not compare_outputs(task, {**outputs, "O": torch.zeros_like(fp8_out)}, expected)[0].passed
+    assert not compare_outputs(task, {**outputs, "O": expected["O"] * 1.1}, expected)[0].passed

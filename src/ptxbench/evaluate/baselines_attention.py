@@ -95,7 +95,7 @@ def attention_fp8_sdpa(op_name: str) -> Callable[[Tensors, Mapping[str, int]], T
         causal = bool(sizes["causal"])
         q8, k8, v8 = inputs["Q"], inputs["K"], inputs["V"]
         scale = float(inputs["descale_q"]) * float(inputs["descale_k"]) / math.sqrt(q8.shape[-1])
-        descale_v = inputs["descale_v"].to(torch.bfloat16)
+        descale_v = inputs["descale_v"].reshape(())  # 0-dim: the product is computed in fp32
         op = getattr(torch.ops.aten, op_name)
 
         def call() -> Outputs:
