@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ptxbench.evaluate import baselines_attention as paged
 from ptxbench.tasks.model import Task
 
 if TYPE_CHECKING:
@@ -229,6 +230,23 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
         BaselineVariant("flash", "FlashAttention-2's backward alone as built into PyTorch "
                         "(`aten._scaled_dot_product_flash_attention_backward` on the given O and LSE)",
                         _attention_backward_flash),
+    ),
+    "decode_gqa_paged": (
+        BaselineVariant("flash_varlen", "the sequences' keys and values gathered from the pages (`index_select`, "
+                        "timed) and FlashAttention-2's variable-length kernel as built into PyTorch "
+                        "(`aten._flash_attention_forward`, grouped-query heads native)", paged.decode_gqa_paged_flash),
+    ),
+    "prefill_gqa_ragged": (
+        BaselineVariant("flash_varlen", "FlashAttention-2's variable-length causal kernel as built into PyTorch "
+                        "(`aten._flash_attention_forward` on seq_indptr, grouped-query heads native)",
+                        paged.prefill_gqa_ragged_flash),
+    ),
+    "attention_fp8_fwd": (
+        BaselineVariant("cudnn", "cuDNN bf16 attention on the widened fp8 inputs (e4m3 is exact in bf16; descales "
+                        "folded into the softmax scale and the output)",
+                        paged.attention_fp8_sdpa("_scaled_dot_product_cudnn_attention")),
+        BaselineVariant("flash", "FlashAttention-2 bf16 as built into PyTorch on the widened fp8 inputs (as above)",
+                        paged.attention_fp8_sdpa("_scaled_dot_product_flash_attention")),
     ),
     "rmsnorm": (
         BaselineVariant("torch", "eager `torch.nn.functional.rms_norm(X, (Hd,), W, eps=1e-6)`", _eager(_bind_rmsnorm)),

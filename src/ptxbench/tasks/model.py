@@ -108,7 +108,9 @@ class TensorSpec(BaseModel):
     init: InputInit = Field(default_factory=InputInit)
 
     def concrete_shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
-        return tuple(dim if isinstance(dim, int) else sizes[dim] for dim in self.shape)
+        """A dimension is a size, an axis, or a formula over the axes (``B + 1`` for an indptr array)."""
+        return tuple(dim if isinstance(dim, int) else sizes[dim] if dim in sizes else int(formula.evaluate(dim, sizes))
+                     for dim in self.shape)
 
     def numel(self, sizes: dict[str, int]) -> int:
         total = 1
@@ -203,6 +205,7 @@ class Family(str, Enum):
     GEMM = "gemm"
     ATTENTION_FORWARD = "attention_forward"
     ATTENTION_BACKWARD = "attention_backward"
+    ATTENTION_DECODE = "attention_decode"
     MEMORY_BOUND = "memory_bound"
 
 
@@ -250,7 +253,7 @@ class Task(BaseModel):
         if set(axis_names) & set(tensor_names) or "stream" in axis_names + tensor_names:
             raise ValueError("axis and tensor names must differ from each other and from 'stream'")
         for tensor in [*self.inputs, *self.outputs]:
-            unknown = {d for d in tensor.shape if isinstance(d, str)} - set(axis_names)
+            unknown = {n for d in tensor.shape if isinstance(d, str) for n in formula.names_in(d)} - set(axis_names)
             if unknown:
                 raise ValueError(f"tensor {tensor.name} uses unknown axes {sorted(unknown)}")
         for tensor in self.outputs:
