@@ -204,6 +204,7 @@ class Family(str, Enum):
     ATTENTION_FORWARD = "attention_forward"
     ATTENTION_BACKWARD = "attention_backward"
     MEMORY_BOUND = "memory_bound"
+    MOE = "moe"
 
 
 class Task(BaseModel):
