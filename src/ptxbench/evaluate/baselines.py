@@ -261,7 +261,8 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
                         "setup)", _eager(serving.bind_moe_loop)),
     ),
     "add_rmsnorm": (
-        BaselineVariant("torch", "eager `S = X + R; F.rms_norm(S, (Hd,), W, eps=1e-6)`", _eager(serving.bind_add_rmsnorm)),
+        BaselineVariant("torch", "eager `S = X + R; F.rms_norm(S, (Hd,), W, eps=1e-6)`",
+                        _eager(serving.bind_add_rmsnorm)),
         _compile_variant("add_rmsnorm", serving.bind_add_rmsnorm, "it"),
         BaselineVariant("liger", "Liger-Kernel's fused add + RMSNorm (Triton, fp32 casting mode), where installed",
                         serving.liger_add_rmsnorm, requires=("liger_kernel.ops.fused_add_rms_norm",)),
