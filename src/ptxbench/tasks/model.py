@@ -207,6 +207,7 @@ class Family(str, Enum):
     ATTENTION_BACKWARD = "attention_backward"
     ATTENTION_DECODE = "attention_decode"
     MEMORY_BOUND = "memory_bound"
+    MOE = "moe"
 
 
 class Task(BaseModel):
