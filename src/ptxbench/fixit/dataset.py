@@ -25,6 +25,7 @@ from ptxbench.llm.types import Message
 from ptxbench.prompt import render_task_prompt
 from ptxbench.records import Record
 from ptxbench.tasks.loader import get_task
+from ptxbench.tasks.visibility import redact
 
 DATASET_VERSION = 1
 REPAIR_SYSTEM_PROMPT = (
@@ -83,12 +84,16 @@ def explanation_problem(explanation: str, failed: str, fixed: str, feedback: str
 
 
 def chat_record(pair: RepairPair, split: str) -> ChatRecord:
+    """One record; every text in it is redacted against the task (``tasks.visibility``), so feedback mined
+    from runs that named a held-out workload, or an explanation that repeats it, trains on no held-out
+    shape or variant."""
     attempt = pair.failure.attempt
     task = get_task(attempt.task)
     user = (f"{render_task_prompt(task, Arch(attempt.arch))}\n\n## Your previous attempt\n\n```cuda\n"
             f"{pair.failure.source.rstrip()}\n```\n\n## What the harness found\n\n{pair.failure.feedback.rstrip()}\n\n"
             "Explain what went wrong and give the corrected file.")
     answer = f"{(pair.explanation or '').strip()}\n\n```cuda\n{pair.fixed_source.rstrip()}\n```".lstrip()
+    user, answer = redact(user, task), redact(answer, task)
     return ChatRecord(messages=[Message(role="system", content=REPAIR_SYSTEM_PROMPT), Message(role="user", content=user),
                                 Message(role="assistant", content=answer)],
                       task=task.id, family=task.family.value, error_class=attempt.error_class, split=split,
@@ -125,8 +130,9 @@ def build_dataset(pairs: list[RepairPair], *, holdout_tasks: tuple[str, ...] = (
                   seed: int = 0) -> tuple[list[ChatRecord], DataCard]:
     """Filter, deduplicate, balance (at most ``per_cell`` per family × error class) and split.
 
-    Held-out tasks and whole held-out families (task variants: e.g. every GEMM) go to ``test``; held-out
-    *shapes* need no split of their own, because a record's prompt never shows a held-out workload."""
+    Held-out tasks and whole held-out families (e.g. every GEMM) go to ``test``; held-out *shapes* and
+    held-out *variants* need no split of their own: a record's prompt never shows a held-out workload (a
+    held-out variant holds only those), and every record's text is redacted against its task."""
     dropped: Counter[str] = Counter()
     seen: set[str] = set()
     kept: list[RepairPair] = []
