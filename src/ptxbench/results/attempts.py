@@ -26,8 +26,9 @@ from ptxbench.results.taxonomy import classify_evaluation, classify_extraction
 if TYPE_CHECKING:
     from ptxbench.llm.run import Turn
 
-ATTEMPT_VERSION = 2
-"""2: ``provider``; an answer without code and a verdict the build decided have no correctness (None)."""
+ATTEMPT_VERSION = 3
+"""2: ``provider``; an answer without code and a verdict the build decided have no correctness (None).
+3: ``heldout_variant_correct``; ``heldout_correct`` counts the held-out shapes outside held-out variants."""
 
 
 class Attempt(Record):
@@ -47,7 +48,9 @@ class Attempt(Record):
     features_in_sass: bool = False
     correct: bool | None = Field(default=None, description="None: not measured (no GPU evaluation)")
     visible_correct: bool | None = None
-    heldout_correct: bool | None = None
+    heldout_correct: bool | None = Field(default=None, description="every held-out shape (outside held-out variants) correct")
+    heldout_variant_correct: bool | None = Field(default=None, description=(
+        "every workload of the task's held-out variants correct; None: the task has none, or not measured"))
     features_executed: bool | None = Field(default=None, description="None: unverified (no profiler)")
     speedup: float | None = None
     roofline_pct: float | None = None
@@ -70,6 +73,16 @@ def _family(task_id: str) -> str | None:
     return next((t.family.value for t in bundled_suite() if t.id == task_id), None)
 
 
+def _held_out_variant_workloads(task_id: str) -> frozenset[str]:
+    """Names of the workloads in the bundled task's held-out variants (none for a task outside the suite)."""
+    from ptxbench.tasks.loader import bundled_suite
+
+    task = next((t for t in bundled_suite() if t.id == task_id), None)
+    if task is None:
+        return frozenset()
+    return frozenset(w.name for w in task.held_out() if (v := task.variant_of(w)) is not None and v.heldout)
+
+
 def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
     from ptxbench.evaluate.static_only import decided_by_build
     from ptxbench.evaluate.status import Evaluation
@@ -79,9 +92,11 @@ def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
         return Attempt(**base, error_class=classify_evaluation(evaluation))
     static = evaluation.static
     roles = {}
+    in_held_out_variant = _held_out_variant_workloads(evaluation.task)
     for trial in evaluation.trials:
-        roles.setdefault(trial.role, True)
-        roles[trial.role] = roles[trial.role] and trial.passed
+        role = "heldout_variant" if trial.role == "heldout" and trial.workload in in_held_out_variant else trial.role
+        roles.setdefault(role, True)
+        roles[role] = roles[role] and trial.passed
     # Correctness is measured only where the candidate ran on a GPU: not for a verdict the build decided.
     ran = evaluation.status is not None and not decided_by_build(evaluation)
     # Right answers obtained by gaming the harness (a library, another stream, mutated inputs, stray
@@ -96,6 +111,7 @@ def _from_evaluation(record: dict[str, Any], base: dict[str, Any]) -> Attempt:
         correct=(evaluation.correct and not cheated) if ran else None,
         visible_correct=roles.get("visible") if ran else None,
         heldout_correct=roles.get("heldout") if ran else None,
+        heldout_variant_correct=roles.get("heldout_variant") if ran else None,
         features_executed=None if evaluation.features is None else all(f.satisfied for f in evaluation.features),
         speedup=timed.speedup if timed else None,
         roofline_pct=timed.roofline_pct if timed else None,
