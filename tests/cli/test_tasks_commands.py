@@ -1,0 +1,45 @@
+"""`ptxbench tasks`: `list` groups the suite by family; `import` turns a FlashInfer-Bench definition into a task."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from ptxbench.cli import app
+from ptxbench.tasks.loader import bundled_suite, by_family
+from ptxbench.tasks.model import Family
+
+runner = CliRunner()
+
+
+def _rows(output: str) -> list[tuple[str, str]]:
+    """(id, family) of each task row of the table; a row's wrapped continuation lines have no id."""
+    rows = []
+    for line in output.splitlines():
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        if line.startswith("│") and cells[0]:
+            rows.append((cells[0].removesuffix(" *"), cells[1]))
+    return rows
+
+
+def test_tasks_list_groups_the_suite_by_family_and_keeps_its_columns() -> None:
+    result = runner.invoke(app, ["tasks", "list"])
+    assert result.exit_code == 0, result.output
+    rows = _rows(result.output)
+    assert sorted(rows) == sorted((t.id, t.family.value) for t in bundled_suite())
+    families = [family for _, family in rows]
+    groups = [f for i, f in enumerate(families) if i == 0 or f != families[i - 1]]
+    assert len(groups) == len(set(families))  # each family's tasks are together, once
+    assert groups == [f.value for f in Family if f.value in families]  # in the families' declared order
+    separators = [line for line in result.output.splitlines() if line.startswith("├")]
+    assert len(separators) == len(groups) - 1  # a rule between families, none inside one
+    gemm = next(t for t in bundled_suite() if t.id == "gemm_bf16")
+    counts = f"1 / {len(gemm.shown()) - 1} / {len(gemm.held_out())}"
+    assert "workloads" in result.output and counts in result.output  # the counts are still there
+
+
+def test_by_family_keeps_every_task_once_in_order_within_a_family() -> None:
+    suite = bundled_suite()
+    groups = by_family(list(reversed(suite)))
+    assert sum(len(tasks) for tasks in groups.values()) == len(suite)
+    assert [t.id for t in groups[Family.MEMORY_BOUND]] == ["transpose", "softmax", "rmsnorm"]
+    assert list(groups) == [f for f in Family if f in groups]
