@@ -161,6 +161,27 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
     render_task(console, loaded, warning)
 
 
+@tasks_app.command("import")
+def tasks_import(definition: Path = typer.Argument(..., help="A FlashInfer-Bench definition (.json)"),
+                 workloads: list[Path] = typer.Argument(None, help="Workload traces (.jsonl) of the definition"),
+                 out: Optional[Path] = typer.Option(None, "--out", help="Write the task TOML here (default: print it)"),
+                 flops: Optional[str] = typer.Option(None, "--flops", help="FLOP formula over the axes, where the "
+                                                     "op_type has none")) -> None:
+    """Turn a FlashInfer-Bench definition and its workloads into a PTXBench task file (checked by loading it)."""
+    from ptxbench.tasks.flashinfer_import import import_definition
+
+    try:
+        task, text = import_definition(definition, list(workloads or []), flops)
+    except PtxbenchError as exc:
+        _fail(str(exc))
+    if out is None:
+        print(text, end="")
+        return
+    out.write_text(text)
+    errors.print(f"wrote {out}: task {task.id} ({task.family.value}), {len(task.workloads)} workloads "
+                 f"({len(task.held_out())} held out)", highlight=False)
+
+
 @app.command()
 def prompt(task: str = typer.Argument(..., help="Task id or path to a task .toml"),
            arch: Arch = _TARGET, context: str = _CONTEXT, one_shot: Optional[str] = _ONE_SHOT,

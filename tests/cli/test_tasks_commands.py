@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from typer.testing import CliRunner
 
 from ptxbench.cli import app
 from ptxbench.tasks.loader import bundled_suite, by_family
 from ptxbench.tasks.model import Family
+
+from ..conftest import FIXTURES
 
 runner = CliRunner()
 
@@ -43,3 +47,28 @@ def test_by_family_keeps_every_task_once_in_order_within_a_family() -> None:
     assert sum(len(tasks) for tasks in groups.values()) == len(suite)
     assert [t.id for t in groups[Family.MEMORY_BOUND]] == ["transpose", "softmax", "rmsnorm"]
     assert list(groups) == [f for f in Family if f in groups]
+
+
+def test_tasks_import_writes_a_task_file_that_loads(tmp_path: Path) -> None:
+    folder = FIXTURES / "flashinfer_bench"
+    out = tmp_path / "gemm.toml"
+    result = runner.invoke(app, ["tasks", "import", str(folder / "gemm_n6144_k4096.json"),
+                                 str(folder / "gemm_n6144_k4096.jsonl"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and "task gemm_n6144_k4096 (gemm), 6 workloads" in result.output
+    shown = runner.invoke(app, ["tasks", "show", str(out), "--json"])
+    assert shown.exit_code == 0 and '"id": "gemm_n6144_k4096"' in shown.output
+    printed = runner.invoke(app, ["tasks", "import", str(folder / "gemm_n6144_k4096.json"),
+                                  str(folder / "gemm_n6144_k4096.jsonl")])
+    assert printed.exit_code == 0 and printed.output == out.read_text()
+
+
+def test_tasks_import_refuses_in_one_line_without_a_traceback(tmp_path: Path) -> None:
+    definition = (FIXTURES / "flashinfer_bench" / "gemm_n6144_k4096.json").read_text()
+    bad = tmp_path / "d.json"
+    bad.write_text(definition.replace('"bfloat16"', '"float4_e2m1"', 1))
+    result = runner.invoke(app, ["tasks", "import", str(bad), str(FIXTURES / "flashinfer_bench" / "gemm_n6144_k4096.jsonl")])
+    assert result.exit_code == 2
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: input A has dtype float4_e2m1"), result.output
+    assert "Traceback" not in result.output
