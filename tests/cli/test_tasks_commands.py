@@ -72,3 +72,12 @@ def test_tasks_import_refuses_in_one_line_without_a_traceback(tmp_path: Path) ->
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: input A has dtype float4_e2m1"), result.output
     assert "Traceback" not in result.output
+
+
+def test_tasks_show_lists_each_variant_with_its_rule_and_workloads() -> None:
+    result = runner.invoke(app, ["tasks", "show", "attention_fwd"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "variant hd64-causal (held out): D=64 causal=1 — hd64-s1024-causal" in text
+    assert "variant hd64-full: D=64 causal=0 — hd64-s2048, hd64-s640" in text
+    assert "variant" not in runner.invoke(app, ["tasks", "show", "softmax"]).output  # a task without variants

@@ -106,18 +106,16 @@ def render_task(console: Console, task: Task, warning: str | None = None) -> Non
     table.add_column("sizes")
     table.add_column("GFLOP", justify="right", no_wrap=True)
     table.add_column("MB moved", justify="right", no_wrap=True)
-    if task.variants:
-        table.add_column("variant", no_wrap=True)
     for w in task.workloads:
-        variant = task.variant_of(w)
         table.add_row(w.name, w.role.value, " ".join(f"{k}={v}" for k, v in w.sizes.items()),
-                      f"{task.flops_for(w.sizes) / 1e9:,.1f}", f"{task.bytes_for(w.sizes) / 1e6:,.1f}",
-                      *([variant.name] if variant else []))
+                      f"{task.flops_for(w.sizes) / 1e9:,.1f}", f"{task.bytes_for(w.sizes) / 1e6:,.1f}")
     console.print(table)
     if task.variants:
-        held_out = [v.name for v in task.held_out_variants()]
-        _hanging(console, "variants: ", ", ".join(v.name for v in task.variants if not v.heldout)
-                 + (f"; held out: {', '.join(held_out)}" if held_out else ""))
+        console.print()
+    for variant in task.variants:  # the rule, then the workloads it holds
+        rule = " ".join([*(f"{k}={v}" for k, v in variant.fixes.items()), *([variant.when] if variant.when else [])])
+        members = ", ".join(w.name for w in task.workloads if task.variant_of(w) is variant)
+        _hanging(console, f"variant {variant.name}{' (held out)' if variant.heldout else ''}: ", f"{rule} — {members}")
     console.print()
     width = max(len(arch.value) for arch in task.requirements) + len(" requires: ")
     for arch, requirements in task.requirements.items():
