@@ -259,9 +259,10 @@ def _reference(definition: Definition, parameters: list[str], scalars: dict[str,
                  "        cuts = torch.randperm(max(used - 1, 0), generator=generator)[:sequences - 1] + 1",
                  "        bounds = torch.cat([torch.zeros(1, dtype=torch.long), cuts.sort().values,",
                  "                            torch.full((1,), used, dtype=torch.long)])",
-                 "        derived[indptr] = bounds.to(torch.int32)",
+                 "        derived[indptr] = bounds.to(device=first.device, dtype=torch.int32)",
                  "        pages = named.get('num_pages', used)",
-                 "        derived[indices] = torch.randperm(pages, generator=generator)[:used].to(torch.int32)",
+                 "        chosen = torch.randperm(pages, generator=generator)[:used]",
+                 "        derived[indices] = chosen.to(device=first.device, dtype=torch.int32)",
                  "    return derived"]
     return "\n".join(code)
 
