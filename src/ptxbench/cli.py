@@ -106,8 +106,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Print the report 
 
 @tasks_app.command("list")
 def tasks_list(as_json: bool = typer.Option(False, "--json")) -> None:
-    """List the bundled tasks."""
-    from ptxbench.tasks.loader import bundled_suite
+    """List the bundled tasks, grouped by family."""
+    from ptxbench.tasks.loader import bundled_suite, by_family
 
     suite = bundled_suite()
     if as_json:
@@ -117,10 +117,12 @@ def tasks_list(as_json: bool = typer.Option(False, "--json")) -> None:
     warned = {t.id for t in suite if _weak_baseline(t) is not None}
     table = Table("id", "family", "title")  # the title takes the width the short columns leave (80 in a pipe)
     table.add_column("workloads (timed / visible / held-out)", max_width=10)
-    for task in suite:
-        visible = len(task.shown()) - 1
-        marked = f"{task.id} {_WEAK_MARK}" if task.id in warned else task.id
-        table.add_row(marked, task.family.value, task.title, f"1 / {visible} / {len(task.held_out())}")
+    for family_tasks in by_family(suite).values():
+        for task in family_tasks:
+            visible = len(task.shown()) - 1
+            marked = f"{task.id} {_WEAK_MARK}" if task.id in warned else task.id
+            table.add_row(marked, task.family.value, task.title, f"1 / {visible} / {len(task.held_out())}")
+        table.add_section()
     console.print(table)
     if warned:
         console.print(f"{_WEAK_MARK} weak baseline: the best vendor baseline is under {_weak_pct():.0f} % of its "
@@ -157,6 +159,27 @@ def tasks_show(task: str = typer.Argument(..., help="Task id or path to a task .
     from ptxbench.results.terminal import render_task
 
     render_task(console, loaded, warning)
+
+
+@tasks_app.command("import")
+def tasks_import(definition: Path = typer.Argument(..., help="A FlashInfer-Bench definition (.json)"),
+                 workloads: list[Path] = typer.Argument(None, help="Workload traces (.jsonl) of the definition"),
+                 out: Optional[Path] = typer.Option(None, "--out", help="Write the task TOML here (default: print it)"),
+                 flops: Optional[str] = typer.Option(None, "--flops", help="FLOP formula over the axes, where the "
+                                                     "op_type has none")) -> None:
+    """Turn a FlashInfer-Bench definition and its workloads into a PTXBench task file (checked by loading it)."""
+    from ptxbench.tasks.flashinfer_import import import_definition
+
+    try:
+        task, text = import_definition(definition, list(workloads or []), flops)
+    except PtxbenchError as exc:
+        _fail(str(exc))
+    if out is None:
+        print(text, end="")
+        return
+    out.write_text(text)
+    errors.print(f"wrote {out}: task {task.id} ({task.family.value}), {len(task.workloads)} workloads "
+                 f"({len(task.held_out())} held out)", highlight=False)
 
 
 @app.command()

@@ -245,7 +245,8 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                         "sm_90a/softmax (1): use at most -k 1, or sample more"),
     (["metrics", "softmax", "--by", "modle"], "error: cannot group by modle: not a field of an attempt (one of: "
      "version, run, model, provider, condition, arch, task, family, sample, turn, last_turn, compiled, "
-     "features_in_ptx, features_in_sass, correct, visible_correct, heldout_correct, features_executed, speedup, "
+     "features_in_ptx, features_in_sass, correct, visible_correct, heldout_correct, heldout_variant_correct, "
+     "features_executed, speedup, "
      "roofline_pct, status, error_class, verified_on_gpu)"),
     (["compare", "softmax", "transpose", "--metric", "speed"], "error: unknown metric 'speed': one of compile, "
      "features_in_ptx, features_in_sass, correct, features_executed or fast_<p>"),

@@ -48,11 +48,14 @@ def test_every_task_has_requirements_for_both_targets_and_held_out_shapes(task) 
         assert intensity == 0
 
 
-def test_attention_covers_both_head_dims_and_masks_in_shown_and_held_out_workloads() -> None:
-    task = get_task("attention_fwd")
+@pytest.mark.parametrize("task_id", ["attention_fwd", "attention_bwd"])
+def test_attention_shows_every_head_dim_and_mask_and_holds_out_one_combination(task_id: str) -> None:
+    task = get_task(task_id)
     shown = {(w.sizes["D"], w.sizes["causal"]) for w in task.shown()}
-    assert shown == {(64, 0), (64, 1), (128, 0), (128, 1)}
-    assert {w.sizes["causal"] for w in task.held_out()} == {0, 1}
+    assert shown == {(64, 0), (128, 0), (128, 1)}  # each value of each switch is shown ...
+    held_out = {(w.sizes["D"], w.sizes["causal"]) for w in task.held_out()}
+    assert (64, 1) in held_out and {w.sizes["causal"] for w in task.held_out()} == {0, 1}
+    assert [v.name for v in task.held_out_variants()] == ["hd64-causal"]  # ... their combination is not
 
 
 def test_gemm_includes_decode_sizes() -> None:
