@@ -126,3 +126,13 @@ def test_a_task_without_variants_has_no_variant_verdict() -> None:
                         status=Status.INCORRECT, trials=trials)
     attempt = _from_evaluation(record, {"run": "r", "arch": "sm_90a", "task": "softmax", "sample": "s"})
     assert attempt.heldout_correct is False and attempt.heldout_variant_correct is None
+
+
+def test_an_attempt_of_version_2_reads_with_no_variant_verdict_and_its_held_out_verdict_kept() -> None:
+    from ptxbench.results.attempts import ATTEMPT_VERSION, Attempt
+
+    old = {"version": 2, "run": "r", "arch": "sm_90a", "task": "gemm_bf16", "sample": "s", "error_class": "ok",
+           "visible_correct": True, "heldout_correct": False}
+    attempt = Attempt.model_validate(old)
+    assert attempt.version == ATTEMPT_VERSION == 3
+    assert (attempt.heldout_correct, attempt.heldout_variant_correct) == (False, None)
