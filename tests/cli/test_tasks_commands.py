@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -10,7 +11,7 @@ from ptxbench.cli import app
 from ptxbench.tasks.loader import bundled_suite, by_family
 from ptxbench.tasks.model import Family
 
-from ..conftest import FIXTURES
+from ..conftest import FIXTURES, REPO
 
 runner = CliRunner()
 
@@ -49,6 +50,21 @@ def test_by_family_keeps_every_task_once_in_order_within_a_family() -> None:
         assert tasks == [t for t in reversed(suite) if t.family is family]
     assert {"rmsnorm", "softmax", "transpose"} <= {t.id for t in groups[Family.MEMORY_BOUND]}
     assert list(groups) == [f for f in Family if f in groups]
+
+
+def test_the_readme_task_table_lists_every_task_once_under_its_family() -> None:
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = lines.index("| task | family | what | sm_90a requires | sm_100a requires |") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows += [(task_id, cells[1]) for task_id in re.findall(r"`([^`]+)`", cells[0])]
+    assert sorted(rows) == sorted((t.id, t.family.value) for t in bundled_suite())
+    families = [family for _, family in rows]
+    groups = [f for i, f in enumerate(families) if i == 0 or f != families[i - 1]]
+    assert groups == [f.value for f in Family if f.value in families]  # grouped, as `tasks list` groups them
 
 
 def test_tasks_import_writes_a_task_file_that_loads(tmp_path: Path) -> None:
