@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-GEMM_TASKS = ("gemm_bf16", "gemm_fp8")
+GEMM_TASKS = ("gemm_bf16", "gemm_fp8", "gemm_fp8_blockscale", "moe_grouped_gemm")
 NO_GEMM_COMPILE = "not measured: --compile-gemm not given (max-autotune of one GEMM shape takes minutes)"
 
 

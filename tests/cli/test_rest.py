@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ptxbench.tasks.loader import bundled_suite
+
 from ..conftest import EXAMPLES, FIXTURES
 from .newcomer import COLUMNS, cli, one_line
 
@@ -187,7 +189,7 @@ def test_a_damaged_item_result_is_one_line_naming_the_file(two_runs: Path, tmp_p
     (["--one-shot", "softmax:answers.jsonl"],
      "error: --one-shot softmax:answers.jsonl: answers.jsonl: a candidate is one CUDA C++ file (.cu, .cuh, .cpp, .cc)"),
     (["--one-shot", "nosuch:missing.cu"], "error: --one-shot nosuch:missing.cu: unknown task 'nosuch'; bundled tasks: "
-     "attention_bwd, attention_fwd, gemm_bf16, gemm_fp8, rmsnorm, softmax, transpose"),
+     + ", ".join(sorted(t.id for t in bundled_suite()))),
     (["--one-shot", f"transpose:{EXAMPLES / 'transpose.cu'}"],
      "error: a one-shot example must come from another task than 'transpose'"),
     (["--model", "replay:missing.jsonl"], "error: cannot read replay file missing.jsonl: No such file or directory"),
@@ -245,7 +247,8 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                         "sm_90a/softmax (1): use at most -k 1, or sample more"),
     (["metrics", "softmax", "--by", "modle"], "error: cannot group by modle: not a field of an attempt (one of: "
      "version, run, model, provider, condition, arch, task, family, sample, turn, last_turn, compiled, "
-     "features_in_ptx, features_in_sass, correct, visible_correct, heldout_correct, features_executed, speedup, "
+     "features_in_ptx, features_in_sass, correct, visible_correct, heldout_correct, heldout_variant_correct, "
+     "features_executed, speedup, "
      "roofline_pct, status, error_class, verified_on_gpu)"),
     (["compare", "softmax", "transpose", "--metric", "speed"], "error: unknown metric 'speed': one of compile, "
      "features_in_ptx, features_in_sass, correct, features_executed or fast_<p>"),

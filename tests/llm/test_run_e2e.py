@@ -111,7 +111,13 @@ def test_gpu_evaluation_feedback_names_the_failure() -> None:
                                                                          seed=1, comparisons=[wrong], passed=False)])
     passed, stage, text = render_evaluation_feedback(evaluation)
     assert not passed and stage == "gpu"
-    assert "r300-c128256 (heldout), output Y: 3 of 100" in text and "index [0, 7]" in text
+    # a held-out workload is checked, never shown: not its name, element count or index
+    assert "a held-out workload (heldout), output Y: out of tolerance (1 NaN/Inf), max abs error 2.5" in text
+    assert "r300-c128256" not in text and "of 100" not in text and "[0, 7]" not in text
+    shown = evaluation.model_copy(update={"trials": [TrialResult(workload="r512-c151936-qwen-vocab", role="visible",
+                                                                 seed=1, comparisons=[wrong], passed=False)]})
+    text = render_evaluation_feedback(shown)[2]
+    assert "r512-c151936-qwen-vocab (visible), output Y: 3 of 100" in text and "index [0, 7]" in text
     rejected = evaluation.model_copy(update={"status": Status.REJECTED, "guards": [
         GuardFinding(guard=Guard.OTHER_STREAM, detail="work ran on stream 9")]})
     assert "rejected: other_stream: work ran on stream 9" in render_evaluation_feedback(rejected)[2]

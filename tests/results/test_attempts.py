@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from ptxbench.cli import app
+from ptxbench.records.evaluation import Evaluation, Status, TrialResult
 from ptxbench.results.attempts import attempts_from_run
 from ptxbench.results.taxonomy import CLASSES
 
@@ -81,3 +83,56 @@ def test_a_static_turn_recorded_before_the_one_status_model_is_judged_as_today(t
         "infra.no_gpu", True, False, None)
     broken = turn_attempt(old_turn(FIXTURES / "cpp_syntax_error.cu", None), base)
     assert (broken.error_class, broken.status, broken.verified_on_gpu) == ("compile.cpp_error", "COMPILE_ERROR", False)
+
+
+def _gemm_evaluation(failing: set[str]) -> Evaluation:
+    from ptxbench.arch.registry import Arch
+    from ptxbench.tasks.loader import get_task
+
+    task = get_task("gemm_bf16")
+    trials = [TrialResult(workload=w.name, role=w.role.value, seed=1, passed=w.name not in failing)
+              for w in task.workloads]
+    status = Status.INCORRECT if failing else Status.PASSED
+    return Evaluation(candidate="c.cu", task=task.id, task_hash=task.content_hash, arch=Arch.SM_90A, status=status,
+                      trials=trials)
+
+
+@pytest.mark.parametrize(("failing", "shapes", "variants"), [
+    (set(), True, True),
+    ({"single-token"}, True, False),  # right on every shape it could have been shown, wrong on a ragged M
+    ({"qwen-odd-tokens"}, False, True),  # a held-out shape of a shown variant
+    ({"single-token", "qwen-odd-tokens"}, False, False),
+])
+def test_held_out_variants_are_judged_apart_from_held_out_shapes(failing: set[str], shapes: bool,
+                                                                 variants: bool) -> None:
+    from ptxbench.results.attempts import _from_evaluation
+
+    base = {"run": "r", "arch": "sm_90a", "task": "gemm_bf16", "sample": "s"}
+    attempt = _from_evaluation(_gemm_evaluation(failing), base)
+    assert attempt.visible_correct is True
+    assert (attempt.heldout_correct, attempt.heldout_variant_correct) == (shapes, variants)
+    assert attempt.correct is (not failing)
+
+
+def test_a_task_without_variants_has_no_variant_verdict() -> None:
+    from ptxbench.arch.registry import Arch
+    from ptxbench.results.attempts import _from_evaluation
+    from ptxbench.tasks.loader import get_task
+
+    task = get_task("softmax")
+    trials = [TrialResult(workload=w.name, role=w.role.value, seed=1, passed=w.role.value != "heldout")
+              for w in task.workloads]
+    record = Evaluation(candidate="c.cu", task=task.id, task_hash=task.content_hash, arch=Arch.SM_90A,
+                        status=Status.INCORRECT, trials=trials)
+    attempt = _from_evaluation(record, {"run": "r", "arch": "sm_90a", "task": "softmax", "sample": "s"})
+    assert attempt.heldout_correct is False and attempt.heldout_variant_correct is None
+
+
+def test_an_attempt_of_version_2_reads_with_no_variant_verdict_and_its_held_out_verdict_kept() -> None:
+    from ptxbench.results.attempts import ATTEMPT_VERSION, Attempt
+
+    old = {"version": 2, "run": "r", "arch": "sm_90a", "task": "gemm_bf16", "sample": "s", "error_class": "ok",
+           "visible_correct": True, "heldout_correct": False}
+    attempt = Attempt.model_validate(old)
+    assert attempt.version == ATTEMPT_VERSION == 3
+    assert (attempt.heldout_correct, attempt.heldout_variant_correct) == (False, None)

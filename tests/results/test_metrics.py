@@ -122,6 +122,24 @@ def test_generalization_is_heldout_given_visible_where_both_are_measured() -> No
     assert only(summarize([failed("t0", 0)], by=(), bootstrap=0)).generalization is None
 
 
+def test_variant_generalization_is_reported_beside_shape_generalization() -> None:
+    attempts = [make("t0", i, heldout_variant_correct=True) for i in range(2)] + [
+        # right on every shown setting and every held-out shape, wrong on a setting never shown
+        make("t0", 2, correct=False, heldout_variant_correct=False, status="INCORRECT"),
+        make("t0", 3, correct=False, heldout_variant_correct=False, status="INCORRECT"),
+        failed("t0", 4, heldout_variant_correct=True),  # visible wrong: outside the condition
+        make("t1", 0),  # a task without variants: counts for shapes only
+    ]
+    summary = only(summarize(attempts, by=(), bootstrap=200))
+    assert summary.generalization is not None and summary.generalization.value == pytest.approx(1.0)
+    assert summary.variant_generalization is not None and summary.variant_generalization.value == pytest.approx(0.5)
+    low, high = summary.variant_generalization.low, summary.variant_generalization.high
+    assert low is not None and high is not None and low <= 0.5 <= high
+    table = summary_table([summary])
+    assert "| held-out variants |" in table.splitlines()[0] and "| 50.0 [" in table
+    assert only(summarize([make("t1", 0)], by=(), bootstrap=0)).variant_generalization is None  # not measured
+
+
 def test_the_last_turn_is_the_samples_outcome() -> None:
     attempts = [make("t0", 0, turn=0, last_turn=False), failed("t0", 0, turn=1, last_turn=True),
                 failed("t0", 1, turn=0, last_turn=False), make("t0", 1, turn=1, last_turn=True)]

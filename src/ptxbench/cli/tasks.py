@@ -1,15 +1,18 @@
-"""``ptxbench tasks list|show``: the bundled task suite, with each task's weak-baseline warning."""
+"""``ptxbench tasks list|show|import``: the bundled task suite grouped by family, with each task's
+weak-baseline warning, and tasks made from FlashInfer-Bench definitions."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.table import Table
 
 from ptxbench.cli.options import TaskRef
-from ptxbench.cli.output import console
+from ptxbench.cli.output import console, errors, fail
+from ptxbench.errors import PtxbenchError
 
 if TYPE_CHECKING:
     from ptxbench.tasks.model import Task
@@ -21,8 +24,8 @@ _WEAK_MARK = "*"  # beside a task id in `tasks list`; the legend says what it me
 
 @app.command("list")
 def tasks_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """List the bundled tasks."""
-    from ptxbench.tasks.loader import bundled_suite
+    """List the bundled tasks, grouped by family."""
+    from ptxbench.tasks.loader import bundled_suite, by_family
 
     suite = bundled_suite()
     if as_json:
@@ -32,10 +35,12 @@ def tasks_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     warned = {t.id for t in suite if _weak_baseline(t) is not None}
     table = Table("id", "family", "title")  # the title takes the width the short columns leave (80 in a pipe)
     table.add_column("workloads (timed / visible / held-out)", max_width=10)
-    for task in suite:
-        visible = len(task.shown()) - 1
-        marked = f"{task.id} {_WEAK_MARK}" if task.id in warned else task.id
-        table.add_row(marked, task.family.value, task.title, f"1 / {visible} / {len(task.held_out())}")
+    for family_tasks in by_family(suite).values():
+        for task in family_tasks:
+            visible = len(task.shown()) - 1
+            marked = f"{task.id} {_WEAK_MARK}" if task.id in warned else task.id
+            table.add_row(marked, task.family.value, task.title, f"1 / {visible} / {len(task.held_out())}")
+        table.add_section()
     console.print(table)
     if warned:
         console.print(f"{_WEAK_MARK} weak baseline: the best vendor baseline is under {_weak_pct():.0f} % of its "
@@ -55,6 +60,29 @@ def tasks_show(task: TaskRef, as_json: Annotated[bool, typer.Option("--json")] =
     from ptxbench.results.terminal import render_task
 
     render_task(console, loaded, warning)
+
+
+@app.command("import")
+def tasks_import(
+    definition: Annotated[Path, typer.Argument(help="A FlashInfer-Bench definition (.json)")],
+    workloads: Annotated[Optional[list[Path]], typer.Argument(help="Workload traces (.jsonl) of the definition")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the task TOML here (default: print it)")] = None,
+    flops: Annotated[Optional[str], typer.Option("--flops", help="FLOP formula over the axes, where the op_type "
+                                                 "has none")] = None,
+) -> None:
+    """Turn a FlashInfer-Bench definition and its workloads into a PTXBench task file (checked by loading it)."""
+    from ptxbench.tasks.flashinfer_import import import_definition
+
+    try:
+        task, text = import_definition(definition, list(workloads or []), flops)
+    except PtxbenchError as exc:
+        fail(str(exc))
+    if out is None:
+        print(text, end="")
+        return
+    out.write_text(text)
+    errors.print(f"wrote {out}: task {task.id} ({task.family.value}), {len(task.workloads)} workloads "
+                 f"({len(task.held_out())} held out)", highlight=False)
 
 
 def _weak_pct() -> float:

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ptxbench.evaluate import baselines_attention as paged
+from ptxbench.evaluate import serving_ops as serving
 from ptxbench.tasks.model import Task
 
 if TYPE_CHECKING:
@@ -230,6 +232,23 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
                         "(`aten._scaled_dot_product_flash_attention_backward` on the given O and LSE)",
                         _attention_backward_flash),
     ),
+    "decode_gqa_paged": (
+        BaselineVariant("flash_varlen", "the sequences' keys and values gathered from the pages (`index_select`, "
+                        "timed) and FlashAttention-2's variable-length kernel as built into PyTorch "
+                        "(`aten._flash_attention_forward`, grouped-query heads native)", paged.decode_gqa_paged_flash),
+    ),
+    "prefill_gqa_ragged": (
+        BaselineVariant("flash_varlen", "FlashAttention-2's variable-length causal kernel as built into PyTorch "
+                        "(`aten._flash_attention_forward` on seq_indptr, grouped-query heads native)",
+                        paged.prefill_gqa_ragged_flash),
+    ),
+    "attention_fp8_fwd": (
+        BaselineVariant("cudnn", "cuDNN bf16 attention on the widened fp8 inputs (e4m3 is exact in bf16; descales "
+                        "folded into the softmax scale and the output)",
+                        paged.attention_fp8_sdpa("_scaled_dot_product_cudnn_attention")),
+        BaselineVariant("flash", "FlashAttention-2 bf16 as built into PyTorch on the widened fp8 inputs (as above)",
+                        paged.attention_fp8_sdpa("_scaled_dot_product_flash_attention")),
+    ),
     "rmsnorm": (
         BaselineVariant("torch", "eager `torch.nn.functional.rms_norm(X, (Hd,), W, eps=1e-6)`", _eager(_bind_rmsnorm)),
         _compile_variant("rmsnorm", _bind_rmsnorm, "it"),
@@ -246,6 +265,37 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
         BaselineVariant("torch", "eager `X.T.contiguous()`", _eager(_bind_transpose)),
         _compile_variant("transpose", _bind_transpose, "it"),
     ),
+    "gemm_fp8_blockscale": (
+        BaselineVariant("cublaslt", "cuBLASLt's 1x128 x 128x128 block scaling through `torch.nn.functional.scaled_mm("
+                        "A, B.T, ..., ScalingType.BlockWise1x128, ..., ScalingType.BlockWise128x128)` (scales re-laid "
+                        "out as cuBLAS wants them in setup)", _eager(serving.bind_blockscale_cublas)),
+        BaselineVariant("dequant", "eager dequantisation of A and B to bf16, then cuBLAS `torch.matmul`",
+                        _eager(serving.bind_blockscale_dequant)),
+    ),
+    "moe_grouped_gemm": (
+        BaselineVariant("grouped", "PyTorch's grouped GEMM `torch._grouped_mm(X, W.transpose(-2, -1), "
+                        "offs=expert_offsets)`", _eager(serving.bind_moe_grouped)),
+        BaselineVariant("loop", "one cuBLAS `torch.mm` per expert with tokens (group bounds read to the host in "
+                        "setup)", _eager(serving.bind_moe_loop)),
+    ),
+    "add_rmsnorm": (
+        BaselineVariant("torch", "eager `S = X + R; F.rms_norm(S, (Hd,), W, eps=1e-6)`",
+                        _eager(serving.bind_add_rmsnorm)),
+        _compile_variant("add_rmsnorm", serving.bind_add_rmsnorm, "it"),
+        BaselineVariant("liger", "Liger-Kernel's fused add + RMSNorm (Triton, fp32 casting mode), where installed",
+                        serving.liger_add_rmsnorm, requires=("liger_kernel.ops.fused_add_rms_norm",)),
+    ),
+    "silu_mul": (
+        BaselineVariant("torch", "eager `F.silu(X[:, 0]) * X[:, 1]`", _eager(serving.bind_silu_mul)),
+        _compile_variant("silu_mul", serving.bind_silu_mul, "it"),
+        BaselineVariant("liger", "Liger-Kernel's fused gate-up SwiGLU (Triton), where installed",
+                        serving.liger_silu_mul, requires=("liger_kernel.ops.swiglu",)),
+    ),
+    "rope": (
+        BaselineVariant("torch", "eager rotate-half RoPE with fp32 angles `positions * inv_freq` (inv_freq "
+                        "computed in setup)", _eager(serving.bind_rope)),
+        _compile_variant("rope", serving.bind_rope, "it"),
+    ),
 }
 
 
@@ -257,6 +307,9 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
 _AUDITED: dict[str, tuple[BaselineVariant, ...]] = {
     "gemm_bf16": (_compile_variant("gemm_bf16", _bind_gemm_bf16, "`torch.matmul(A, B.T)`"),),
     "gemm_fp8": (_compile_variant("gemm_fp8", _bind_gemm_fp8, "`torch._scaled_mm(...)`"),),
+    "gemm_fp8_blockscale": (_compile_variant("gemm_fp8_blockscale", serving.bind_blockscale_dequant,
+                                             "the dequantise-then-matmul path"),),
+    "moe_grouped_gemm": (_compile_variant("moe_grouped_gemm", serving.bind_moe_grouped, "`torch._grouped_mm(...)`"),),
 }
 
 

@@ -26,6 +26,7 @@ from ptxbench.prompts.conversation import Message
 from ptxbench.prompts.fixit import training_messages
 from ptxbench.records import Record
 from ptxbench.tasks.loader import get_task
+from ptxbench.tasks.visibility import redact
 
 DATASET_VERSION = 2  # 2: records and the card name the prompts' version
 _COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
@@ -81,10 +82,14 @@ def explanation_problem(explanation: str, failed: str, fixed: str, feedback: str
 
 
 def chat_record(pair: RepairPair, split: str) -> ChatRecord:
+    """One record; every text in it is redacted against the task (``tasks.visibility``), so feedback mined
+    from runs that named a held-out workload, or an explanation that repeats it, trains on no held-out
+    shape or variant."""
     attempt = pair.failure.attempt
     task = get_task(attempt.task)
     messages = training_messages(task, Arch(attempt.arch), pair.failure.source, pair.failure.feedback,
                                  pair.explanation, pair.fixed_source)
+    messages = [m.model_copy(update={"content": redact(m.content, task)}) for m in messages]
     return ChatRecord(prompt_version=PROMPT_VERSION, messages=messages, task=task.id, family=task.family.value,
                       error_class=attempt.error_class, split=split, origin=pair.origin, verified=pair.verified)
 
@@ -119,8 +124,9 @@ def build_dataset(pairs: list[RepairPair], *, holdout_tasks: tuple[str, ...] = (
                   seed: int = 0) -> tuple[list[ChatRecord], DataCard]:
     """Filter, deduplicate, balance (at most ``per_cell`` per family × error class) and split.
 
-    Held-out tasks and whole held-out families (task variants: e.g. every GEMM) go to ``test``; held-out
-    *shapes* need no split of their own, because a record's prompt never shows a held-out workload."""
+    Held-out tasks and whole held-out families (e.g. every GEMM) go to ``test``; held-out *shapes* and
+    held-out *variants* need no split of their own: a record's prompt never shows a held-out workload (a
+    held-out variant holds only those), and every record's text is redacted against its task."""
     dropped: Counter[str] = Counter()
     seen: set[str] = set()
     kept: list[RepairPair] = []

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
+from ptxbench.errors import TaskError
 from ptxbench.evaluate.static_only import static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.completion import Extraction
 from ptxbench.records.evaluation import Evaluation, Status
 from ptxbench.records.trajectory import Feedback, Stage
+from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task
+from ptxbench.tasks.visibility import HIDDEN_WORKLOAD, redact
 
 if TYPE_CHECKING:
     from ptxbench.evaluate.evaluator import GpuEvaluator
@@ -86,8 +89,25 @@ class StaticGrader:
         """Nothing to release (the GPU grader's workers are)."""
 
 
-def render_evaluation_feedback(evaluation: Evaluation) -> tuple[bool, Stage, str]:
-    """(passed, stage, text) for a GPU evaluation: where it failed, by how much, and what to fix."""
+def _bundled_task(task_id: str) -> Task | None:
+    try:
+        return get_task(task_id)
+    except TaskError:
+        return None
+
+
+def render_evaluation_feedback(evaluation: Evaluation, task: Task | None = None) -> tuple[bool, Stage, str]:
+    """(passed, stage, text) for a GPU evaluation: where it failed, by how much, and what to fix.
+
+    A held-out workload is checked but never shown: a failure on one is reported without its name, sizes,
+    element counts or indices, and the text is redacted against the task (``task``, else the bundled task
+    of that id), so refinement and Fixit never learn a held-out shape or variant from the feedback."""
+    task = task if task is not None else _bundled_task(evaluation.task)
+    passed, stage, text = _evaluation_text(evaluation)
+    return passed, stage, redact(text, task) if task is not None else text
+
+
+def _evaluation_text(evaluation: Evaluation) -> tuple[bool, Stage, str]:
     status = evaluation.status
     if status is Status.COMPILE_ERROR and evaluation.build is not None:
         report = CheckReport(candidate=evaluation.candidate, source_sha256="", arch=evaluation.arch, task=evaluation.task,
@@ -97,10 +117,19 @@ def render_evaluation_feedback(evaluation: Evaluation) -> tuple[bool, Stage, str
         return False, "extraction", f"The answer held no candidate ({evaluation.extraction.value}): {evaluation.message}"
     if status is None:
         return False, "gpu", f"The harness could not evaluate the file ({evaluation.infra_failure}): {evaluation.message}"
-    lines = [f"Status: {status.value}. {evaluation.message}"]
+    message = evaluation.message
+    failed = next((t for t in evaluation.trials if not t.passed), None)
+    if status is Status.INCORRECT and failed is not None and failed.role == "heldout":
+        worst = next((c for c in failed.comparisons if not c.passed), None)
+        message = f"wrong on {HIDDEN_WORKLOAD} (its sizes are not shown)" + (
+            f": output {worst.output} out of tolerance, max abs error {worst.max_abs_error:.3g}" if worst else "")
+    lines = [f"Status: {status.value}. {message}"]
     for trial in evaluation.trials:
         for comparison in trial.comparisons:
-            if not comparison.passed:
+            if not comparison.passed and trial.role == "heldout":
+                lines.append(f"- {HIDDEN_WORKLOAD} (heldout), output {comparison.output}: out of tolerance "
+                             f"({comparison.nonfinite} NaN/Inf), max abs error {comparison.max_abs_error:.3g}")
+            elif not comparison.passed:
                 lines.append(f"- {trial.workload} ({trial.role}), output {comparison.output}: {comparison.mismatched} of "
                              f"{comparison.elements} elements out of tolerance ({comparison.nonfinite} NaN/Inf), max abs "
                              f"error {comparison.max_abs_error:.3g}, worst at index {comparison.worst_index}: got "
@@ -125,7 +154,7 @@ class GpuGrader:
 
     def grade(self, task: Task, arch: Arch, source: str) -> Feedback:
         evaluation = self.evaluator.evaluate(task, arch, source)
-        passed, stage, text = render_evaluation_feedback(evaluation)
+        passed, stage, text = render_evaluation_feedback(evaluation, task)
         return Feedback(passed=passed, stage=stage, text=text, verified_on_gpu=evaluation.status is not None,
                         record=evaluation)
 

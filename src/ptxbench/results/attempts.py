@@ -27,8 +27,9 @@ from ptxbench.records.trajectory import ItemResult, Turn
 from ptxbench.records.version import Versioned
 from ptxbench.results.taxonomy import classify_evaluation, classify_extraction
 
-ATTEMPT_VERSION = 2
-"""2: ``provider``; an answer without code and a verdict the build decided have no correctness (None)."""
+ATTEMPT_VERSION = 3
+"""2: ``provider``; an answer without code and a verdict the build decided have no correctness (None).
+3: ``heldout_variant_correct``; ``heldout_correct`` counts the held-out shapes outside held-out variants."""
 
 
 def _attempt_from_v1(record: dict[str, Any]) -> dict[str, Any]:
@@ -36,9 +37,16 @@ def _attempt_from_v1(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _attempt_from_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 had no ``heldout_variant_correct``: it reads as None (not measured apart). Its
+    ``heldout_correct`` covered every held-out workload, those of held-out variants too, and is kept as
+    read: true holds for the shapes outside the variants as well; false may have come from a variant."""
+    return record
+
+
 class Attempt(Versioned):
     RECORD = "attempt"
-    MIGRATIONS = {1: _attempt_from_v1}
+    MIGRATIONS = {1: _attempt_from_v1, 2: _attempt_from_v2}
 
     version: int = ATTEMPT_VERSION
     run: str = Field(description="The run directory's name")
@@ -56,7 +64,10 @@ class Attempt(Versioned):
     features_in_sass: bool = False
     correct: bool | None = Field(default=None, description="None: not measured (no GPU evaluation)")
     visible_correct: bool | None = None
-    heldout_correct: bool | None = None
+    heldout_correct: bool | None = Field(default=None,
+                                         description="every held-out shape (outside held-out variants) correct")
+    heldout_variant_correct: bool | None = Field(default=None, description=(
+        "every workload of the task's held-out variants correct; None: the task has none, or not measured"))
     features_executed: bool | None = Field(default=None, description="None: unverified (no profiler)")
     speedup: float | None = None
     roofline_pct: float | None = None
@@ -79,14 +90,26 @@ def _family(task_id: str) -> str | None:
     return next((t.family.value for t in bundled_suite() if t.id == task_id), None)
 
 
+def _held_out_variant_workloads(task_id: str) -> frozenset[str]:
+    """Names of the workloads in the bundled task's held-out variants (none for a task outside the suite)."""
+    from ptxbench.tasks.loader import bundled_suite
+
+    task = next((t for t in bundled_suite() if t.id == task_id), None)
+    if task is None:
+        return frozenset()
+    return frozenset(w.name for w in task.held_out() if (v := task.variant_of(w)) is not None and v.heldout)
+
+
 def _from_evaluation(evaluation: Evaluation, base: dict[str, Any]) -> Attempt:
     if evaluation.extraction is not None:
         return Attempt(**base, error_class=classify_evaluation(evaluation))
     static = evaluation.static
     roles = {}
+    in_held_out_variant = _held_out_variant_workloads(evaluation.task)
     for trial in evaluation.trials:
-        roles.setdefault(trial.role, True)
-        roles[trial.role] = roles[trial.role] and trial.passed
+        role = "heldout_variant" if trial.role == "heldout" and trial.workload in in_held_out_variant else trial.role
+        roles.setdefault(role, True)
+        roles[role] = roles[role] and trial.passed
     # Correctness is measured only where the candidate ran on a GPU: not for a verdict the build decided.
     ran = evaluation.status is not None and not decided_by_build(evaluation)
     # Right answers obtained by gaming the harness (a library, another stream, mutated inputs, stray
@@ -101,6 +124,7 @@ def _from_evaluation(evaluation: Evaluation, base: dict[str, Any]) -> Attempt:
         correct=(evaluation.correct and not cheated) if ran else None,
         visible_correct=roles.get("visible") if ran else None,
         heldout_correct=roles.get("heldout") if ran else None,
+        heldout_variant_correct=roles.get("heldout_variant") if ran else None,
         features_executed=None if evaluation.features is None else all(f.satisfied for f in evaluation.features),
         speedup=timed.speedup if timed else None,
         roofline_pct=timed.roofline_pct if timed else None,

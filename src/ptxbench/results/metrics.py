@@ -171,7 +171,10 @@ class MetricSummary(Record):
         "(see measured.py): not measured, never 0"))
     speedup_geomean: Estimate | None = Field(description="Geometric mean speedup over correct samples")
     roofline_pct_mean: Estimate | None = Field(description="Mean % of roofline over correct samples")
-    generalization: Estimate | None = Field(description="P(held-out correct | visible correct), both measured")
+    generalization: Estimate | None = Field(description="P(held-out shapes correct | visible correct), both measured")
+    variant_generalization: Estimate | None = Field(default=None, description=(
+        "P(held-out variants correct | visible correct), both measured: settings (a mask, a head dim, a ragged M) "
+        "never shown, beside the shapes never shown"))
 
     @property
     def comparable(self) -> bool:
@@ -179,7 +182,8 @@ class MetricSummary(Record):
         return self.n_unmeasured == 0
 
 
-_EXTRA = ("log_speedup", "n_speedup", "roofline", "n_roofline", "heldout_ok", "n_generalization")
+_EXTRA = ("log_speedup", "n_speedup", "roofline", "n_roofline", "heldout_ok", "n_generalization", "variant_ok",
+          "n_variant_generalization")
 
 
 def _columns(attempt: Attempt, metrics: Sequence[str]) -> list[float]:
@@ -190,9 +194,11 @@ def _columns(attempt: Attempt, metrics: Sequence[str]) -> list[float]:
     roofline = attempt.roofline_pct if attempt.correct else None
     roofline = roofline if roofline is not None and math.isfinite(roofline) else None
     measured = attempt.visible_correct is True and attempt.heldout_correct is not None
+    variant_measured = attempt.visible_correct is True and attempt.heldout_variant_correct is not None
     row += [math.log(speedup) if speedup else 0.0, float(speedup is not None),
             roofline or 0.0, float(roofline is not None),
-            float(measured and bool(attempt.heldout_correct)), float(measured)]
+            float(measured and bool(attempt.heldout_correct)), float(measured),
+            float(variant_measured and bool(attempt.heldout_variant_correct)), float(variant_measured)]
     return row
 
 
@@ -200,8 +206,9 @@ def _statistics(sums: "np.ndarray", weights: "np.ndarray", tables: list["np.ndar
     """Statistics per replicate from per-problem column sums.
 
     ``sums`` is (replicates, problems, columns); ``weights`` (replicates, problems) says how often
-    each problem was drawn (all ones unless problems are resampled). Returns (replicates, n_rates + 3):
-    the rates, then geometric-mean speedup, mean roofline %, generalization (NaN where undefined).
+    each problem was drawn (all ones unless problems are resampled). Returns (replicates, n_rates + 4):
+    the rates, then geometric-mean speedup, mean roofline %, generalization to held-out shapes and to
+    held-out variants (NaN where undefined).
     """
     import numpy as np
 
@@ -212,7 +219,7 @@ def _statistics(sums: "np.ndarray", weights: "np.ndarray", tables: list["np.ndar
     pooled = np.einsum("rt,rtc->rc", weights, sums[:, :, n_rates:])
     with np.errstate(divide="ignore", invalid="ignore"):
         extra = np.column_stack([np.exp(pooled[:, 0] / pooled[:, 1]), pooled[:, 2] / pooled[:, 3],
-                                 pooled[:, 4] / pooled[:, 5]])
+                                 pooled[:, 4] / pooled[:, 5], pooled[:, 6] / pooled[:, 7]])
     return np.concatenate([task_mean, extra], axis=1)
 
 
@@ -273,7 +280,7 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
         n_unverified=sum(a.correct is True and a.features_executed is None for a in attempts),
         rates=rates,
         speedup_geomean=estimate(n_rates), roofline_pct_mean=estimate(n_rates + 1),
-        generalization=estimate(n_rates + 2))
+        generalization=estimate(n_rates + 2), variant_generalization=estimate(n_rates + 3))
 
 
 def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int = 1,
@@ -375,13 +382,15 @@ def summary_table(summaries: Sequence[MetricSummary]) -> str:
     metrics = list(summaries[0].rates)
     k = summaries[0].k
     header = fields + [f"{_RATE_HEADERS.get(m, m)}@{k}" for m in metrics] + [
-        "speedup (geomean)", "roofline %", "generalization", "tasks", "samples", "attempts", "not measured"]
+        "speedup (geomean)", "roofline %", "generalization", "held-out variants", "tasks", "samples", "attempts",
+        "not measured"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for summary in summaries:
         cells = [_cell("–" if summary.group[f] is None else summary.group[f]) for f in fields]
         cells += [format_rate(summary.rates.get(m)) for m in metrics]
         cells += [_format_estimate(summary.speedup_geomean, suffix="×"), _format_estimate(summary.roofline_pct_mean),
-                  format_rate(summary.generalization), str(summary.n_tasks), str(summary.n_samples),
+                  format_rate(summary.generalization), format_rate(summary.variant_generalization),
+                  str(summary.n_tasks), str(summary.n_samples),
                   str(summary.n_attempts), str(summary.n_unmeasured)]
         lines.append("| " + " | ".join(cells) + " |")
     notes = []

@@ -110,6 +110,12 @@ def render_task(console: Console, task: Task, warning: str | None = None) -> Non
         table.add_row(w.name, w.role.value, " ".join(f"{k}={v}" for k, v in w.sizes.items()),
                       f"{task.flops_for(w.sizes) / 1e9:,.1f}", f"{task.bytes_for(w.sizes) / 1e6:,.1f}")
     console.print(table)
+    if task.variants:
+        console.print()
+    for variant in task.variants:  # the rule, then the workloads it holds
+        rule = " ".join([*(f"{k}={v}" for k, v in variant.fixes.items()), *([variant.when] if variant.when else [])])
+        members = ", ".join(w.name for w in task.workloads if task.variant_of(w) is variant)
+        _hanging(console, f"variant {variant.name}{' (held out)' if variant.heldout else ''}: ", f"{rule} — {members}")
     console.print()
     width = max(len(arch.value) for arch in task.requirements) + len(" requires: ")
     for arch, requirements in task.requirements.items():

@@ -1,7 +1,8 @@
 """Arithmetic formulas over a task's axes (FLOPs, bytes), parsed with a whitelist instead of ``eval``.
 
 Task files are data that anyone may write; a formula may use numbers, axis names, ``+ - * / // % **``,
-parentheses and ``min``/``max``/``ceil_div``, nothing else.
+parentheses and ``min``/``max``/``ceil_div``, nothing else. A *condition* (a variant's ``when``) may also
+compare (``== != < <= > >=``) and combine with ``and``/``or``/``not``; true is 1, false 0.
 """
 
 from __future__ import annotations
@@ -19,6 +20,14 @@ _BINARY = {
     ast.Mod: operator.mod,
     ast.Pow: operator.pow,
 }
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+}
 _FUNCTIONS = {"min": min, "max": max, "ceil_div": lambda a, b: -(-a // b)}
 
 
@@ -34,7 +43,7 @@ def _parse(expression: str) -> ast.Expression:
         raise FormulaError(f"formula {expression!r} is not valid: {exc.msg}") from None
     for node in ast.walk(tree):
         allowed = (ast.Expression, ast.BinOp, ast.UnaryOp, ast.USub, ast.UAdd, ast.Constant, ast.Name,
-                   ast.Load, ast.Call, *_BINARY)
+                   ast.Load, ast.Call, ast.Compare, ast.BoolOp, ast.And, ast.Or, ast.Not, *_BINARY, *_COMPARE)
         if not isinstance(node, allowed):
             raise FormulaError(f"formula {expression!r} uses {type(node).__name__}, which is not allowed")
         if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS):
@@ -65,7 +74,20 @@ def evaluate(expression: str, variables: dict[str, int | float]) -> float:
             return variables[node.id]
         if isinstance(node, ast.UnaryOp):
             value = walk(node.operand)
+            if isinstance(node.op, ast.Not):
+                return float(not value)
             return -value if isinstance(node.op, ast.USub) else value
+        if isinstance(node, ast.Compare):
+            left = walk(node.left)
+            for op, right_node in zip(node.ops, node.comparators):
+                right = walk(right_node)
+                if not _COMPARE[type(op)](left, right):
+                    return 0.0
+                left = right
+            return 1.0
+        if isinstance(node, ast.BoolOp):
+            values = (bool(walk(v)) for v in node.values)
+            return float(all(values) if isinstance(node.op, ast.And) else any(values))
         if isinstance(node, ast.BinOp):
             return _BINARY[type(node.op)](walk(node.left), walk(node.right))
         if isinstance(node, ast.Call):
@@ -73,3 +95,8 @@ def evaluate(expression: str, variables: dict[str, int | float]) -> float:
         raise FormulaError(f"unexpected node in {expression!r}")  # pragma: no cover - _parse forbids it
 
     return walk(_parse(expression))
+
+
+def holds(condition: str, variables: dict[str, int | float]) -> bool:
+    """Whether a condition (a formula read as true when nonzero) holds for these values."""
+    return evaluate(condition, variables) != 0

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from ptxbench._compat import tomllib
 from ptxbench.errors import TaskError
-from ptxbench.tasks.model import Task
+from ptxbench.tasks.model import Family, Task
 
 
 def parse_task(text: str, origin: str) -> Task:
@@ -58,3 +58,12 @@ def get_task(task_id_or_path: str) -> Task:
             return task
     known = ", ".join(t.id for t in bundled_suite())
     raise TaskError(f"unknown task {task_id_or_path!r}; bundled tasks: {known}")
+
+
+def by_family(tasks: tuple[Task, ...] | list[Task]) -> dict[Family, list[Task]]:
+    """Tasks grouped by family, families in their declared order, tasks in their given order within one."""
+    order = list(Family)
+    groups: dict[Family, list[Task]] = {}
+    for task in sorted(tasks, key=lambda t: order.index(t.family)):
+        groups.setdefault(task.family, []).append(task)
+    return groups

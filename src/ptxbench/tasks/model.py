@@ -108,7 +108,9 @@ class TensorSpec(BaseModel):
     init: InputInit = Field(default_factory=InputInit)
 
     def concrete_shape(self, sizes: dict[str, int]) -> tuple[int, ...]:
-        return tuple(dim if isinstance(dim, int) else sizes[dim] for dim in self.shape)
+        """A dimension is a size, an axis, or a formula over the axes (``B + 1`` for an indptr array)."""
+        return tuple(dim if isinstance(dim, int) else sizes[dim] if dim in sizes else int(formula.evaluate(dim, sizes))
+                     for dim in self.shape)
 
     def numel(self, sizes: dict[str, int]) -> int:
         total = 1
@@ -165,6 +167,29 @@ class Workload(BaseModel):
     note: str = ""
 
 
+class Variant(BaseModel):
+    """A named setting of the task's switches or size regime (causal with head dim 64, an M that is not a
+    multiple of 8), to measure generalization across settings beside generalization across shapes.
+
+    A workload belongs to the one variant whose rule it meets: every axis in ``fixes`` at that value, and
+    the condition ``when`` true (a formula over the axes that may compare, e.g. ``M % 8 != 0``). A
+    ``heldout`` variant may hold only held-out workloads, so it is hidden wherever held-out workloads are
+    (prompts, refinement feedback, Fixit records): its guarantee is the workloads' roles, checked here.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str
+    fixes: dict[str, int] = Field(default_factory=dict, description="Axis values every workload of the variant has.")
+    when: str | None = Field(default=None, description="A condition over the axes its workloads meet.")
+    heldout: bool = False
+
+    def matches(self, sizes: dict[str, int]) -> bool:
+        if any(sizes.get(axis) != value for axis, value in self.fixes.items()):
+            return False
+        return self.when is None or formula.holds(self.when, sizes)
+
+
 class Requirement(BaseModel):
     """A feature the candidate must *execute* (any one of ``any_of``) on one target.
 
@@ -203,7 +228,9 @@ class Family(str, Enum):
     GEMM = "gemm"
     ATTENTION_FORWARD = "attention_forward"
     ATTENTION_BACKWARD = "attention_backward"
+    ATTENTION_DECODE = "attention_decode"
     MEMORY_BOUND = "memory_bound"
+    MOE = "moe"
 
 
 class Task(BaseModel):
@@ -225,6 +252,8 @@ class Task(BaseModel):
     tolerance: dict[str, Tolerance] = Field(default_factory=dict, description="Per output; missing outputs take the dtype default.")
     baseline: Baseline
     workloads: list[Workload] = Field(min_length=2)
+    variants: list[Variant] = Field(default_factory=list, description=(
+        "Optional: named settings that partition the workloads; held-out ones hold held-out workloads only."))
     requirements: dict[Arch, list[Requirement]]
 
     @model_validator(mode="before")
@@ -250,7 +279,7 @@ class Task(BaseModel):
         if set(axis_names) & set(tensor_names) or "stream" in axis_names + tensor_names:
             raise ValueError("axis and tensor names must differ from each other and from 'stream'")
         for tensor in [*self.inputs, *self.outputs]:
-            unknown = {d for d in tensor.shape if isinstance(d, str)} - set(axis_names)
+            unknown = {n for d in tensor.shape if isinstance(d, str) for n in formula.names_in(d)} - set(axis_names)
             if unknown:
                 raise ValueError(f"tensor {tensor.name} uses unknown axes {sorted(unknown)}")
         for tensor in self.outputs:
@@ -264,6 +293,7 @@ class Task(BaseModel):
         if unknown_outputs:
             raise ValueError(f"tolerance given for unknown outputs {sorted(unknown_outputs)}")
         self._check_workloads(axis_names)
+        self._check_variants(axis_names)
         self._check_requirements()
         if "def reference(" not in self.reference:
             raise ValueError("reference must define `def reference(...)`")
@@ -293,6 +323,39 @@ class Task(BaseModel):
             if tuple(sorted(workload.sizes.items())) in shown:
                 raise ValueError(f"held-out workload {workload.name} repeats a visible one")
 
+    def _check_variants(self, axis_names: list[str]) -> None:
+        if not self.variants:
+            return
+        names = [v.name for v in self.variants]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate variant names in {names}")
+        axes = {a.name: a for a in self.axes}
+        for variant in self.variants:
+            if not variant.fixes and variant.when is None:
+                raise ValueError(f"variant {variant.name} fixes no axis and has no condition")
+            for name, value in variant.fixes.items():
+                if name not in axes:
+                    raise ValueError(f"variant {variant.name} fixes unknown axis {name}")
+                problem = axes[name].accepts(value)
+                if problem:
+                    raise ValueError(f"variant {variant.name}: {problem}")
+            unknown = formula.names_in(variant.when) - set(axis_names) if variant.when else set()
+            if unknown:
+                raise ValueError(f"variant {variant.name}: condition {variant.when!r} uses unknown axes {sorted(unknown)}")
+        members: dict[str, list[Workload]] = {name: [] for name in names}
+        for workload in self.workloads:
+            matched = [v.name for v in self.variants if v.matches(workload.sizes)]
+            if len(matched) != 1:
+                raise ValueError(f"workload {workload.name} must belong to exactly one variant, "
+                                 f"it matches {matched or 'none'}")
+            members[matched[0]].append(workload)
+        for variant in self.variants:
+            if not members[variant.name]:
+                raise ValueError(f"variant {variant.name} has no workload")
+            shown = [w.name for w in members[variant.name] if w.role is not Role.HELDOUT]
+            if variant.heldout and shown:
+                raise ValueError(f"held-out variant {variant.name} holds workloads a prompt shows: {shown}")
+
     def _check_requirements(self) -> None:
         missing = [a.value for a in BENCHMARK_ARCHS if a not in self.requirements]
         if missing:
@@ -321,6 +384,8 @@ class Task(BaseModel):
     def content_hash(self) -> str:
         """sha256 of the canonical JSON of every field (the hash itself excluded)."""
         data = self.model_dump(mode="json", exclude={"content_hash"})
+        if not data["variants"]:  # a task without variants keeps the hash it had before variants existed
+            del data["variants"]
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -337,6 +402,14 @@ class Task(BaseModel):
 
     def held_out(self) -> list[Workload]:
         return [w for w in self.workloads if w.role is Role.HELDOUT]
+
+    def variant_of(self, workload: Workload | str) -> Variant | None:
+        """The variant a workload belongs to (None for a task without variants)."""
+        sizes = (self.workload(workload) if isinstance(workload, str) else workload).sizes
+        return next((v for v in self.variants if v.matches(sizes)), None)
+
+    def held_out_variants(self) -> list[Variant]:
+        return [v for v in self.variants if v.heldout]
 
     def workload(self, name: str) -> Workload:
         for workload in self.workloads:
