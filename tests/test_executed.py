@@ -140,7 +140,8 @@ def test_every_byte_share_in_the_suite_names_features_with_byte_counters() -> No
 
     shares = [(task.id, r) for task in bundled_suite() for arch in (Arch.SM_90A, Arch.SM_100A)
               for r in task.requirements_for(arch) if r.min_byte_share is not None]
-    assert {task_id for task_id, _ in shares} == {"rmsnorm", "softmax", "transpose", "decode_gqa_paged"}
+    assert {task_id for task_id, _ in shares} == {"rmsnorm", "softmax", "transpose", "decode_gqa_paged",
+                                                      "mla_decode_paged"}
     for task_id, requirement in shares:
         assert all(feature in FEATURE_BYTE_METRICS for feature in requirement.any_of), (task_id, requirement)
 
