@@ -142,8 +142,8 @@ def test_every_byte_share_in_the_suite_names_features_with_byte_counters() -> No
     shares = [(task.id, r) for task in bundled_suite() for arch in (Arch.SM_90A, Arch.SM_100A)
               for r in task.requirements_for(arch) if r.min_byte_share is not None]
     memory_bound = {task.id for task in bundled_suite() if task.family.value == "memory_bound"}
-    # GQA decode moves its paged keys and values once: bandwidth-bound too, so it states a copy byte share
-    assert {task_id for task_id, _ in shares} == memory_bound | {"decode_gqa_paged"}
+    # GQA and MLA decode move their paged caches once: bandwidth-bound too, so they state a copy byte share
+    assert {task_id for task_id, _ in shares} == memory_bound | {"decode_gqa_paged", "mla_decode_paged"}
     assert {"rmsnorm", "rope"} <= memory_bound
     for task_id, requirement in shares:
         assert all(feature in FEATURE_BYTE_METRICS for feature in requirement.any_of), (task_id, requirement)

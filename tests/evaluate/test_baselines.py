@@ -66,6 +66,12 @@ EXPECTED_CALL = {
     ("silu_mul", "torch"): ["silu", "mul"], ("silu_mul", "compile"): ["silu", "mul"],
     ("silu_mul", "liger"): ["liger_swiglu"],
     ("rope", "torch"): _ROPE, ("rope", "compile"): _ROPE,
+    # MLA: the gather, the keys' and queries' concatenation to 576 columns, the kernel; on the CPU the two score
+    # products multiply fp32 copies (four _to_copy) where the GPU asks cuBLAS for an fp32 result
+    ("mla_decode_paged", "efficient_varlen"): ["index_select", "index_select", "cat", "cat",
+                                               "_efficient_attention_forward"],
+    ("mla_decode_paged", "cublas_padded"): ["index_select", "index_select"] + ["_to_copy"] * 4 + ["bmm", "bmm", "add",
+                                            "add", "logsumexp", "sub", "exp", "_to_copy", "bmm"],
 }
 
 
@@ -106,7 +112,11 @@ def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     def varlen(q, k, v, *rest):  # type: ignore[no-untyped-def]
         return torch.empty_like(q), torch.empty(q.shape[1], q.shape[0]), *[torch.empty(1)] * 3
 
-    for name, result in (("_flash_attention_forward", varlen),
+    def efficient(q, k, v, bias, cum_q, cum_k, max_q, *rest):  # type: ignore[no-untyped-def]
+        lse = torch.empty(len(cum_q) - 1, q.shape[2], -(-max_q // 32) * 32)
+        return torch.empty(*q.shape[:3], v.shape[-1]), lse, *[torch.empty(1)] * 4
+
+    for name, result in (("_flash_attention_forward", varlen), ("_efficient_attention_forward", efficient),
                          ("_scaled_dot_product_cudnn_attention", attention),
                          ("_scaled_dot_product_flash_attention", attention),
                          ("_scaled_dot_product_cudnn_attention_backward", backward),

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from ptxbench.evaluate import baselines_attention as paged
+from ptxbench.evaluate import baselines_mla as mla
 from ptxbench.evaluate import serving_ops as serving
 from ptxbench.tasks.model import Task
 
@@ -248,6 +249,14 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
                         paged.attention_fp8_sdpa("_scaled_dot_product_cudnn_attention")),
         BaselineVariant("flash", "FlashAttention-2 bf16 as built into PyTorch on the widened fp8 inputs (as above)",
                         paged.attention_fp8_sdpa("_scaled_dot_product_flash_attention")),
+    ),
+    "mla_decode_paged": (
+        BaselineVariant("efficient_varlen", "the sequences' latent and rope rows gathered from the pages "
+                        "(`index_select`, timed) and PyTorch's memory-efficient (CUTLASS) variable-length kernel with "
+                        "the heads as queries (`aten._efficient_attention_forward`, head dim 576, value dim 512)",
+                        mla.mla_decode_efficient),
+        BaselineVariant("cublas_padded", "the sequences gathered into a padded batch (timed), cuBLAS products with "
+                        "fp32 scores and an fp32 masked softmax", mla.mla_decode_padded),
     ),
     "rmsnorm": (
         BaselineVariant("torch", "eager `torch.nn.functional.rms_norm(X, (Hd,), W, eps=1e-6)`", _eager(_bind_rmsnorm)),
