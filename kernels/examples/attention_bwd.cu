@@ -5,7 +5,7 @@
 // Both recompute P = exp(scores - LSE) and D_i = rowsum(dO ⊙ O) (given bf16 O, as stated). A partial last
 // tile (S not a multiple of 64) is zero-filled in shared memory, its missing rows masked out of P and never
 // stored. Operand tiles sit in shared memory as fp32 at D = 64 and 128; at D = 256 four fp32 tiles alone would
-// take 260 KB, so they stay bf16 there (the values are bf16 anyway) and are widened when read: 173 KB for
+// take 260 KB, so they stay bf16 there (the values are bf16 anyway) and are widened when read: 172.5 KB for
 // the dK/dV kernel. Plain FMA example, not the expert.
 #include <cstdint>
 #include <type_traits>
