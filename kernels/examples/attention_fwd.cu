@@ -1,8 +1,11 @@
 // attention_fwd: O = softmax(Q·Kᵀ / sqrt(D), causal mask optional) · V and LSE = natural-log
-// log-sum-exp of the scaled, masked scores, for bf16 Q, K, V [B, H, S, D] with D = 64 or 128.
+// log-sum-exp of the scaled, masked scores, for bf16 Q, K, V [B, H, S, D] with D = 64, 128 or 256 and any S.
 // Approach: one block of 256 threads per (b, h, 64 queries); Q stays in shared memory (fp32, scaled by
 // log2(e)/sqrt(D)), K and V tiles of 64 keys pass through one shared buffer; an online (flash-style)
-// softmax in base 2 rescales the fp32 output accumulators per tile. Plain FMA example, not the expert kernel.
+// softmax in base 2 rescales the fp32 output accumulators per tile. A partial last tile (S not a multiple
+// of 64) is zero-filled in shared memory, its missing keys masked and its missing queries never stored.
+// Shared memory: 4 * (2 * 64 * (D + 4) + 64 * 80) bytes, 150 KB at D = 256. Plain FMA example, not the
+// expert kernel.
 #include <cstdint>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -22,16 +25,24 @@ constexpr size_t smem_bytes() {
     return sizeof(float) * (size_t(BQ) * (D + 4) + size_t(BKV) * (D + 4) + size_t(BQ) * PS_LD);
 }
 
-// Copies a [64, D] bf16 tile (rows `ld` apart) into shared fp32 [64][D + 4], multiplied by `mul`.
+static_assert(smem_bytes<256>() <= 227 * 1024, "shared memory must fit an SM at D = 256");
+
+// Copies the first `rows` rows (at most 64) of a [rows, D] bf16 tile (contiguous rows of D) into shared fp32
+// [64][D + 4], multiplied by `mul`; the rows past `rows` (the tail of the sequence) are zero.
 template <int D>
 __device__ __forceinline__ void load_tile(float* __restrict__ dst, const __nv_bfloat16* __restrict__ src,
-                                          float mul) {
+                                          float mul, int64_t rows) {
     constexpr int CHUNKS_PER_ROW = D / 8;
 #pragma unroll
     for (int i = 0; i < 64 * CHUNKS_PER_ROW / THREADS; ++i) {
         const int idx = threadIdx.x + i * THREADS;
         const int row = idx / CHUNKS_PER_ROW;
         const int col = (idx % CHUNKS_PER_ROW) * 8;
+        if (row >= rows) {
+            *reinterpret_cast<float4*>(dst + row * (D + 4) + col) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            *reinterpret_cast<float4*>(dst + row * (D + 4) + col + 4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            continue;
+        }
         const uint4 raw = *reinterpret_cast<const uint4*>(src + int64_t(row) * D + col);
         const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
         float4 lo, hi;
@@ -45,8 +56,9 @@ __device__ __forceinline__ void load_tile(float* __restrict__ dst, const __nv_bf
     }
 }
 
+// Two blocks per SM at D = 64 and 128; at D = 256 one block holds 150 KB and all the registers it wants.
 template <int D>
-__global__ void __launch_bounds__(THREADS, 2)
+__global__ void __launch_bounds__(THREADS, D == 256 ? 1 : 2)
 attention_fwd_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* __restrict__ K,
                      const __nv_bfloat16* __restrict__ V, __nv_bfloat16* __restrict__ O,
                      float* __restrict__ LSE, int64_t S, int causal) {
@@ -66,7 +78,7 @@ attention_fwd_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* _
     const int64_t head = blockIdx.y;  // b * H + h
     const int64_t head_base = head * S * D;
 
-    load_tile<D>(Qs, Q + head_base + q0 * D, LOG2E * rsqrtf(float(D)));
+    load_tile<D>(Qs, Q + head_base + q0 * D, LOG2E * rsqrtf(float(D)), S - q0);
 
     float o[4][C4][4];
     float m[4], l[4];  // running max (base-2 units) and this thread's partial running sum, per row
@@ -80,11 +92,14 @@ attention_fwd_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* _
             for (int e = 0; e < 4; ++e) o[a][c][e] = 0.0f;
     }
 
-    const int64_t n_tiles = causal ? qb + 1 : S / BKV;
+    // Every tile visited has a key each row sees (key k0 <= q0 <= row when causal, k0 < S always), so the
+    // running max is finite from the first tile on, padded query rows included.
+    const int64_t n_tiles = causal ? qb + 1 : (S + BKV - 1) / BKV;
     for (int64_t t = 0; t < n_tiles; ++t) {
         const int64_t k0 = t * BKV;
+        const int64_t keys = S - k0 < BKV ? S - k0 : BKV;  // valid keys in this tile
         __syncthreads();  // the previous tile's V and P are no longer read
-        load_tile<D>(KVs, K + head_base + k0 * D, 1.0f);
+        load_tile<D>(KVs, K + head_base + k0 * D, 1.0f, keys);
         __syncthreads();
 
         // Scores s[a][b] for query row ty + 16a, key column tx + 16b (base-2 units).
@@ -110,13 +125,21 @@ attention_fwd_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* _
                     s[a][b] = fmaf(q[a].w, k[b].w, s[a][b]);
                 }
         }
-        // Only the diagonal tile (k0 == q0) is partly masked; tiles past it are never visited.
+        // Causal: only the diagonal tile (k0 == q0) is partly masked; tiles past it are never visited.
         if (causal && k0 == q0) {
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int b = 0; b < 4; ++b)
                     if (tx + 16 * b > ty + 16 * a) s[a][b] = -INFINITY;
+        }
+        // The last tile of a ragged length: keys past S are not part of the sequence.
+        if (keys < BKV) {
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 4; ++b)
+                    if (tx + 16 * b >= keys) s[a][b] = -INFINITY;
         }
 
         // Online softmax: the 16 threads sharing ty hold a row; they are lanes of one half-warp.
@@ -145,7 +168,7 @@ attention_fwd_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* _
         }
 
         __syncthreads();  // scores done: K may be overwritten, P is complete
-        load_tile<D>(KVs, V + head_base + k0 * D, 1.0f);
+        load_tile<D>(KVs, V + head_base + k0 * D, 1.0f, keys);  // zeros past S: 0 * 0, never 0 * garbage
         __syncthreads();
 
         // o[row][col] += sum_j P[row][j] * V[j][col]
@@ -175,7 +198,7 @@ attention_fwd_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* _
         }
     }
 
-    // Finish: total row sums, normalise, write O (bf16) and LSE (natural log).
+    // Finish: total row sums, normalise, write O (bf16) and LSE (natural log) of the rows inside S.
 #pragma unroll
     for (int a = 0; a < 4; ++a) {
         float total = l[a];
@@ -183,6 +206,7 @@ attention_fwd_kernel(const __nv_bfloat16* __restrict__ Q, const __nv_bfloat16* _
         for (int off = 8; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
         const float inv = 1.0f / total;
         const int64_t row = q0 + ty + 16 * a;
+        if (row >= S) continue;  // after the shuffles: every lane of the half-warp took part
         __nv_bfloat16* out = O + head_base + row * D;
 #pragma unroll
         for (int c = 0; c < C4; ++c) {
@@ -204,7 +228,7 @@ int launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* 
     cudaError_t err = cudaFuncSetAttribute(attention_fwd_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(smem));
     if (err != cudaSuccess) return (int)err;
-    dim3 grid((unsigned)(S / BQ), (unsigned)(B * H));
+    dim3 grid((unsigned)((S + BQ - 1) / BQ), (unsigned)(B * H));
     attention_fwd_kernel<D><<<grid, THREADS, smem, stream>>>(Q, K, V, O, LSE, S, causal ? 1 : 0);
     return (int)cudaGetLastError();
 }
@@ -223,9 +247,9 @@ extern "C" int attention_fwd(
     int64_t D,
     int64_t causal,
     cudaStream_t stream) {
-    if (S % BQ != 0) return (int)cudaErrorInvalidValue;  // the task guarantees S % 64 == 0
     if (B * H * S == 0) return (int)cudaGetLastError();
     if (D == 64) return launch<64>(Q, K, V, O, LSE, B, H, S, causal, stream);
     if (D == 128) return launch<128>(Q, K, V, O, LSE, B, H, S, causal, stream);
+    if (D == 256) return launch<256>(Q, K, V, O, LSE, B, H, S, causal, stream);
     return (int)cudaErrorInvalidValue;
 }

@@ -96,6 +96,6 @@ def test_tasks_show_lists_each_variant_with_its_rule_and_workloads() -> None:
     result = runner.invoke(app, ["tasks", "show", "attention_fwd"])
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "variant hd64-causal (held out): D=64 causal=1 — hd64-s1024-causal" in text
-    assert "variant hd64-full: D=64 causal=0 — hd64-s2048, hd64-s640" in text
+    assert "variant hd64-causal (held out): D=64 causal=1 S % 64 == 0 — hd64-s1024-causal" in text
+    assert "variant hd64-full: D=64 causal=0 S % 64 == 0 — hd64-s2048, hd64-s640" in text
     assert "variant" not in runner.invoke(app, ["tasks", "show", "softmax"]).output  # a task without variants

@@ -155,12 +155,17 @@ class FakeRunner:
 
     def check_baselines(self, sizes: dict[str, int], names: list[str], seed: int = 0) -> dict:
         """As the GPU runner's check, without the setup run: a variant whose library does not import here
-        (Liger-Kernel, Triton for torch.compile) is skipped with its reason, the others are timed."""
-        from ptxbench.evaluate.baselines import variant_specs
+        (Liger-Kernel, Triton for torch.compile) is skipped with its reason, the others are timed.
+        "cudnn-too-old": the cuDNN variant's setup refuses head dim 256, as cuDNN before 9.10 does."""
+        from ptxbench.evaluate.baselines import cudnn_attention_refusal, variant_specs
 
         assert self.task is not None
         variants = variant_specs(self.task)
-        return {n: variants[n].load() for n in names}
+        reasons = {n: variants[n].load() for n in names}
+        if self.behaviour == "cudnn-too-old" and "cudnn" in reasons:
+            refusal = cudnn_attention_refusal(90100, sizes)
+            reasons["cudnn"] = refusal and f"setup failed: RuntimeError: {refusal}"
+        return reasons
 
     def prepare_timing(self, sizes: dict[str, int], seeds: list[int], baselines: list[str],
                        candidate: bool = True) -> None:

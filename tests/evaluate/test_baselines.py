@@ -125,6 +125,7 @@ def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(torch, "_scaled_mm", fake("_scaled_mm", lambda a, b, *r: torch.empty(a.shape[0], b.shape[1])))
     monkeypatch.setattr(torch.nn.functional, "scaled_mm",
                         fake("scaled_mm", lambda a, b, *r: torch.empty(a.shape[0], b.shape[1])))
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)  # the cuDNN a CUDA build of torch ships
 
     def compile_(fn, **options):  # type: ignore[no-untyped-def]
         log.append("torch.compile")
@@ -238,3 +239,56 @@ def test_gemm_compile_is_audited_by_the_benchmark_not_timed_by_the_evaluator(tas
     task = next(t for t in bundled_suite() if t.id == task_id)
     assert "compile" not in variant_specs(task) and "torch.compile" not in task.baseline.call
     assert "compile" in variant_specs(task, audit=True)
+
+
+@pytest.mark.parametrize(("version", "sizes", "refused"), [
+    (91002, {"S": 1537, "D": 256}, None),
+    (90100, {"S": 4096, "D": 128}, None),
+    (90100, {"S": 2048, "D": 256}, "cuDNN 9.1.0 does not run attention with head dim 256 (cuDNN 9.10.0 does)"),
+    (8905, {"S": 577, "D": 64}, "cuDNN 8.9.5 does not run attention with a key length of 577, not a multiple of 64 (cuDNN 8.9.6 does)"),
+    (8906, {"S": 577, "D": 64}, None),
+    (8906, {"S": 17, "D": 64}, "cuDNN 8.9.6 does not run attention with 17 queries, fewer than 64 (cuDNN 9.0.0 does)"),
+    (None, {"S": 64, "D": 64}, "cuDNN is not available to this PyTorch"),
+])
+def test_cudnn_refuses_in_words_what_its_version_cannot_run(version, sizes, refused) -> None:  # type: ignore[no-untyped-def]
+    assert baselines.cudnn_attention_refusal(version, sizes) == refused
+
+
+class _CpuRunner:
+    """The GPU worker's handler without a GPU: its own check_baselines, on CPU tensors."""
+
+    def __new__(cls, task):  # type: ignore[no-untyped-def]
+        from ptxbench.evaluate.gpu_side import CandidateRunner
+
+        runner = object.__new__(CandidateRunner)
+        runner.task = task
+        runner.torch = types.SimpleNamespace(cuda=types.SimpleNamespace(synchronize=lambda: None))
+        return runner
+
+
+@pytest.mark.parametrize("task_id", ["attention_fwd", "attention_bwd"])
+def test_a_variant_that_cannot_run_a_workload_is_skipped_there_with_its_reason(
+        task_id: str, ops, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """The evaluator's check before timing (CandidateRunner.check_baselines): cuDNN too old for head dim 256
+    is skipped on that workload with the reason its setup gives, FlashAttention runs; on head dim 128 both run.
+    A library error in the call itself (cuDNN refusing a shape its version check let through) is a skip too."""
+    from ptxbench.tasks import reference
+
+    real_make_inputs = reference.make_inputs
+    monkeypatch.setattr(reference, "make_inputs",
+                        lambda task, sizes, seed, device="cpu": real_make_inputs(task, sizes, seed, device="cpu"))
+    runner = _CpuRunner(next(t for t in bundled_suite() if t.id == task_id))
+    small = {"B": 1, "H": 2, "S": 70, "D": 256, "causal": 1}
+    assert runner.check_baselines(small, ["cudnn", "flash"]) == {"cudnn": None, "flash": None}
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 90100)
+    reasons = runner.check_baselines(small, ["cudnn", "flash"])
+    assert reasons == {"cudnn": "setup failed: RuntimeError: cuDNN 9.1.0 does not run attention with head dim 256 "
+                                "(cuDNN 9.10.0 does)", "flash": None}
+    assert runner.check_baselines({**small, "D": 128}, ["cudnn", "flash"]) == {"cudnn": None, "flash": None}
+
+    def refuses(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("cuDNN Frontend error: No valid execution plans built.\nmore lines")
+    op = "_scaled_dot_product_cudnn_attention" + ("_backward" if task_id == "attention_bwd" else "")
+    monkeypatch.setattr(torch.ops.aten, op, refuses)
+    assert runner.check_baselines({**small, "D": 128}, ["cudnn", "flash"]) == {
+        "cudnn": "setup failed: RuntimeError: cuDNN Frontend error: No valid execution plans built.", "flash": None}

@@ -209,6 +209,37 @@ def test_baselines_are_timed_before_any_candidate_code_is_loaded(monkeypatch: py
     assert all(t.baseline_ms for t in evaluation.timings)
 
 
+def test_a_baseline_variant_that_cannot_run_one_workload_is_skipped_there_with_its_reason(
+        monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """cuDNN too old for head dim 256: the hd256 workload is timed against FlashAttention alone and its timing
+    records cuDNN's reason; the other workload keeps both variants' clean times."""
+    from ptxbench.evaluate.baseline_cache import BaselineCache
+
+    data = get_task("attention_fwd").model_dump(mode="json")
+    data["workloads"] = [
+        {"name": "small-timed", "role": "timed", "sizes": {"B": 1, "H": 1, "S": 64, "D": 64, "causal": 0}},
+        {"name": "small-hd256-ragged", "role": "visible", "sizes": {"B": 1, "H": 2, "S": 70, "D": 256, "causal": 1}},
+        {"name": "small-heldout", "role": "heldout", "sizes": {"B": 1, "H": 1, "S": 17, "D": 128, "causal": 1}},
+    ]
+    data["variants"] = []
+    monkeypatch.setenv(BEHAVIOUR, "cudnn-too-old")
+    evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=20), handler=HANDLER, reference_device="cpu")
+    evaluator.baseline_cache = BaselineCache(tmp_path / "baselines")
+    try:
+        evaluation = evaluator.evaluate(Task.model_validate(data), Arch.SM_90A,
+                                        (EXAMPLES / "attention_fwd.cu").read_text(), "attention_fwd.cu")
+    finally:
+        evaluator.close()
+    assert evaluation.status is Status.PASSED, evaluation.message
+    timings = {t.workload: t for t in evaluation.timings}
+    assert set(timings["small-timed"].baseline_variants) == {"cudnn", "flash"}
+    assert all(isinstance(ms, float) for ms in timings["small-timed"].baseline_variants.values())
+    hd256 = timings["small-hd256-ragged"]
+    assert hd256.baseline == "flash" and isinstance(hd256.baseline_variants["flash"], float)
+    assert hd256.baseline_variants["cudnn"] == ("setup failed: RuntimeError: cuDNN 9.1.0 does not run attention "
+                                                "with head dim 256 (cuDNN 9.10.0 does)")
+
+
 def _evaluate_with_fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path, behaviour: str):  # type: ignore[no-untyped-def]
     from ptxbench.evaluate.baseline_cache import BaselineCache
 

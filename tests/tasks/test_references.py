@@ -63,16 +63,18 @@ def test_gemm_fp8_reference_applies_both_scales() -> None:
 
 
 @pytest.mark.parametrize("causal", [0, 1])
-@pytest.mark.parametrize("dim", [64, 128])
-def test_attention_forward_reference(causal: int, dim: int) -> None:
+@pytest.mark.parametrize(("dim", "seq"), [(64, 64), (128, 64), (256, 64), (64, 1), (128, 37), (256, 70)])
+def test_attention_forward_reference(causal: int, dim: int, seq: int) -> None:
+    """Every head dim, and lengths that are no multiple of a tile (down to one query)."""
     task = get_task("attention_fwd")
-    sizes = {"B": 1, "H": 2, "S": 64, "D": dim, "causal": causal}
+    sizes = {"B": 1, "H": 2, "S": seq, "D": dim, "causal": causal}
     inputs = make_inputs(task, sizes, seed=3)
     result = run_reference(task, dict(inputs), sizes)
     out, lse = result["O"], result["LSE"]
+    assert out.shape == (1, 2, seq, dim) and lse.shape == (1, 2, seq)
     scores = (inputs["Q"].double() @ inputs["K"].double().transpose(-1, -2)) / math.sqrt(dim)
     if causal:
-        scores = scores.masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf"))
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), float("-inf"))
     _assert_close("O_magnitude", result["O_magnitude"], torch.softmax(scores, -1) @ inputs["V"].double().abs(),
                   Tolerance(rtol=1e-4, atol=1e-5))
     want_out, want_lse = _naive_attention(inputs["Q"], inputs["K"], inputs["V"], causal)
@@ -88,10 +90,12 @@ def test_attention_inputs_have_outliers() -> None:
 
 
 @pytest.mark.parametrize("causal", [0, 1])
-def test_attention_backward_reference_is_the_gradient(causal: int) -> None:
-    """Given the exact forward output, the reference equals float64 autograd of sum(dO * attention)."""
+@pytest.mark.parametrize(("dim", "seq"), [(64, 64), (256, 64), (128, 37), (256, 70)])
+def test_attention_backward_reference_is_the_gradient(causal: int, dim: int, seq: int) -> None:
+    """Given the exact forward output, the reference equals float64 autograd of sum(dO * attention), for every
+    head dim and for lengths that are no multiple of a tile."""
     task = get_task("attention_bwd")
-    sizes = {"B": 1, "H": 2, "S": 64, "D": 64, "causal": causal}
+    sizes = {"B": 1, "H": 2, "S": seq, "D": dim, "causal": causal}
     inputs = dict(make_inputs(task, sizes, seed=5))
     want_out, want_lse = _naive_attention(inputs["Q"], inputs["K"], inputs["V"], causal)
     # The derived inputs are the forward pass: bf16 O within its rounding, LSE in fp32.
@@ -103,9 +107,9 @@ def test_attention_backward_reference_is_the_gradient(causal: int) -> None:
     dq, dk, dv = result["dQ"], result["dK"], result["dV"]
     assert all((result[f"{n}_magnitude"] >= result[n].abs() - 1e-5).all() for n in ("dQ", "dK", "dV"))
     q, k, v = (inputs[n].double().requires_grad_() for n in ("Q", "K", "V"))
-    scores = q @ k.transpose(-1, -2) / math.sqrt(64)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(dim)
     if causal:
-        scores = scores.masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf"))
+        scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), float("-inf"))
     (torch.softmax(scores, dim=-1) @ v).backward(inputs["dO"].double())
     tol = Tolerance(rtol=1e-4, rms_atol=1e-4)
     _assert_close("dQ", dq, q.grad, tol)

@@ -49,13 +49,33 @@ def test_every_task_has_requirements_for_both_targets_and_held_out_shapes(task) 
 
 
 @pytest.mark.parametrize("task_id", ["attention_fwd", "attention_bwd"])
-def test_attention_shows_every_head_dim_and_mask_and_holds_out_one_combination(task_id: str) -> None:
+def test_attention_shows_every_head_dim_mask_and_length_and_holds_out_combinations(task_id: str) -> None:
     task = get_task(task_id)
     shown = {(w.sizes["D"], w.sizes["causal"]) for w in task.shown()}
-    assert shown == {(64, 0), (128, 0), (128, 1)}  # each value of each switch is shown ...
-    held_out = {(w.sizes["D"], w.sizes["causal"]) for w in task.held_out()}
-    assert (64, 1) in held_out and {w.sizes["causal"] for w in task.held_out()} == {0, 1}
-    assert [v.name for v in task.held_out_variants()] == ["hd64-causal"]  # ... their combination is not
+    assert shown == {(64, 0), (128, 0), (128, 1), (256, 1)}  # each value of each switch is shown ...
+    assert {w.sizes["S"] % 64 != 0 for w in task.shown()} == {True, False}  # ragged lengths too, without the mask
+    assert all(w.sizes["causal"] == 0 for w in task.shown() if w.sizes["S"] % 64)
+    held_out = {(w.sizes["D"], w.sizes["causal"], w.sizes["S"] % 64 != 0) for w in task.held_out()}
+    assert {(64, 1, False), (256, 0, False), (128, 1, True), (256, 1, True)} <= held_out
+    assert min(w.sizes["S"] for w in task.held_out()) < 64  # a length shorter than one tile
+    # ... the combinations are not
+    assert [v.name for v in task.held_out_variants()] == ["hd64-causal", "hd256-full", "s-ragged-causal"]
+    assert task.timed().name == "hd128-s4096" and task.timed().sizes == {"B": 4, "H": 16, "S": 4096, "D": 128,
+                                                                          "causal": 0}
+
+
+@pytest.mark.parametrize("task_id", ["attention_fwd", "attention_bwd"])
+def test_attention_flops_count_exactly_the_unmasked_pairs(task_id: str) -> None:
+    task = get_task(task_id)
+    per_pair = {"attention_fwd": 4, "attention_bwd": 10}[task_id]  # FLOPs per (query, key) pair and head dim
+    for seq in (1, 17, 64, 577, 1537):
+        pairs = {0: seq * seq, 1: sum(1 for i in range(seq) for j in range(seq) if j <= i)}
+        for causal, count in pairs.items():
+            sizes = {"B": 3, "H": 5, "S": seq, "D": 256, "causal": causal}
+            assert task.flops_for(sizes) == per_pair * 3 * 5 * 256 * count
+            # bytes: each bf16 [B, H, S, D] tensor and each fp32 [B, H, S] one once, whatever the mask
+            tensors, stats = {"attention_fwd": (4, 1), "attention_bwd": (8, 1)}[task_id]
+            assert task.bytes_for(sizes) == 3 * 5 * seq * (tensors * 256 * 2 + stats * 4)
 
 
 def test_gemm_includes_decode_sizes() -> None:

@@ -72,7 +72,7 @@ def test_malformed_variants_are_refused_in_one_line(variants: tuple[str, ...], m
 
 def test_a_fixed_switch_value_must_be_one_the_axis_allows() -> None:
     text = ATTENTION.replace("fixes = { D = 64, causal = 1 }", "fixes = { D = 96, causal = 1 }")
-    with pytest.raises(TaskError, match=r"variant hd64-causal: D=96 is not one of \[64, 128\]"):
+    with pytest.raises(TaskError, match=r"variant hd64-causal: D=96 is not one of \[64, 128, 256\]"):
         parse_task(text, "t.toml")
 
 

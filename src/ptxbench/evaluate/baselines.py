@@ -141,10 +141,49 @@ def _compiled(task_id: str, bind: Callable[[Tensors, Mapping[str, int]], Bound])
     return setup
 
 
+# What cuDNN's fused attention runs, by version (PyTorch's own SDPA dispatcher applies the same limits):
+# head dims above 128 from 9.10 on, a key length that is not a multiple of 64 from 8.9.6 on, fewer than
+# 64 queries from 9.0 on. FlashAttention-2 takes head dims up to 256 and any length.
+CUDNN_HEAD_DIM_256 = 91000
+CUDNN_RAGGED_KEYS = 8906
+CUDNN_SHORT_QUERIES = 90000
+
+
+def cudnn_attention_refusal(version: int | None, sizes: Mapping[str, int]) -> str | None:
+    """Why cuDNN ``version`` (``torch.backends.cudnn.version()``) cannot run attention of ``sizes``, or None.
+    Checked in setup so a workload it cannot run is skipped with this reason, not left to a library error."""
+    if version is None:
+        return "cuDNN is not available to this PyTorch"
+    needs = [(sizes["D"] > 128, CUDNN_HEAD_DIM_256, f"head dim {sizes['D']}"),
+             (sizes["S"] % 64 != 0, CUDNN_RAGGED_KEYS, f"a key length of {sizes['S']}, not a multiple of 64"),
+             (sizes["S"] < 64, CUDNN_SHORT_QUERIES, f"{sizes['S']} queries, fewer than 64")]
+    for needed, since, what in needs:
+        if needed and version < since:
+            return f"cuDNN {_cudnn_text(version)} does not run attention with {what} (cuDNN {_cudnn_text(since)} does)"
+    return None
+
+
+def _cudnn_text(version: int) -> str:
+    """91002 -> 9.10.2 (cuDNN 9 counts major * 10000 + minor * 100 + patch; cuDNN 8, major * 1000 + ...)."""
+    if version >= 90000:
+        return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+    return f"{version // 1000}.{version // 100 % 10}.{version % 100}"
+
+
+def _check_cudnn(sizes: Mapping[str, int]) -> None:
+    import torch
+
+    refusal = cudnn_attention_refusal(torch.backends.cudnn.version(), sizes)
+    if refusal is not None:
+        raise RuntimeError(refusal)
+
+
 def _attention_forward(op_name: str) -> Setup:
     def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
         import torch
 
+        if "cudnn" in op_name:
+            _check_cudnn(sizes)
         q, k, v = inputs["Q"], inputs["K"], inputs["V"]
         causal = bool(sizes["causal"])
         op = getattr(torch.ops.aten, op_name)
@@ -178,6 +217,7 @@ def _attention_backward_flash(inputs: Tensors, sizes: Mapping[str, int]) -> Time
 def _attention_backward_cudnn(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     import torch
 
+    _check_cudnn(sizes)
     q, k, v = inputs["Q"], inputs["K"], inputs["V"]
     causal = bool(sizes["causal"])
     forward = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, causal, False)
