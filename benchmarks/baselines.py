@@ -7,6 +7,9 @@ src/ptxbench/tasks/baseline_quality.json that `ptxbench tasks show` and `ptxbenc
 
     python benchmarks/baselines.py [--tasks a,b] [--budget-ms 30] [--compile-gemm]
 
+With --tasks, the results file is updated: those tasks replaced, the others kept with the date, command
+and versions they were measured with (``measured``).
+
 torch.compile's max-autotune of a GEMM shape takes minutes, so the evaluator does not time it (the GEMMs'
 baseline is the library alone) and this benchmark audits it only with --compile-gemm (else the reason is
 recorded); without it the whole run fits in ~8 minutes on an H200.
@@ -52,6 +55,12 @@ def markdown(doc: dict[str, Any]) -> str:
             best_ms = "—" if row["best_ms"] is None else f"{row['best_ms']:.4f}"
             pct = "—" if row["best_pct_of_roofline"] is None else f"{row['best_pct_of_roofline']:.1f}"
             lines.append(f"| {task} | {workload} | {row['best'] or '—'} | {best_ms} | {pct} | {cells} |")
+    runs: dict[tuple[str, str], list[str]] = {}
+    for task, provenance in doc.get("measured", {}).items():
+        runs.setdefault((provenance["date"], provenance["command"]), []).append(task)
+    if len(runs) > 1:  # a file updated task by task: say which run measured what
+        lines += ["", "Measured in several runs:", ""]
+        lines += [f"- {day}, `{command}`: {', '.join(tasks)}" for (day, command), tasks in sorted(runs.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -121,8 +130,28 @@ def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
 def _document(device: dict[str, Any], tasks: dict[str, Any]) -> dict[str, Any]:
     versions = {"torch": device.get("torch"), "cuda": device.get("cuda"), "cudnn": device.get("cudnn"),
                 "triton": _version("triton"), "liger_kernel": _version("liger_kernel")}
-    return {"gpu": device.get("name"), "date": date.today().isoformat(), "versions": versions,
-            "command": " ".join(["python", "benchmarks/baselines.py", *sys.argv[1:]]), "tasks": dict(tasks)}
+    provenance = {"date": date.today().isoformat(), "command": " ".join(["python", "benchmarks/baselines.py",
+                                                                         *sys.argv[1:]]), "versions": versions}
+    return {"gpu": device.get("name"), **provenance, "tasks": dict(tasks),
+            "measured": {task_id: provenance for task_id in tasks}}
+
+
+def merged(previous: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``new`` (a run over some tasks) written over ``previous`` (the results file so far): the tasks it
+    measured replaced, the others kept with the date, command and versions they were measured with
+    (``measured``), in the suite's order. Results of another GPU are never mixed in."""
+    from ptxbench.tasks.loader import bundled_suite
+
+    if previous.get("gpu") != new.get("gpu"):
+        raise SystemExit(f"the results file holds {previous.get('gpu')} results, this run is on {new.get('gpu')}: "
+                         "write it elsewhere (--out)")
+    earlier = {"date": previous.get("date"), "command": previous.get("command"), "versions": previous.get("versions")}
+    measured = {task_id: previous.get("measured", {}).get(task_id, earlier) for task_id in previous["tasks"]}
+    measured |= new["measured"]
+    tasks = {**previous["tasks"], **new["tasks"]}
+    order = [task.id for task in bundled_suite() if task.id in tasks]
+    order += [task_id for task_id in tasks if task_id not in order]  # a task no longer in the suite stays last
+    return {**new, "tasks": {t: tasks[t] for t in order}, "measured": {t: measured[t] for t in order}}
 
 
 def _version(module: str) -> str | None:
@@ -141,9 +170,15 @@ def main() -> None:
     parser.add_argument("--compile-gemm", action="store_true", help="also time torch.compile of the GEMMs")
     parser.add_argument("--out", default=str(RESULTS / "baselines_h200"), help="result path without suffix")
     args = parser.parse_args()
-    doc = measure([t for t in args.tasks.split(",") if t] or None, args.budget_ms, args.compile_gemm,
-                  after_task=lambda partial: write(partial, Path(args.out)))
-    write(doc, Path(args.out))
+    out = Path(args.out)
+    chosen = [t for t in args.tasks.split(",") if t] or None
+    # A run over some tasks updates the results file; one over every task replaces it.
+    previous = json.loads(out.with_suffix(".json").read_text()) if chosen and out.with_suffix(".json").is_file() else None
+
+    def written(doc: dict[str, Any]) -> None:
+        write(merged(previous, doc) if previous is not None else doc, out)
+
+    written(measure(chosen, args.budget_ms, args.compile_gemm, after_task=written))
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def test_the_benchmark_writes_exactly_the_documented_shape(tmp_path: Path) -> No
     assert baselines.QUALITY_PATH.read_bytes() == packaged
 
     doc = json.loads((tmp_path / "out" / "baselines_h200.json").read_text())
-    assert set(doc) == {"gpu", "date", "versions", "command", "tasks"}
+    assert set(doc) == {"gpu", "date", "versions", "command", "tasks"}  # "measured" is added by _document
     assert set(doc["tasks"]) == {"transpose", "softmax"}
     for workloads in doc["tasks"].values():
         for row in workloads.values():
@@ -75,6 +75,20 @@ def test_the_benchmark_writes_exactly_the_documented_shape(tmp_path: Path) -> No
     assert quality.tasks["transpose"][timed] == pytest.approx(25.0)
     assert baselines.weak_baseline_warning(get_task("transpose"), quality) is not None
     assert baselines.weak_baseline_warning(get_task("softmax"), quality) is None
+
+
+def test_a_run_over_some_tasks_updates_the_results_and_keeps_the_others_provenance() -> None:
+    previous = {**_fake_document(), "date": "2026-12-01", "command": "python benchmarks/baselines.py"}
+    rerun = {**_fake_document(), "date": "2026-12-04", "command": "python benchmarks/baselines.py --tasks softmax",
+             "tasks": {"softmax": {"w": {"best": None, "best_ms": None, "best_pct_of_roofline": None, "variants": {}}}}}
+    rerun["measured"] = {"softmax": {"date": "2026-12-04", "command": rerun["command"], "versions": rerun["versions"]}}
+    doc = bench.merged(previous, rerun)
+    assert doc["tasks"]["softmax"] == rerun["tasks"]["softmax"] and doc["tasks"]["transpose"] == previous["tasks"]["transpose"]
+    assert doc["measured"]["transpose"]["date"] == "2026-12-01" and doc["measured"]["softmax"]["date"] == "2026-12-04"
+    assert list(doc["tasks"]) == ["softmax", "transpose"]  # the suite's order
+    assert doc["date"] == "2026-12-04"
+    with pytest.raises(SystemExit, match="B200"):
+        bench.merged(previous, {**rerun, "gpu": "NVIDIA B200"})
 
 
 @pytest.fixture
