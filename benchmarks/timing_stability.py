@@ -33,7 +33,7 @@ OUT = REPO / "benchmarks" / "results"
 _CHILD = """
 import json, secrets, sys, time
 from ptxbench.evaluate.baselines import baseline_variants
-from ptxbench.evaluate.gpu_side import CandidateRunner
+from ptxbench.evaluate.child.gpu_side import CandidateRunner
 from ptxbench.tasks.loader import get_task
 task = get_task(sys.argv[1]); so = sys.argv[2]; repeats = int(sys.argv[3]); budget = float(sys.argv[4])
 sizes = task.timed().sizes
@@ -108,7 +108,7 @@ def _evaluations(task, shared_object: str, repeats: int) -> dict:  # type: ignor
     from ptxbench.evaluate import evaluator as evaluator_module
     from ptxbench.evaluate.baselines import baseline_variants
     from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
-    from ptxbench.evaluate.worker import Worker
+    from ptxbench.evaluate.isolation.worker import Worker
 
     evaluator = GpuEvaluator(EvalOptions())
     evaluator.baselines.close()

@@ -230,8 +230,8 @@ def evaluate(
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
     from ptxbench.evaluate.evaluator import EvalOptions
-    from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
-    from ptxbench.evaluate.run import (
+    from ptxbench.evaluate.fleet.pool import parse_gpus, visible_gpu_count
+    from ptxbench.evaluate.fleet.run import (
         GpusRetired,
         candidates_from_eval_run,
         candidates_from_run,
@@ -641,7 +641,7 @@ def _expand(files: list[Path]) -> list[Path]:
 def _candidates_in(path: Path, task: str, get_task):  # type: ignore[no-untyped-def]
     """The candidate files of ``path``; with ``--task auto`` a file whose name is no task is skipped with a
     warning saying so, and the folder's other files are still evaluated."""
-    from ptxbench.evaluate.run import candidate_from_file
+    from ptxbench.evaluate.fleet.run import candidate_from_file
 
     found = []
     for file in _expand([path]):

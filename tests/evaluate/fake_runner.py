@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ptxbench.evaluate.gpu_side import CANARY_BYTES, CANARY_VALUE
+from ptxbench.evaluate.child.gpu_side import CANARY_BYTES, CANARY_VALUE
 from ptxbench.tasks.model import Task
 from ptxbench.tasks.reference import make_inputs, run_reference
 
@@ -178,7 +178,7 @@ class FakeRunner:
         the calls before: back to back, the GPU runs into its power cap). A baseline is timed only while the
         candidate's process is stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the
         candidate writes its pid to when loaded."""
-        from ptxbench.evaluate.processes import process_state
+        from ptxbench.evaluate.isolation.processes import process_state
 
         sizes, seeds, baselines, candidate = self._timing
         pids = os.environ.get(PIDS)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 
 HANDLER = "tests.evaluate.fake_handler:Misbehaving"
 
@@ -98,7 +98,7 @@ def test_a_worker_that_kills_its_forkserver_is_still_ended_with_its_children(tmp
     """multiprocessing learns of a worker's end from the forkserver: once a candidate kills the server,
     its worker looks dead. Ending it must still kill it and what it started (checked to fail when the
     end trusts multiprocessing's view)."""
-    from ptxbench.evaluate.processes import process_state
+    from ptxbench.evaluate.isolation.processes import process_state
 
     worker = Worker(HANDLER)
     try:
@@ -143,8 +143,8 @@ def test_tensors_still_cross_the_allow_list() -> None:
 
 # -- isolated workers: what candidate code is kept from -------------------------------------------------------
 
-from ptxbench.evaluate.processes import process_state as _state  # noqa: E402
-from ptxbench.evaluate.worker import _check_message  # noqa: E402
+from ptxbench.evaluate.isolation.processes import process_state as _state  # noqa: E402
+from ptxbench.evaluate.isolation.worker import _check_message  # noqa: E402
 
 
 def _gone(pid: int, seconds: float = 5.0) -> bool:
@@ -182,7 +182,7 @@ def test_a_forged_ready_message_is_refused() -> None:
 
 # Run in a session of its own: should isolation fail, the signal must not reach pytest's process group.
 _KILLS_ITS_GROUP = """
-from ptxbench.evaluate.worker import Worker, WorkerDied
+from ptxbench.evaluate.isolation.worker import Worker, WorkerDied
 worker = Worker("tests.evaluate.fake_handler:Misbehaving", isolate=True)
 try:
     worker.call("kill_own_group", timeout_s=60)
@@ -323,7 +323,7 @@ def test_an_isolated_worker_replies_with_cpu_tensors() -> None:
 # exits without closing the worker.
 _LEAVES_A_SERVER_ALIVE = """
 import multiprocessing.forkserver, sys
-from ptxbench.evaluate.worker import Worker
+from ptxbench.evaluate.isolation.worker import Worker
 worker = Worker("tests.evaluate.fake_handler:Misbehaving")
 worker.call("leave_server_holder", sys.argv[1], timeout_s=60)
 print(multiprocessing.forkserver._forkserver._forkserver_pid)
@@ -381,6 +381,6 @@ class _Pinger:
 
 @pytest.mark.parametrize("fail_on", ["recv", "send"])
 def test_a_worker_whose_harness_hung_up_ends_without_a_traceback(fail_on: str) -> None:
-    from ptxbench.evaluate.worker import _serve_requests
+    from ptxbench.evaluate.isolation.worker import _serve_requests
 
     assert _serve_requests(_HungUpConnection(fail_on), _Pinger()) is None  # type: ignore[arg-type]

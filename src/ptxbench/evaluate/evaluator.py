@@ -36,9 +36,9 @@ from ptxbench.check import check_source
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.compare import compare_outputs
-from ptxbench.evaluate.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
-from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
-from ptxbench.evaluate.gpu_side import CANARY_VALUE, median_iqr
+from ptxbench.evaluate.child.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
+from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
+from ptxbench.evaluate.child.gpu_side import CANARY_VALUE, median_iqr
 from ptxbench.evaluate.static_only import verdict_before_running
 from ptxbench.evaluate.verdict import (
     base_name,
@@ -54,7 +54,7 @@ from ptxbench.evaluate.verdict import (
     timing_agreement_guards,
     unique,
 )
-from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.paths import cache_root
 from ptxbench.records.evaluation import (
     Evaluation,
@@ -71,7 +71,7 @@ from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
 from ptxbench.toolchain.discover import find_toolchain
 
-HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
+HANDLER = "ptxbench.evaluate.child.gpu_side:CandidateRunner"
 WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate (trials, timing)
 # Interleaved timing (see GpuEvaluator._timing): measured time per side between switches, the rounds of
 # the first chunk (a warm-up, dropped), the bounds on a chunk and on a workload's calls.

@@ -86,7 +86,7 @@ class CandidateRunner:
         import torch
         import torch.multiprocessing  # noqa: F401 - registers tensor sharing for replies
 
-        from ptxbench.evaluate.gpu_lock import shared_if_known
+        from ptxbench.evaluate.isolation.gpu_lock import shared_if_known
 
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible to the worker")
@@ -111,7 +111,7 @@ class CandidateRunner:
 
     def _open_gate(self) -> tuple[Any, str | None]:
         """The launch gate, or None and why not (timing then falls back to the spin-kernel cover)."""
-        from ptxbench.evaluate.launch_gate import GateUnavailable, LaunchGate
+        from ptxbench.evaluate.child.launch_gate import GateUnavailable, LaunchGate
 
         try:
             return LaunchGate(self.torch), None
@@ -214,7 +214,7 @@ class CandidateRunner:
         self.task = Task.model_validate_json(task_json)
 
     def load(self, shared_object: str, task_json: str) -> list[str]:
-        from ptxbench.evaluate.library import CandidateLibrary
+        from ptxbench.evaluate.child.library import CandidateLibrary
 
         self.set_task(task_json)
         self.library = CandidateLibrary(shared_object, self.task)

@@ -28,13 +28,13 @@ from pydantic import Field, ValidationError
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
-from ptxbench.evaluate.worker import RequestFailed, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.isolation.worker import RequestFailed, WorkerDied, WorkerTimeout
 from ptxbench.records import Record
 from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 from ptxbench.tasks.model import Role, Task
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S
 
-HOST_HANDLER = "ptxbench.evaluate.gpu_host:GpuHost"
+HOST_HANDLER = "ptxbench.evaluate.fleet.gpu_host:GpuHost"
 START_TIMEOUT_S = 420.0  # the evaluator's own device query may take 300 s on a cold machine
 PROBE_TIMEOUT_S = 120.0
 
