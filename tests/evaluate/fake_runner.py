@@ -92,7 +92,7 @@ class FakeRunner:
     def load(self, shared_object: str, task_json: str) -> list[str]:
         from pathlib import Path
 
-        from ptxbench.evaluate.verdict import base_name
+        from ptxbench.evaluate.launches import base_name
         from ptxbench.static.sass import kernel_names
         from ptxbench.toolchain.tools import demangle, disassemble
 
