@@ -7,6 +7,11 @@ guards: provenance, streams, canaries, input mutation, libraries) → timing of 
 workloads with the outputs of timed calls re-checked and a physical-floor check → executed features
 (ncu). Any guard finding makes the candidate REJECTED.
 
+This module is the stage pipeline: which process runs what, under which hold of the GPU's lock, and what a
+failure at each stage means for the candidate. How a time is measured is the timing protocol's (``timing``);
+every check that can reject is in ``guards`` (its table ``GUARDS``); the status follows from the evidence in
+``verdict``.
+
 Sharing the GPU: untimed stages hold the GPU's lock shared and timing holds it alone (``GpuLock``), so
 several evaluations (lanes, or other runs on this machine) overlap their untimed work and never
 disturb a measurement. A process holding the candidate's code exists only while its lane holds the
