@@ -1,7 +1,7 @@
 """Time every vendor-baseline variant of every task on its timed and visible workloads (GPU only).
 
 Each variant is timed the evaluator's way: checked and set up in the evaluator's baseline process and
-the fresh worker (``check_baselines``, setup untimed), then ``GpuEvaluator._interleaved(...,
+the fresh worker (``check_baselines``, setup untimed), then ``timing.interleaved(...,
 candidate=False)``. Writes benchmarks/results/baselines_h200.{json,md} and the package-data summary
 src/ptxbench/tasks/baseline_quality.json that `ptxbench tasks show` and `ptxbench report` warn from.
 
@@ -80,6 +80,7 @@ def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
     task, so a run cut short (a lent GPU's time limit) keeps the tasks it finished."""
     from ptxbench.evaluate.baselines import SETUP_TIMEOUT_S, variant_specs
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+    from ptxbench.evaluate.timing import interleaved
     from ptxbench.tasks.loader import bundled_suite
     from ptxbench.tasks.model import Role
 
@@ -115,8 +116,9 @@ def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
                                 variants[name] = {"skipped": reason}
                     for name in names:
                         if name not in variants:
-                            reply = evaluator._interleaved(workload, name, budget_ms, limit_s, candidate=False)
-                            variants[name] = {"ms": reply["baseline"][1][0]}
+                            reply = interleaved(evaluator.worker, evaluator.baselines, workload, name, budget_ms,
+                                                limit_s, candidate=False)
+                            variants[name] = {"ms": reply.baseline[0]}
                     attainable = attainable_s(task.bytes_for(workload.sizes), task.flops_for(workload.sizes), peaks, fp8)
                     tasks[task.id][workload.name] = workload_row(dict(sorted(variants.items())), attainable)
                     print(task.id, workload.name, tasks[task.id][workload.name]["best"], flush=True)

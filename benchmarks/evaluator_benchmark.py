@@ -66,7 +66,7 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
     from ptxbench.arch.registry import Arch
     from ptxbench.check import read_candidate
     from ptxbench.evaluate.evaluator import EvalOptions
-    from ptxbench.evaluate.run import Candidate, evaluate_candidates
+    from ptxbench.evaluate.fleet.run import Candidate, evaluate_candidates
     from ptxbench.tasks.loader import get_task
 
     task = get_task(task_id)
@@ -74,7 +74,7 @@ def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes
     copies_of = [Candidate(task=task, item=f"copy_{index}", origin=f"copy {index}",
                            source=f"// copy {index} {secrets.token_hex(4)}\n{source}")  # no build is reused
                  for index in range(copies)]
-    from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
+    from ptxbench.evaluate.isolation.gpu_lock import TRACE_VARIABLE
     from ptxbench.records.rundir import RunDir
 
     with tempfile.TemporaryDirectory() as folder:

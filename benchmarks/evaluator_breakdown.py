@@ -67,7 +67,7 @@ def _trial_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped
     from multiprocessing.reduction import ForkingPickler
     from torch.profiler import ProfilerActivity, profile
 
-    from ptxbench.evaluate.gpu_side import CandidateRunner
+    from ptxbench.evaluate.child.gpu_side import CandidateRunner
     from ptxbench.tasks.reference import make_inputs, run_reference
 
     runner = CandidateRunner()

@@ -70,7 +70,7 @@ def same_bytes_copy_ms(byte_counts: list[int], repeats: int = 50) -> list[float]
     evaluator times candidates."""
     import torch
 
-    from ptxbench.evaluate.gpu_side import CandidateRunner
+    from ptxbench.evaluate.child.gpu_side import CandidateRunner
 
     runner = CandidateRunner()
     stream = torch.cuda.current_stream()  # where copy_ runs: the events must be on the same stream
@@ -162,7 +162,7 @@ def _markdown(result: dict) -> str:
 def main() -> None:
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.evaluator import DEFAULT_LANES, EvalOptions
-    from ptxbench.evaluate.run import Candidate, evaluate_candidates
+    from ptxbench.evaluate.fleet.run import Candidate, evaluate_candidates
     from ptxbench.records.rundir import RunDir
     from ptxbench.tasks.loader import get_task
 

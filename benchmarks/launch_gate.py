@@ -89,7 +89,7 @@ def main() -> None:
 
     import torch
 
-    from ptxbench.evaluate.gpu_side import CandidateRunner
+    from ptxbench.evaluate.child.gpu_side import CandidateRunner
     from ptxbench.tasks.loader import get_task
 
     runner = CandidateRunner()

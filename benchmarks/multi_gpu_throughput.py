@@ -71,7 +71,7 @@ class UtilizationSampler:
 
 
 def _candidates(tasks: list[str], copies: int) -> list[Any]:
-    from ptxbench.evaluate.run import candidate_from_file
+    from ptxbench.evaluate.fleet.run import candidate_from_file
     from ptxbench.tasks.loader import get_task
 
     found = []
@@ -86,7 +86,7 @@ def _candidates(tasks: list[str], copies: int) -> list[Any]:
 def _run(gpus: int, backend: str, tasks: list[str], copies: int, profile: bool) -> dict[str, Any]:
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.evaluator import EvalOptions
-    from ptxbench.evaluate.run import PLACEMENT_FILE, evaluate_candidates
+    from ptxbench.evaluate.fleet.run import PLACEMENT_FILE, evaluate_candidates
 
     candidates = _candidates(tasks, copies)
     options = EvalOptions(profile=profile)

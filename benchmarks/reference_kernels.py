@@ -77,7 +77,7 @@ def _markdown(result: dict) -> str:
 def main() -> None:
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.evaluator import EvalOptions
-    from ptxbench.evaluate.run import candidate_from_file, evaluate_candidates
+    from ptxbench.evaluate.fleet.run import candidate_from_file, evaluate_candidates
     from ptxbench.records.rundir import RunDir
     from ptxbench.tasks.loader import get_task
 

@@ -33,7 +33,7 @@ OUT = REPO / "benchmarks" / "results"
 _CHILD = """
 import json, secrets, sys, time
 from ptxbench.evaluate.baselines import baseline_variants
-from ptxbench.evaluate.gpu_side import CandidateRunner
+from ptxbench.evaluate.child.gpu_side import CandidateRunner
 from ptxbench.tasks.loader import get_task
 task = get_task(sys.argv[1]); so = sys.argv[2]; repeats = int(sys.argv[3]); budget = float(sys.argv[4])
 sizes = task.timed().sizes
@@ -105,10 +105,10 @@ def _evaluations(task, shared_object: str, repeats: int) -> dict:  # type: ignor
     the baseline process lives as long as the evaluator (as it does) or is renewed per evaluation. Says
     how far each workload's candidate time, baseline time and their ratio spread across evaluations,
     with the clocks seen meanwhile. One unrecorded evaluation comes first (spares warming up)."""
-    from ptxbench.evaluate import evaluator as evaluator_module
+    from ptxbench.evaluate import timing
     from ptxbench.evaluate.baselines import baseline_variants
     from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
-    from ptxbench.evaluate.worker import Worker
+    from ptxbench.evaluate.isolation.worker import Worker
 
     evaluator = GpuEvaluator(EvalOptions())
     evaluator.baselines.close()
@@ -125,12 +125,13 @@ def _evaluations(task, shared_object: str, repeats: int) -> dict:  # type: ignor
         fastest = {}
         with evaluator.lock.exclusive():
             for workload in workloads:
-                clean = {v: evaluator._interleaved(workload, v, 100.0, 600, candidate=False)["baseline"][1][0]
+                clean = {v: timing.interleaved(evaluator.worker, evaluator.baselines, workload, v, 100.0, 600,
+                                                     candidate=False).baseline[0]
                          for v in baseline_variants(task)}
                 fastest[workload.name] = min(clean, key=clean.__getitem__)
 
         def evaluation(chunk_ms: float, budget_ms: float, baseline_process: str) -> list[dict]:
-            evaluator_module.CHUNK_MS = chunk_ms
+            timing.CHUNK_MS = chunk_ms
             if baseline_process == "fresh":
                 evaluator.baselines.renew()
                 evaluator.baselines.call("set_task", task.model_dump_json(), timeout_s=120)
@@ -141,13 +142,14 @@ def _evaluations(task, shared_object: str, repeats: int) -> dict:  # type: ignor
                 evaluator.worker.call("load", shared_object, task.model_dump_json(), timeout_s=120)
                 for workload in workloads:
                     started, began = time.perf_counter(), time.time()
-                    measured = evaluator._interleaved(workload, fastest[workload.name], budget_ms, 600)
-                    candidate_ms, baseline_ms = measured["candidate"][0], measured["baseline"][1][0]
+                    measured = timing.interleaved(evaluator.worker, evaluator.baselines, workload,
+                                                  fastest[workload.name], budget_ms, 600)
+                    candidate_ms, baseline_ms = measured.candidate[0], measured.baseline[0]
                     measured_rows.append({
                         "chunk_ms": chunk_ms, "budget_ms": budget_ms, "baseline_process": baseline_process,
                         "workload": workload.name, "variant": fastest[workload.name], "candidate_ms": candidate_ms,
                         "baseline_ms": baseline_ms, "ratio": baseline_ms / candidate_ms,
-                        "samples": measured["samples"], "seconds": time.perf_counter() - started,
+                        "samples": measured.samples, "seconds": time.perf_counter() - started,
                         "start": began, "end": time.time()})
                 evaluator.worker.kill()
             return measured_rows
@@ -185,7 +187,7 @@ def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: igno
     """The evaluator's interleaved timing of the timed workload, ``repeats`` times per setting (chunk
     length between switches, measured time per side), in one evaluator: how far the candidate/baseline
     ratio spreads. A chunk of 0 ms alternates after every call."""
-    from ptxbench.evaluate import evaluator as evaluator_module
+    from ptxbench.evaluate import timing
     from ptxbench.evaluate.baselines import baseline_variants
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 
@@ -199,14 +201,15 @@ def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: igno
         evaluator.baselines.call("set_task", task.model_dump_json(), timeout_s=120)
         variant = next(iter(baseline_variants(task)))
         for chunk_ms, budget_ms in settings:
-            evaluator_module.CHUNK_MS = chunk_ms
+            timing.CHUNK_MS = chunk_ms
             for _ in range(repeats):
                 started = time.perf_counter()
-                measured = evaluator._interleaved(task.timed(), variant, budget_ms, 600)
-                candidate_ms, baseline_ms = measured["candidate"][0], measured["baseline"][1][0]
+                measured = timing.interleaved(evaluator.worker, evaluator.baselines, task.timed(), variant,
+                                              budget_ms, 600)
+                candidate_ms, baseline_ms = measured.candidate[0], measured.baseline[0]
                 rows.append({"chunk_ms": chunk_ms, "budget_ms": budget_ms, "candidate_ms": candidate_ms,
                              "baseline_ms": baseline_ms, "ratio": baseline_ms / candidate_ms,
-                             "samples": measured["samples"], "seconds": time.perf_counter() - started})
+                             "samples": measured.samples, "seconds": time.perf_counter() - started})
     finally:
         evaluator.close()
     summary = []

@@ -15,7 +15,7 @@ import torch
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request
-from ptxbench.evaluate.library import CandidateLibrary
+from ptxbench.evaluate.child.library import CandidateLibrary
 from ptxbench.tasks.loader import get_task
 from ptxbench.toolchain.compile import build
 

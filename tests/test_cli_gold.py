@@ -16,7 +16,7 @@ runner = CliRunner()
 
 
 def test_gold_evaluates_every_reference_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("ptxbench.evaluate.run.gpu_available", lambda: False)
+    monkeypatch.setattr("ptxbench.evaluate.fleet.run.gpu_available", lambda: False)
     result = runner.invoke(app, ["eval", "--gold", "--out", str(tmp_path / "gold")])
     assert result.exit_code == 0, result.output
     records = sorted((tmp_path / "gold").rglob("result.json"))

@@ -33,9 +33,9 @@ _PUBLIC = {
     "check_source": "ptxbench.check",
     "check_file": "ptxbench.check",
     # evaluating on GPUs
-    "Candidate": "ptxbench.evaluate.run",
-    "candidate_from_file": "ptxbench.evaluate.run",
-    "evaluate_candidates": "ptxbench.evaluate.run",
+    "Candidate": "ptxbench.evaluate.fleet.run",
+    "candidate_from_file": "ptxbench.evaluate.fleet.run",
+    "evaluate_candidates": "ptxbench.evaluate.fleet.run",
     "EvalOptions": "ptxbench.evaluate.evaluator",
     "Evaluation": "ptxbench.records.evaluation",
     "Status": "ptxbench.records.evaluation",

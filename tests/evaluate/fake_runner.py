@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ptxbench.evaluate.gpu_side import CANARY_BYTES, CANARY_VALUE
+from ptxbench.evaluate.child.gpu_side import CANARY_BYTES, CANARY_VALUE
 from ptxbench.tasks.model import Task
 from ptxbench.tasks.reference import make_inputs, run_reference
 
@@ -92,7 +92,7 @@ class FakeRunner:
     def load(self, shared_object: str, task_json: str) -> list[str]:
         from pathlib import Path
 
-        from ptxbench.evaluate.verdict import base_name
+        from ptxbench.evaluate.launches import base_name
         from ptxbench.static.sass import kernel_names
         from ptxbench.toolchain.tools import demangle, disassemble
 
@@ -183,7 +183,7 @@ class FakeRunner:
         the calls before: back to back, the GPU runs into its power cap). A baseline is timed only while the
         candidate's process is stopped, which this checks when PTXBENCH_FAKE_PIDS names the file the
         candidate writes its pid to when loaded."""
-        from ptxbench.evaluate.processes import process_state
+        from ptxbench.evaluate.isolation.processes import process_state
 
         sizes, seeds, baselines, candidate = self._timing
         pids = os.environ.get(PIDS)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ptxbench.evaluate.evaluator import EvalOptions
-from ptxbench.evaluate.run import PLACEMENT_FILE, Candidate
+from ptxbench.evaluate.fleet.run import PLACEMENT_FILE, Candidate
 from ptxbench.records.evaluation import Evaluation
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task

@@ -258,7 +258,7 @@ class _CpuRunner:
     """The GPU worker's handler without a GPU: its own check_baselines, on CPU tensors."""
 
     def __new__(cls, task):  # type: ignore[no-untyped-def]
-        from ptxbench.evaluate.gpu_side import CandidateRunner
+        from ptxbench.evaluate.child.gpu_side import CandidateRunner
 
         runner = object.__new__(CandidateRunner)
         runner.task = task

@@ -13,7 +13,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
+from ptxbench.evaluate.isolation.gpu_lock import TRACE_VARIABLE
 from ptxbench.records.evaluation import Guard, Status
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task
@@ -269,7 +269,7 @@ def test_baseline_is_interleaved_with_the_candidate_stopped(monkeypatch: pytest.
 def test_a_baseline_slowed_beside_the_candidate_is_replaced_by_its_clean_time(monkeypatch: pytest.MonkeyPatch,
                                                                                tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Interleaved, the baseline reads 1.5 ms against a clean 1.0 ms: the candidate gains only the allowance."""
-    from ptxbench.evaluate.evaluator import BASELINE_DISTURBANCE
+    from ptxbench.evaluate.timing import BASELINE_DISTURBANCE
 
     from .fake_runner import PIDS
 
@@ -319,7 +319,7 @@ def test_a_process_the_candidate_abandons_ends_with_its_worker(monkeypatch: pyte
     """A daemon (forked twice, in its own session) started from the candidate's process would outlive it
     and could run on the GPU during later timings; the worker adopts it and it is killed with the worker
     (checked to survive without the subreaper)."""
-    from ptxbench.evaluate.processes import process_state
+    from ptxbench.evaluate.isolation.processes import process_state
 
     from .fake_runner import DAEMON
 

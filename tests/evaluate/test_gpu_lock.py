@@ -6,7 +6,7 @@ import multiprocessing
 import time
 from pathlib import Path
 
-from ptxbench.evaluate.gpu_lock import GpuLock
+from ptxbench.evaluate.isolation.gpu_lock import GpuLock
 
 
 def _hold(folder: str, mode: str, seconds: float, log: str, name: str) -> None:
@@ -76,7 +76,7 @@ def test_a_dead_holder_releases_the_gpu(tmp_path: Path) -> None:
 def test_every_hold_is_traced_when_a_trace_file_is_named(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     import json
 
-    from ptxbench.evaluate.gpu_lock import TRACE_VARIABLE
+    from ptxbench.evaluate.isolation.gpu_lock import TRACE_VARIABLE
 
     lock = GpuLock("GPU-test", tmp_path)
     with lock.shared("trials"):
@@ -105,7 +105,7 @@ def test_one_profiler_session_at_a_time_and_run_under_ncu_takes_the_turn(tmp_pat
     import sys
 
     from ptxbench.evaluate import profiling
-    from ptxbench.evaluate.gpu_lock import PROFILER_TURN
+    from ptxbench.evaluate.isolation.gpu_lock import PROFILER_TURN
 
     monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path))
     probe = ("import fcntl, os, sys\n"

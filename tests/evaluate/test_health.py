@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, health_problem
-from ptxbench.evaluate.scheduler import HostFailed, Job, SerialSlot
+from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome, health_problem
+from ptxbench.evaluate.fleet.scheduler import HostFailed, Job, SerialSlot
 
 from .fake_runner import FakeRunner, SickGpu
 from .scaleout import small_softmax

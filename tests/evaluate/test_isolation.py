@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from ptxbench.evaluate import gpu_lock, isolation
-from ptxbench.evaluate.isolation import candidate_environment
+from ptxbench.evaluate.isolation import confinement, gpu_lock
+from ptxbench.evaluate.isolation.confinement import candidate_environment
 
-ISOLATION_FILE = Path(isolation.__file__)
+ISOLATION_FILE = Path(confinement.__file__)
 
 HARNESS_ENVIRONMENT = {
     "PATH": "/usr/bin", "LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
@@ -47,18 +47,18 @@ def test_the_candidate_sees_no_secret_nor_the_harnesss_own_settings() -> None:
 
 
 def test_the_lock_variables_are_the_ones_gpu_lock_reads() -> None:
-    assert gpu_lock.KEY_VARIABLE in isolation.LOCK_VARIABLES
-    assert gpu_lock.TRACE_VARIABLE in isolation.LOCK_VARIABLES
-    assert "PTXBENCH_LOCK_DIR" in isolation.LOCK_VARIABLES and "PTXBENCH_LOCK_DIR" in Path(gpu_lock.__file__).read_text()
+    assert gpu_lock.KEY_VARIABLE in confinement.LOCK_VARIABLES
+    assert gpu_lock.TRACE_VARIABLE in confinement.LOCK_VARIABLES
+    assert "PTXBENCH_LOCK_DIR" in confinement.LOCK_VARIABLES and "PTXBENCH_LOCK_DIR" in Path(gpu_lock.__file__).read_text()
 
 
 def test_protected_paths_are_read_from_the_harness_environment() -> None:
-    environ = {isolation.PROTECTED_PATHS_VARIABLE: os.pathsep.join(["/runs/a", "", "/cache/b"])}
-    assert isolation.protected_paths_from(environ) == ["/runs/a", "/cache/b"]
-    assert isolation.protected_paths_from({}) == []
+    environ = {confinement.PROTECTED_PATHS_VARIABLE: os.pathsep.join(["/runs/a", "", "/cache/b"])}
+    assert confinement.protected_paths_from(environ) == ["/runs/a", "/cache/b"]
+    assert confinement.protected_paths_from({}) == []
 
 
-# The probes' preamble: isolation.py loaded by its path as profile_one.py loads it (no ptxbench import), and
+# The probes' preamble: confinement.py loaded by its path as profile_one.py loads it (no ptxbench import), and
 # one attempt at a file operation, reported as "done" or the error's class and number.
 _LOAD_ISOLATION = """
 import ctypes, importlib.util, os, sys
@@ -143,11 +143,11 @@ def test_protect_paths_uses_a_user_namespace_as_a_normal_user(tmp_path: Path) ->
 
 
 def test_protect_paths_says_why_not_instead_of_raising(tmp_path: Path) -> None:
-    assert isolation.protect_paths([str(tmp_path / "missing")]) == "not isolated: no protected path exists"
+    assert confinement.protect_paths([str(tmp_path / "missing")]) == "not isolated: no protected path exists"
 
 
-def _cgroup_or_skip() -> isolation.Cgroup:
-    made = isolation.Cgroup.create(prefix="ptxbench-test")
+def _cgroup_or_skip() -> confinement.Cgroup:
+    made = confinement.Cgroup.create(prefix="ptxbench-test")
     if isinstance(made, str):
         pytest.skip(f"no cgroup here: {made}")
     return made
@@ -184,7 +184,7 @@ def test_groups_left_by_a_dead_harness_are_swept() -> None:
     stale = os.path.join(parent, f"ptxbench-test-{dead.pid}-00000000")
     os.mkdir(stale)
     try:
-        isolation.sweep_stale_cgroups(parent, "ptxbench-test")
+        confinement.sweep_stale_cgroups(parent, "ptxbench-test")
         assert not os.path.exists(stale), "the dead harness's group is removed"
         assert os.path.exists(group.path), "a living harness's group is kept"
     finally:
@@ -217,12 +217,12 @@ def test_a_hidden_file_reads_empty_for_the_candidate_only(tmp_path: Path) -> Non
 
 
 def test_naming_protected_paths_creates_them_and_is_undone(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setenv(isolation.PROTECTED_PATHS_VARIABLE, "/already")
-    restore = isolation.name_protected_paths([tmp_path / "run", str(tmp_path / "cache")])
+    monkeypatch.setenv(confinement.PROTECTED_PATHS_VARIABLE, "/already")
+    restore = confinement.name_protected_paths([tmp_path / "run", str(tmp_path / "cache")])
     assert (tmp_path / "run").is_dir(), "created, so the first worker started finds it to protect"
-    assert isolation.protected_paths_from(os.environ) == ["/already", str(tmp_path / "run"), str(tmp_path / "cache")]
+    assert confinement.protected_paths_from(os.environ) == ["/already", str(tmp_path / "run"), str(tmp_path / "cache")]
     restore()
-    assert os.environ[isolation.PROTECTED_PATHS_VARIABLE] == "/already"
+    assert os.environ[confinement.PROTECTED_PATHS_VARIABLE] == "/already"
 
 
 # Protects argv[2] with the default scratch space, then tries to write outside scratch space (argv[3]), in
@@ -242,10 +242,10 @@ print(ctypes.CDLL(None).prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE
 
 def _outside_scratch_space() -> Path:
     """A folder this test may write in that is not scratch space (a clone under /tmp is)."""
-    roots = [os.path.realpath(root) for root in isolation.writable_roots()]
+    roots = [os.path.realpath(root) for root in confinement.writable_roots()]
     for folder in (Path.home(), Path(__file__).resolve().parents[2], Path("/var/lib"), Path("/opt")):
         real = os.path.realpath(folder)
-        if os.path.isdir(real) and os.access(real, os.W_OK) and not isolation._within(real, roots):
+        if os.path.isdir(real) and os.access(real, os.W_OK) and not confinement._within(real, roots):
             return Path(real)
     pytest.skip("no writable folder outside scratch space here")
 
@@ -284,10 +284,10 @@ def test_a_scratch_mount_point_that_could_not_be_made_read_only_is_named(monkeyp
         if target == "/stubborn":
             raise OSError(1, "Operation not permitted")
 
-    monkeypatch.setattr(isolation, "_mount", mount)
-    monkeypatch.setattr(isolation, "_mount_points", lambda: ["/", "/tmp", "/tmp/inner", "/stubborn", "/proc"])
+    monkeypatch.setattr(confinement, "_mount", mount)
+    monkeypatch.setattr(confinement, "_mount_points", lambda: ["/", "/tmp", "/tmp/inner", "/stubborn", "/proc"])
     monkeypatch.setattr(os, "statvfs", lambda path: os.statvfs_result((0,) * 11))
-    refused = isolation._read_only_machine(["/tmp", "/proc", "/tmp/inner"])
+    refused = confinement._read_only_machine(["/tmp", "/proc", "/tmp/inner"])
     assert refused == ["/stubborn (Operation not permitted)"]
     assert calls == ["/", "/stubborn"], "scratch mounts and those below them are left writable"
 
@@ -297,7 +297,7 @@ def test_import_roots_protect_the_harness_code_but_not_scratch_space(tmp_path: P
     site.mkdir()
     private = tmp_path / "private"
     private.mkdir()
-    roots = isolation.import_roots([str(site), "/tmp", "/", str(tmp_path / "missing"), os.path.dirname(os.__file__),
+    roots = confinement.import_roots([str(site), "/tmp", "/", str(tmp_path / "missing"), os.path.dirname(os.__file__),
                                     str(tmp_path)], keep_writable=[str(private)])
     assert str(site.resolve()) in roots, "wheels unpacked in scratch space are protected by name"
     assert os.path.realpath(os.path.dirname(os.__file__)) in roots

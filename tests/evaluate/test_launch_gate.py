@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from ptxbench.arch.registry import BENCHMARK_ARCHS
-from ptxbench.evaluate.launch_gate import GATE_PTX, KERNEL_NAME
+from ptxbench.evaluate.child.launch_gate import GATE_PTX, KERNEL_NAME
 from ptxbench.toolchain.discover import find_toolchain
 
 

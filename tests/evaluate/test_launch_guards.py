@@ -3,15 +3,8 @@ launched when checked (pure functions; the orchestration tests drive them throug
 
 from __future__ import annotations
 
-from ptxbench.evaluate.verdict import (
-    ONE_TIME_LAUNCHES,
-    host_transfer_guards,
-    launch_difference,
-    launch_signature,
-    launches_of,
-    profiled_launch_guards,
-    timed_launch_guards,
-)
+from ptxbench.evaluate.guards import host_transfer_guards, profiled_launch_guards, timed_launch_guards
+from ptxbench.evaluate.launches import ONE_TIME_LAUNCHES, launch_difference, launch_signature, launches_of
 from ptxbench.records.evaluation import Guard, KernelProfile
 
 KERNEL = "void (anonymous namespace)::rmsnorm_kernel<256>(float const*, float*)"

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.compare import compare
-from ptxbench.evaluate.gpu_host import HostOutcome, parse_outcome
-from ptxbench.evaluate.run import evaluate_candidates
+from ptxbench.evaluate.fleet.gpu_host import HostOutcome, parse_outcome
+from ptxbench.evaluate.fleet.run import evaluate_candidates
 from ptxbench.records.evaluation import Evaluation, Status, TrialResult
 from ptxbench.records.rundir import write_model
 from ptxbench.tasks.model import Tolerance

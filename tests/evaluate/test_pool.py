@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.pool import GpuSelectionError, parse_gpus, pin_for
-from ptxbench.evaluate.run import GpusRetired, evaluate_candidates
+from ptxbench.evaluate.fleet.pool import GpuSelectionError, parse_gpus, pin_for
+from ptxbench.evaluate.fleet.run import GpusRetired, evaluate_candidates
 from ptxbench.records.completion import ExtractionStatus
 from ptxbench.records.evaluation import Generation, InfraFailure, Status
 from ptxbench.records.rundir import RunDir
@@ -71,7 +71,7 @@ def test_on_gpus_an_answer_without_code_is_an_item_and_every_item_keeps_its_labe
 def test_a_faulting_gpu_is_retired_and_its_candidates_go_to_another(tmp_path: Path,
                                                                      caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.fleet.scheduler"):
         results = _run(out, 6, handler="BreaksGpu1")
     assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
     found = stored(out)
@@ -94,7 +94,7 @@ def test_with_two_lanes_every_candidate_a_faulting_gpu_held_goes_to_another(tmp_
                                                                              caplog: pytest.LogCaptureFixture) -> None:
     """The default: two hosts on each GPU. When GPU 1 breaks, whatever either of its lanes held is re-queued."""
     out = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.fleet.scheduler"):
         results = evaluate_candidates(candidates(6), Arch.SM_90A, out, OPTIONS.model_copy(update={"lanes": 2}),
                                       gpus=[0, 1], handler=f"{FAKE}:BreaksGpu1", reference_device="cpu")
     assert all(r.status is Status.PASSED for r in results), [r.message for r in results]

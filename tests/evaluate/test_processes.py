@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from ptxbench.evaluate.processes import descendants, kill_descendants, process_state, wait_stopped
+from ptxbench.evaluate.isolation.processes import descendants, kill_descendants, process_state, wait_stopped
 
 # A child that starts a grandchild (which sleeps) and then sleeps itself.
 _TREE = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
@@ -57,7 +57,7 @@ _SMALL_EVALUATION = """
 import sys
 from pathlib import Path
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.run import evaluate_candidates
+from ptxbench.evaluate.fleet.run import evaluate_candidates
 from tests.evaluate.scaleout import FAKE, OPTIONS, candidates
 results = evaluate_candidates(candidates(1), Arch.SM_90A, Path(sys.argv[1]), OPTIONS, gpus=[0],
                               handler=f"{FAKE}:FakeRunner", reference_device="cpu")
@@ -105,7 +105,7 @@ def test_an_evaluation_leaves_no_process_behind(tmp_path) -> None:  # type: igno
 
 
 def test_session_members_include_other_process_groups_and_orphans() -> None:
-    from ptxbench.evaluate.processes import session_members
+    from ptxbench.evaluate.isolation.processes import session_members
 
     # the session leader starts a process in a group of its own, which outlives its parent's exit
     tree = ("import os, subprocess, sys, time; "

@@ -47,7 +47,7 @@ def test_the_program_runs_on_the_standard_library_alone(tmp_path: Path) -> None:
 
 
 def test_the_plan_names_the_gpu_lock(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.gpu_lock import KEY_VARIABLE
+    from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE
 
     monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv(KEY_VARIABLE, "GPU-test")
@@ -56,6 +56,25 @@ def test_the_plan_names_the_gpu_lock(tmp_path: Path, monkeypatch) -> None:  # ty
     assert plan["gpu_lock"] == {"key": "GPU-test", "folder": str(tmp_path / "locks"), "alone": False}
     command = profiled_program(get_task("rmsnorm"), {"T": 4, "Hd": 64}, tmp_path / "candidate.so", tmp_path, alone=True)
     assert json.loads(Path(command[3]).read_text())["gpu_lock"]["alone"] is True
+
+
+def test_the_program_loads_every_module_it_names_by_path_without_ptxbench(tmp_path: Path) -> None:
+    """The profiled program runs under ``python -I`` where ptxbench is not importable and finds the harness's
+    modules it needs by their paths in other folders of ``evaluate/``: each must be there and load."""
+    from ptxbench.evaluate.child import profile_one
+    from ptxbench.evaluate.profiling import PROFILED_PROGRAM
+
+    assert PROFILED_PROGRAM.samefile(profile_one.__file__)
+    script = ("import importlib.util, sys\n"
+              "spec = importlib.util.spec_from_file_location('program', sys.argv[1])\n"
+              "program = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(program)\n"
+              "for name in program._STANDALONE:\n    program._standalone(name)\n"
+              "assert not [m for m in sys.modules if m.startswith(('ptxbench.', 'torch'))], sorted(sys.modules)\n"
+              "print(' '.join(sorted(program._STANDALONE)))")
+    done = subprocess.run([sys.executable, "-I", "-c", script, str(PROFILED_PROGRAM)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == sorted(profile_one._STANDALONE) == ["confinement", "cuda_driver", "gpu_lock", "processes"]
 
 
 def test_the_program_opens_the_gpu_at_once_but_runs_the_candidate_only_under_the_lock(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -67,17 +86,17 @@ def test_the_program_opens_the_gpu_at_once_but_runs_the_candidate_only_under_the
     import time
     import types
 
-    from ptxbench.evaluate import profile_one as installed
-    from ptxbench.evaluate.gpu_lock import GpuLock
+    from ptxbench.evaluate.child import profile_one as installed
+    from ptxbench.evaluate.isolation.gpu_lock import GpuLock
 
     spec = importlib.util.spec_from_file_location("profile_one_under_test", installed.__file__)
     assert spec is not None and spec.loader is not None
     program = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(program)
     events: list[str] = []
-    real_sibling = program._sibling
+    real_standalone = program._standalone
     harmless = types.SimpleNamespace(become_subreaper=lambda: None, kill_descendants=lambda pid: events.append("reaped"))
-    monkeypatch.setattr(program, "_sibling", lambda name: harmless if name == "processes" else real_sibling(name))
+    monkeypatch.setattr(program, "_standalone", lambda name: harmless if name == "processes" else real_standalone(name))
     monkeypatch.setattr(program, "_open", lambda plan: events.append("opened") or (None, None, []))
     monkeypatch.setattr(program, "_profile", lambda plan, *opened: events.append("profiled") or 0)
     plan = tmp_path / "plan.json"
@@ -97,15 +116,15 @@ def _program_under_test(monkeypatch, events: list[str]):  # type: ignore[no-unty
     import importlib.util
     import types
 
-    from ptxbench.evaluate import profile_one as installed
+    from ptxbench.evaluate.child import profile_one as installed
 
     spec = importlib.util.spec_from_file_location("profile_one_under_test", installed.__file__)
     assert spec is not None and spec.loader is not None
     program = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(program)
-    real_sibling = program._sibling
+    real_standalone = program._standalone
     harmless = types.SimpleNamespace(become_subreaper=lambda: None, kill_descendants=lambda pid: events.append("reaped"))
-    monkeypatch.setattr(program, "_sibling", lambda name: harmless if name == "processes" else real_sibling(name))
+    monkeypatch.setattr(program, "_standalone", lambda name: harmless if name == "processes" else real_standalone(name))
     monkeypatch.setattr(program, "_profile", lambda plan, *opened: events.append("profiled") or 0)
     return program
 
@@ -114,7 +133,7 @@ def test_alone_the_program_allocates_only_once_it_has_the_gpu_to_itself(tmp_path
     import threading
     import time
 
-    from ptxbench.evaluate.gpu_lock import GpuLock
+    from ptxbench.evaluate.isolation.gpu_lock import GpuLock
 
     events: list[str] = []
     program = _program_under_test(monkeypatch, events)
@@ -134,7 +153,7 @@ def test_alone_the_program_allocates_only_once_it_has_the_gpu_to_itself(tmp_path
 def test_running_out_of_memory_is_marked_for_the_harness(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     events: list[str] = []
     program = _program_under_test(monkeypatch, events)
-    driver = program._sibling("cuda_driver")
+    driver = program._standalone("cuda_driver")
 
     def no_memory(plan):  # type: ignore[no-untyped-def]
         raise driver.DriverError("cuMemAlloc_v2 failed with CUresult 2", driver.CUDA_ERROR_OUT_OF_MEMORY)
@@ -225,7 +244,7 @@ def test_a_candidate_printing_the_permission_error_is_judged_on_its_report(tmp_p
 def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     from .fake_ncu import recordings
 
-    from ptxbench.evaluate.isolation import PROTECTED_PATHS_VARIABLE
+    from ptxbench.evaluate.isolation.confinement import PROTECTED_PATHS_VARIABLE
     from ptxbench.integrity import key_path
     from ptxbench.paths import cache_root
 
@@ -271,14 +290,14 @@ def test_the_program_protects_its_folders_before_opening_the_gpu_and_goes_on_whe
 
     events: list[str] = []
     program = _program_under_test(monkeypatch, events)
-    siblings = program._sibling
+    siblings = program._standalone
 
     def sibling(name: str):  # type: ignore[no-untyped-def]
-        if name == "isolation":
+        if name == "confinement":
             return types.SimpleNamespace(protect_paths=lambda paths: events.append(f"protect {paths}") or "read-only")
         return siblings(name)
 
-    monkeypatch.setattr(program, "_sibling", sibling)
+    monkeypatch.setattr(program, "_standalone", sibling)
     monkeypatch.setattr(program, "_open", lambda plan: events.append("opened") or (None, None, []))
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"gpu_lock": None, "protect": [str(tmp_path)]}))
@@ -289,8 +308,8 @@ def test_the_program_protects_its_folders_before_opening_the_gpu_and_goes_on_whe
     def refused(paths):  # type: ignore[no-untyped-def]
         raise OSError(1, "Operation not permitted")
 
-    monkeypatch.setattr(program, "_sibling", lambda name: types.SimpleNamespace(protect_paths=refused)
-                        if name == "isolation" else siblings(name))
+    monkeypatch.setattr(program, "_standalone", lambda name: types.SimpleNamespace(protect_paths=refused)
+                        if name == "confinement" else siblings(name))
     events.clear()
     assert program.main(str(plan)) == 0 and events == ["opened", "profiled", "reaped"]
     assert "not isolated: PermissionError" in capsys.readouterr().err
@@ -299,8 +318,8 @@ def test_the_program_protects_its_folders_before_opening_the_gpu_and_goes_on_whe
         events.append(f"protect {paths} hide {list(hidden)}")
         return "read-only, hidden"
 
-    monkeypatch.setattr(program, "_sibling", lambda name: types.SimpleNamespace(protect_paths=hiding)
-                        if name == "isolation" else siblings(name))
+    monkeypatch.setattr(program, "_standalone", lambda name: types.SimpleNamespace(protect_paths=hiding)
+                        if name == "confinement" else siblings(name))
     plan.write_text(json.dumps({"gpu_lock": None, "protect": [str(tmp_path)], "hide": [str(tmp_path / "key")]}))
     events.clear()
     assert program.main(str(plan)) == 0

@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.run import GpusRetired, evaluate_candidates
+from ptxbench.evaluate.fleet.run import GpusRetired, evaluate_candidates
 from ptxbench.records.evaluation import InfraFailure, Status
 
 from ..conftest import REPO
@@ -68,7 +68,7 @@ def test_every_item_gets_one_result_and_runs_resume_across_backends(tmp_path: Pa
 def test_a_faulting_gpu_is_retired_and_its_candidates_go_to_another(tmp_path: Path,
                                                                      caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.fleet.scheduler"):
         results = _run(out, 4, handler="BreaksGpu1")  # two jobs per actor at once: GPU 1's second is re-queued too
     assert all(r.status is Status.PASSED for r in results), [r.message for r in results]
     found = stored(out)

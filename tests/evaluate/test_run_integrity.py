@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.run import evaluate_candidates
+from ptxbench.evaluate.fleet.run import evaluate_candidates
 from ptxbench.records.evaluation import Evaluation, Status
 from ptxbench.records.rundir import QUARANTINE_DIR, RunDir, RunHeader, RunLedger
 
@@ -121,7 +121,7 @@ def _check_undone(out: Path, results: list[Evaluation], caplog: pytest.LogCaptur
 def test_the_driver_undoes_tampering_on_a_machine_without_gpus(tmp_path: Path,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.run"):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.fleet.run"):
         results = evaluate_candidates(candidates(2), Arch.SM_90A, out, OPTIONS, gpus=[], on_done=_tamper_once(out))
     _check_undone(out, results, caplog)
 
@@ -131,7 +131,7 @@ def test_the_driver_undoes_tampering_during_a_gpu_run(tmp_path: Path, monkeypatc
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("PTXBENCH_FAKE_STATE", str(tmp_path))
     out = tmp_path / "run"
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.run"):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.fleet.run"):
         results = evaluate_candidates(candidates(2), Arch.SM_90A, out, OPTIONS, gpus=[0],
                                       handler=f"{FAKE}:FakeRunner", reference_device="cpu",
                                       on_done=_tamper_once(out))
@@ -154,7 +154,7 @@ def test_a_run_stopped_midway_is_checked_on_the_way_out(tmp_path: Path, monkeypa
         tamper(evaluation)
         raise KeyboardInterrupt
 
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.run"), pytest.raises(KeyboardInterrupt):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.fleet.run"), pytest.raises(KeyboardInterrupt):
         evaluate_candidates(candidates(2), Arch.SM_90A, out, OPTIONS, gpus=[0], handler=f"{FAKE}:FakeRunner",
                             reference_device="cpu", on_done=tamper_then_stop)
     (stored,) = RunDir.load(out).results()

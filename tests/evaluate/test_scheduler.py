@@ -7,8 +7,8 @@ from concurrent.futures import Future
 from typing import Any
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.gpu_host import HostJob, HostOutcome
-from ptxbench.evaluate.scheduler import Job, SlotStartFailed, Started, schedule, start_slots
+from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome
+from ptxbench.evaluate.fleet.scheduler import Job, SlotStartFailed, Started, schedule, start_slots
 from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 
 from .scaleout import small_softmax

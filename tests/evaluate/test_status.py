@@ -6,7 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.verdict import base_name, decide, library_guards, provenance_guards
+from ptxbench.evaluate.guards import library_guards, provenance_guards
+from ptxbench.evaluate.launches import base_name
+from ptxbench.evaluate.verdict import decide
 from ptxbench.records.completion import ExtractionStatus
 from ptxbench.records.evaluation import (
     EVALUATION_VERSION,

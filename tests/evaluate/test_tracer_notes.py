@@ -8,8 +8,8 @@ import ast
 import inspect
 import warnings
 
-from ptxbench.evaluate import gpu_side
-from ptxbench.evaluate.gpu_side import quiet_tracer
+from ptxbench.evaluate.child import gpu_side
+from ptxbench.evaluate.child.gpu_side import quiet_tracer
 
 # As PyTorch raises them: a TORCH_WARN from the C++ side (module of the Python frame that called into it, the
 # source location appended) and the Python profiler's note when a tracer is started again.

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from ptxbench.evaluate import isolation
-from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.isolation import confinement
+from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 
 HANDLER = "tests.evaluate.fake_handler:Misbehaving"
 
@@ -99,7 +99,7 @@ def test_a_worker_that_kills_its_forkserver_is_still_ended_with_its_children(tmp
     """multiprocessing learns of a worker's end from the forkserver: once a candidate kills the server,
     its worker looks dead. Ending it must still kill it and what it started (checked to fail when the
     end trusts multiprocessing's view)."""
-    from ptxbench.evaluate.processes import process_state
+    from ptxbench.evaluate.isolation.processes import process_state
 
     worker = Worker(HANDLER)
     try:
@@ -144,8 +144,8 @@ def test_tensors_still_cross_the_allow_list() -> None:
 
 # -- isolated workers: what candidate code is kept from -------------------------------------------------------
 
-from ptxbench.evaluate.processes import process_state as _state  # noqa: E402
-from ptxbench.evaluate.worker import _check_message  # noqa: E402
+from ptxbench.evaluate.isolation.processes import process_state as _state  # noqa: E402
+from ptxbench.evaluate.isolation.worker import _check_message  # noqa: E402
 
 
 def _gone(pid: int, seconds: float = 5.0) -> bool:
@@ -181,12 +181,12 @@ def test_compiled_code_comes_from_the_harnesss_cache_for_baselines_and_a_private
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_shared")  # what a candidate could poison
     with Worker(HANDLER) as harness:
-        for name, folder in isolation.COMPILE_CACHE_VARIABLES.items():
+        for name, folder in confinement.COMPILE_CACHE_VARIABLES.items():
             assert harness.call("environment", name, timeout_s=60) == str(tmp_path / "cache" / "compile" / folder)
     worker = Worker(HANDLER, isolate=True)
     try:
         directory = worker.call("working_directory", timeout_s=60)
-        for name, folder in isolation.COMPILE_CACHE_VARIABLES.items():
+        for name, folder in confinement.COMPILE_CACHE_VARIABLES.items():
             assert worker.call("environment", name, timeout_s=60) == os.path.join(directory, "compile", folder)
     finally:
         worker.close()
@@ -202,7 +202,7 @@ def test_a_forged_ready_message_is_refused() -> None:
 
 # Run in a session of its own: should isolation fail, the signal must not reach pytest's process group.
 _KILLS_ITS_GROUP = """
-from ptxbench.evaluate.worker import Worker, WorkerDied
+from ptxbench.evaluate.isolation.worker import Worker, WorkerDied
 worker = Worker("tests.evaluate.fake_handler:Misbehaving", isolate=True)
 try:
     worker.call("kill_own_group", timeout_s=60)
@@ -343,7 +343,7 @@ def test_an_isolated_worker_replies_with_cpu_tensors() -> None:
 # exits without closing the worker.
 _LEAVES_A_SERVER_ALIVE = """
 import multiprocessing.forkserver, sys
-from ptxbench.evaluate.worker import Worker
+from ptxbench.evaluate.isolation.worker import Worker
 worker = Worker("tests.evaluate.fake_handler:Misbehaving")
 worker.call("leave_server_holder", sys.argv[1], timeout_s=60)
 print(multiprocessing.forkserver._forkserver._forkserver_pid)
@@ -401,6 +401,6 @@ class _Pinger:
 
 @pytest.mark.parametrize("fail_on", ["recv", "send"])
 def test_a_worker_whose_harness_hung_up_ends_without_a_traceback(fail_on: str) -> None:
-    from ptxbench.evaluate.worker import _serve_requests
+    from ptxbench.evaluate.isolation.worker import _serve_requests
 
     assert _serve_requests(_HungUpConnection(fail_on), _Pinger()) is None  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ def _ids(value):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def libraries():  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.library import CandidateLibrary
+    from ptxbench.evaluate.child.library import CandidateLibrary
 
     loaded = {}
     for task in bundled_suite():

@@ -51,7 +51,7 @@ import json, sys
 from pathlib import Path
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions
-from ptxbench.evaluate.run import candidate_from_file, evaluate_candidates
+from ptxbench.evaluate.fleet.run import candidate_from_file, evaluate_candidates
 from ptxbench.tasks.loader import get_task
 
 plan = json.loads(Path(sys.argv[1]).read_text())

@@ -10,7 +10,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions
-from ptxbench.evaluate.run import Candidate, evaluate_candidates
+from ptxbench.evaluate.fleet.run import Candidate, evaluate_candidates
 from ptxbench.records.evaluation import Status
 from ptxbench.tasks.loader import get_task
 

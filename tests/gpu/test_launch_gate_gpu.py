@@ -21,7 +21,7 @@ HOST_DELAY_S = 0.005
 
 @pytest.fixture(scope="module")
 def runner():  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.gpu_side import CandidateRunner
+    from ptxbench.evaluate.child.gpu_side import CandidateRunner
 
     return CandidateRunner()
 
@@ -53,7 +53,7 @@ def test_a_host_delay_inside_the_call_is_not_timed(runner) -> None:  # type: ign
 
 
 def test_a_call_that_waits_for_the_gpu_drops_the_gate() -> None:
-    from ptxbench.evaluate.gpu_side import GATE_TIMEOUTS_TO_DROP, CandidateRunner
+    from ptxbench.evaluate.child.gpu_side import GATE_TIMEOUTS_TO_DROP, CandidateRunner
 
     runner = CandidateRunner()  # its own: dropping the gate is for the rest of a process
     torch = runner.torch

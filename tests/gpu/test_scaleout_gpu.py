@@ -12,7 +12,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions
-from ptxbench.evaluate.run import PLACEMENT_FILE, candidate_from_file, evaluate_candidates
+from ptxbench.evaluate.fleet.run import PLACEMENT_FILE, candidate_from_file, evaluate_candidates
 from ptxbench.records.evaluation import Status
 from ptxbench.tasks.loader import bundled_suite, get_task
 

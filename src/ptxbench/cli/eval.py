@@ -1,7 +1,7 @@
 """``ptxbench eval``: evaluate candidates on the GPUs into a resumable run directory, and print the verdicts.
 
 The command checks what it was given and says so in one line; the evaluation itself is
-``ptxbench.evaluate.run.evaluate_candidates``."""
+``ptxbench.evaluate.fleet.run.evaluate_candidates``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ptxbench.errors import PtxbenchError
 from ptxbench.kernels import reference_folder
 
 if TYPE_CHECKING:
-    from ptxbench.evaluate.run import Candidate
+    from ptxbench.evaluate.fleet.run import Candidate
 
 _DEFAULT_OUT = Path("runs/eval")
 
@@ -54,7 +54,7 @@ def evaluate(
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
     from ptxbench.evaluate.evaluator import EvalOptions
-    from ptxbench.evaluate.run import GpusRetired, evaluate_candidates, gpu_available
+    from ptxbench.evaluate.fleet.run import GpusRetired, evaluate_candidates, gpu_available
     from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note
 
     chosen = _chosen_gpus(gpus, backend, address, regrade)
@@ -101,7 +101,7 @@ def evaluate(
 
 def _chosen_gpus(gpus: Optional[str], backend: str, address: Optional[str], regrade: bool) -> Optional[list[int]]:
     """The local GPUs ``--gpus`` names (None: every visible one), after checking it fits ``--backend``."""
-    from ptxbench.evaluate.pool import parse_gpus, visible_gpu_count
+    from ptxbench.evaluate.fleet.pool import parse_gpus, visible_gpu_count
 
     if backend not in ("local", "ray"):
         fail(f"--backend is local or ray, not {backend!r}")
@@ -123,7 +123,7 @@ def _chosen_gpus(gpus: Optional[str], backend: str, address: Optional[str], regr
 
 def _candidates(paths: list[Path], task: str, out: Path, regrade: bool) -> tuple[list[Candidate], Path]:
     """Every candidate the paths hold, and the run directory they go to (``eval RUN --regrade``: RUN itself)."""
-    from ptxbench.evaluate.run import candidates_from_eval_run, candidates_from_run, is_eval_run
+    from ptxbench.evaluate.fleet.run import candidates_from_eval_run, candidates_from_run, is_eval_run
     from ptxbench.refine.generations import candidates_from_generations
     from ptxbench.tasks.loader import get_task
 

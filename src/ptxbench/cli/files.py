@@ -11,7 +11,7 @@ from ptxbench.cli.output import errors, fail
 from ptxbench.errors import PtxbenchError
 
 if TYPE_CHECKING:
-    from ptxbench.evaluate.run import Candidate
+    from ptxbench.evaluate.fleet.run import Candidate
     from ptxbench.tasks.model import Task
 
 TaskLookup = Callable[[str], "Task"]
@@ -35,7 +35,7 @@ def expand(files: list[Path]) -> list[Path]:
 def candidates_in(path: Path, task: str, get_task: TaskLookup) -> list[Candidate]:
     """The candidate files of ``path``; with ``--task auto`` a file whose name is no task is skipped with a
     warning saying so, and the folder's other files are still evaluated."""
-    from ptxbench.evaluate.run import candidate_from_file
+    from ptxbench.evaluate.fleet.run import candidate_from_file
 
     found = []
     for file in expand([path]):

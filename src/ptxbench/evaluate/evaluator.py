@@ -7,6 +7,11 @@ guards: provenance, streams, canaries, input mutation, libraries) → timing of 
 workloads with the outputs of timed calls re-checked and a physical-floor check → executed features
 (ncu). Any guard finding makes the candidate REJECTED.
 
+This module is the stage pipeline: which process runs what, under which hold of the GPU's lock, and what a
+failure at each stage means for the candidate. How a time is measured is the timing protocol's (``timing``);
+every check that can reject is in ``guards`` (its table ``GUARDS``); the status follows from the evidence in
+``verdict``.
+
 Sharing the GPU: untimed stages hold the GPU's lock shared and timing holds it alone (``GpuLock``), so
 several evaluations (lanes, or other runs on this machine) overlap their untimed work and never
 disturb a measurement. A process holding the candidate's code exists only while its lane holds the
@@ -19,10 +24,8 @@ candidate code can thus buy itself a slower baseline.
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
-import statistics
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,32 +36,41 @@ from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
-from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.baseline_cache import BaselineCache
+from ptxbench.evaluate.child.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
+from ptxbench.evaluate.child.gpu_side import CANARY_VALUE
 from ptxbench.evaluate.compare import compare_outputs
-from ptxbench.evaluate.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
-from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, GpuLock
-from ptxbench.evaluate.gpu_side import CANARY_VALUE, median_iqr
-from ptxbench.evaluate.static_only import verdict_before_running
-from ptxbench.evaluate.verdict import (
-    base_name,
+from ptxbench.evaluate.guards import (
     canary_guards,
-    decide,
-    launches_of,
+    datasheet_peaks,
+    feature_guards,
+    forged_reply_guards,
     library_guards,
     mutation_guards,
+    physical_floor_guards,
+    profiled_foreign_guards,
     profiled_launch_guards,
     provenance_guards,
     timed_launch_guards,
-    timed_launches_per_call,
     timing_agreement_guards,
-    unique,
 )
-from ptxbench.evaluate.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
+from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.launches import base_name, launches_of
+from ptxbench.evaluate.static_only import verdict_before_running
+from ptxbench.evaluate.timing import (
+    BaselineFailed,
+    Interleaved,
+    baseline_call,
+    call_limit_s,
+    clean_times,
+    interleaved,
+    timing_of,
+)
+from ptxbench.evaluate.verdict import decide, unique
 from ptxbench.paths import cache_root
 from ptxbench.records.evaluation import (
     Evaluation,
-    Guard,
     GuardFinding,
     InfraFailure,
     KernelProfile,
@@ -71,37 +83,8 @@ from ptxbench.tasks.model import Role, Task, Workload
 from ptxbench.tasks.reference import make_inputs, run_reference
 from ptxbench.toolchain.discover import find_toolchain
 
-HANDLER = "ptxbench.evaluate.gpu_side:CandidateRunner"
+HANDLER = "ptxbench.evaluate.child.gpu_side:CandidateRunner"
 WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate (trials, timing)
-# Interleaved timing (see GpuEvaluator._timing): measured time per side between switches, the rounds of
-# the first chunk (a warm-up, dropped), the bounds on a chunk and on a workload's calls.
-# Alternating often is what makes the numbers repeat: six repeats of the timed workload gave
-# candidate/baseline ratios within 0.14 % (bf16 GEMM) and 0.38 % (rmsnorm) alternating after every call,
-# against 6-13 % and 0.4-1.2 % with 20 ms chunks (timing_interleaving_*_h200.json). The short pause
-# between switches keeps the GPU under its power cap, where back-to-back GEMMs make the clock swing
-# (1.57-1.94 GHz, timing_stability_gemm_bf16_h200.json): both sides are measured at the clock they reach
-# unthrottled. Chunks of at most 1 ms (a call of 0.5 ms or more still alternates after every call) kept
-# the candidate's times within 1.1 % across evaluations (kernels under 10 us aside) and cut the timing
-# stage of a bf16 GEMM candidate from 3.4 to 2.3 s, of an rmsnorm one from 2.0 to 0.8 s
-# (timing_evaluations_*_h200.json).
-CHUNK_MS = 1.0
-WARM_UP_ROUNDS = 3
-MAX_CHUNK_ROUNDS = 64
-MIN_SAMPLES = 5
-MAX_SAMPLES = 500  # per side: bounds the time of kernels of a few microseconds
-# The baseline process's clean time is the median of this many measurements, each with the workload's
-# buffers allocated afresh: one measurement of cuBLAS sometimes reads 2-12 % slow while its next is not,
-# with the clock at its maximum and the candidate beside it steady (timing_evaluations_gemm_bf16_h200.json).
-CLEAN_SESSIONS = 3
-# An interleaved baseline may be this much slower than its clean time before it is distrusted: repeats
-# agree within 1 % (kernels under 10 us aside), and a slow outlier as above is not the candidate's merit.
-BASELINE_DISTURBANCE = 0.02
-
-# Datasheet peaks (dense): no kernel can beat them, so a faster time means the work was not done.
-PEAKS = {"H200": {"bytes_per_s": 4.8e12, "bf16": 989e12, "fp8": 1979e12},
-         "H100": {"bytes_per_s": 3.35e12, "bf16": 989e12, "fp8": 1979e12}}
-
-
 # Two lanes per GPU: on the H200 a run of GEMM candidates with ncu went from 5.6 to 7.7 per minute (8.7 to
 # 12.2 after start-up), and a third lane added nothing (evaluator_h200.md). A candidate that runs out of
 # memory beside another lane's is tried again alone (TrialsEnded.out_of_memory).
@@ -130,8 +113,37 @@ def _harness_out_of_memory(exc: BaseException) -> bool:
     return type(exc).__name__ in ("OutOfMemoryError", "AcceleratorError") and "out of memory" in str(exc)
 
 
-class BaselineFailed(PtxbenchError):
-    """The vendor-baseline process failed: the harness's failure, not the candidate's."""
+class Failed(NamedTuple):
+    """A stage that ended the evaluation early: the candidate's status, or no status and the harness's
+    ``infra_failure`` (never counted against the candidate), and why."""
+
+    status: Status | None
+    message: str
+    infra_failure: InfraFailure | None = None
+
+    def applied(self, evaluation: Evaluation) -> Evaluation:
+        update: dict[str, object] = {"status": self.status, "message": self.message}
+        if self.infra_failure is not None:
+            update["infra_failure"] = self.infra_failure
+        return evaluation.model_copy(update=update)
+
+
+class Trials(NamedTuple):
+    """The correctness trials of one fresh process: the trials run, the guards' findings, and why they
+    stopped early (None: every workload passed)."""
+
+    results: list[TrialResult]
+    guards: list[GuardFinding]
+    ended: TrialsEnded | None
+
+
+class Profiled(NamedTuple):
+    """One profiled call: the requirements judged on its executed counts, its launches as ncu saw them, and
+    whether it ran with the GPU to itself."""
+
+    features: list[RequirementExecution]
+    launched: list[KernelProfile]
+    alone: bool
 
 
 class EvalOptions(BaseModel):
@@ -146,10 +158,6 @@ class EvalOptions(BaseModel):
     profile_timeout_s: float = Field(default=600.0, gt=0)
     lanes: int = Field(default=DEFAULT_LANES, ge=1, le=16, description=(
         "candidates evaluated at once on each GPU: their untimed stages overlap, timing runs alone"))
-
-
-def _peaks(device_name: str) -> dict[str, float] | None:
-    return next((peaks for key, peaks in PEAKS.items() if key in device_name), None)
 
 
 class GpuEvaluator:
@@ -243,29 +251,28 @@ class GpuEvaluator:
         try:
             self.device()
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
-            return evaluation.model_copy(update={"status": None, "infra_failure": InfraFailure.NO_GPU,
-                                                 "message": f"the GPU worker could not start: {exc}"})
+            return Failed(None, f"the GPU worker could not start: {exc}", InfraFailure.NO_GPU).applied(evaluation)
         if self.options.time and self._peaks is None:
             failure = self._baseline_worker_ready()
             if failure is not None:
-                return evaluation.model_copy(update=failure)
+                return failure.applied(evaluation)
             with self._stage("peaks"), self.lock.exclusive("peaks"):  # once per evaluator: the first candidate carries it
                 self.peaks()  # measured in the baseline process, which no candidate touches
         own_kernels = _own_kernels(evaluation)
         attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=False)
-        if isinstance(attempt, dict):
-            return evaluation.model_copy(update=attempt)
+        if isinstance(attempt, Failed):
+            return attempt.applied(evaluation)
         trials, guards, ended = attempt
         evaluation = evaluation.model_copy(update={"isolation": self._isolation})
         if ended is not None and ended.out_of_memory:
             # The GPU's memory is shared with whatever else holds the lock shared (other lanes' candidates,
             # other runs): a candidate that ran out of it is tried again alone before it is blamed.
             attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=True)
-            if isinstance(attempt, dict):
-                return evaluation.model_copy(update=attempt)
+            if isinstance(attempt, Failed):
+                return attempt.applied(evaluation)
             trials, guards, ended = attempt
             if ended is not None and ended.harness_short:  # the harness's own need, alone: not the candidate's
-                return evaluation.model_copy(update=_harness_failure(f"{ALONE_TOO}: {ended.message}"))
+                return _harness_failure(f"{ALONE_TOO}: {ended.message}").applied(evaluation)
             if ended is not None and ended.out_of_memory:
                 # first: the worker's message may run over several lines (torch's hints)
                 ended = ended._replace(message=f"{ALONE_TOO}: {ended.message}")
@@ -299,12 +306,8 @@ class GpuEvaluator:
             except ProfiledRunFailed as exc:
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR,
                                                      "message": f"executed-instruction proof: {exc}"})
-            guards = [GuardFinding(guard=Guard.FEATURE_NOT_EXECUTED, detail=f.message)
-                      for f in features if f.verified and not f.satisfied]
-            foreign = sorted({launch.name for launch in launched if base_name(launch.name) not in own_kernels})
-            if foreign:
-                guards.append(GuardFinding(guard=Guard.FOREIGN_KERNELS, detail=(
-                    f"under ncu the call launched kernels that are not in the candidate's module: {', '.join(foreign[:3])}")))
+            guards = feature_guards(features)
+            guards += profiled_foreign_guards(launched, own_kernels)
             guards += profiled_launch_guards(_last_launches(evaluation, task.timed().name), launched)
             guards += disagreement
             unverified = [f.message for f in features if not f.verified]
@@ -326,8 +329,7 @@ class GpuEvaluator:
                 self._counter_probe = (probe_counters(self.options.profile_timeout_s),)
         return self._counter_probe[0]
 
-    def _profiled(self, task: Task, arch: Arch, shared_object: Path, alone: bool = False
-                  ) -> tuple[list[RequirementExecution], list[KernelProfile], bool]:
+    def _profiled(self, task: Task, arch: Arch, shared_object: Path, alone: bool = False) -> Profiled:
         """``profile_requirements`` and whether it ran with the GPU to itself: tried again alone when the GPU's
         memory ran out beside another evaluation (as the trials are), or alone from the start."""
         from ptxbench.evaluate.profiling import ProfiledRunFailed, profile_requirements
@@ -335,23 +337,24 @@ class GpuEvaluator:
         if not alone:
             try:
                 with self._stage("profile"):  # the profiled program holds the GPU's lock (shared) itself
-                    return (*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s), False)
+                    return Profiled(*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s),
+                                    alone=False)
             except ProfiledRunFailed as exc:
                 if not exc.out_of_memory:
                     raise
         try:
             with self._stage("profile.alone"):
-                return (*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s, alone=True),
-                        True)
+                return Profiled(*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s,
+                                                      alone=True), alone=True)
         except ProfiledRunFailed as exc:
             if exc.out_of_memory:
                 raise ProfiledRunFailed(f"{ALONE_TOO}: {exc}", out_of_memory=True) from None
             raise
 
     def _trials_in_fresh_process(self, task: Task, shared_object: Path, own_kernels: set[str], alone: bool
-                                 ) -> dict | tuple[list[TrialResult], list[GuardFinding], TrialsEnded | None]:
+                                 ) -> Failed | Trials:
         """Load the candidate into a fresh process and run every workload's trials, the GPU's lock held
-        shared (or alone); an update for the evaluation when the process or the load failed."""
+        shared (or alone); how the evaluation ends when the process or the load failed."""
         # A fresh process is awaited before the lock is taken: a starting worker takes the lock itself.
         failure = self._fresh_worker()
         if failure is not None:
@@ -369,10 +372,10 @@ class GpuEvaluator:
                 guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
             finally:
                 self.worker.kill()  # the candidate's process ends while its lane still holds the GPU
-        return trials, guards, ended
+        return Trials(trials, guards, ended)
 
-    def _fresh_worker(self, stage: str = "worker_start") -> dict | None:
-        """Continue in a process nothing has run in; an update for the evaluation when none could start."""
+    def _fresh_worker(self, stage: str = "worker_start") -> Failed | None:
+        """Continue in a process nothing has run in; how the evaluation ends when none could start."""
         try:
             with self._stage(stage):
                 self.worker.renew()  # a fresh process: nothing of the previous candidate survives
@@ -381,24 +384,23 @@ class GpuEvaluator:
             return _harness_failure(f"a fresh GPU worker could not start: {exc}")
         return None
 
-    def _load(self, task: Task, shared_object: Path, stage: str = "load") -> dict | None:
-        """Load the candidate into the current worker; an update for the evaluation when that fails."""
+    def _load(self, task: Task, shared_object: Path, stage: str = "load") -> Failed | None:
+        """Load the candidate into the current worker; how the evaluation ends when that fails."""
         try:
             with self._stage(stage):
                 self.worker.call("load", str(shared_object), task.model_dump_json(),
                                  timeout_s=self.options.call_timeout_s)
         except WorkerTimeout as exc:  # loading runs the library's static constructors: the candidate's code
-            return {"status": Status.TIMEOUT, "message": f"loading the library: {exc}"}
+            return Failed(Status.TIMEOUT, f"loading the library: {exc}")
         except RequestFailed as exc:
             if exc.kind in ("OSError", "AttributeError"):  # ctypes: the library or its entry point would not load
-                return {"status": Status.RUNTIME_ERROR, "message": f"loading failed: {exc}"}
+                return Failed(Status.RUNTIME_ERROR, f"loading failed: {exc}")
             return _harness_failure(f"the worker could not load the candidate: {exc}")
         return None
 
     # -- stages -----------------------------------------------------------------------------------
 
-    def _trials(self, task: Task, own_kernels: set[str], shared_object: Path | None = None
-                ) -> tuple[list[TrialResult], list[GuardFinding], TrialsEnded | None]:
+    def _trials(self, task: Task, own_kernels: set[str], shared_object: Path | None = None) -> Trials:
         trials: list[TrialResult] = []
         guards: list[GuardFinding] = []
         for workload in task.workloads:
@@ -412,26 +414,27 @@ class GpuEvaluator:
                             inputs, expected = self._expect(task, workload, seed)
                         reply = self.worker.receive(self.options.call_timeout_s)
                 except ForgedReply as exc:
-                    guards.append(GuardFinding(guard=Guard.FORGED_REPLY, detail=str(exc)))
-                    return trials, guards, TrialsEnded(Status.REJECTED, f"workload {workload.name}: {exc}")
+                    guards += forged_reply_guards(str(exc))
+                    return Trials(trials, guards, TrialsEnded(Status.REJECTED, f"workload {workload.name}: {exc}"))
                 except WorkerTimeout as exc:
-                    return trials, guards, TrialsEnded(Status.TIMEOUT, f"workload {workload.name}: {exc}")
+                    return Trials(trials, guards, TrialsEnded(Status.TIMEOUT, f"workload {workload.name}: {exc}"))
                 except (WorkerDied, RequestFailed) as exc:
                     out_of_memory = isinstance(exc, RequestFailed) and _out_of_memory(exc)
-                    return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
-                        f"workload {workload.name}: {exc}", task, workload, shared_object, out_of_memory), out_of_memory)
+                    message = self._diagnosed(f"workload {workload.name}: {exc}", task, workload, shared_object,
+                                              out_of_memory)
+                    return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, message, out_of_memory))
                 except Exception as exc:
                     if not _harness_out_of_memory(exc):
                         raise
                     # another lane's candidate holds the GPU's memory: never this candidate's fault
-                    return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, (
+                    return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, (
                         f"workload {workload.name}: the harness ran out of GPU memory drawing the inputs or the "
-                        f"reference: {exc}"), out_of_memory=True, harness_short=True)
+                        f"reference: {exc}"), out_of_memory=True, harness_short=True))
                 if reply["code"] != 0:
                     out_of_memory = reply["code"] == CUDA_ERROR_MEMORY_ALLOCATION
-                    return trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
+                    return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
                         f"workload {workload.name}: the entry point returned cudaError {reply['code']}", task, workload,
-                        shared_object, out_of_memory), out_of_memory)
+                        shared_object, out_of_memory), out_of_memory))
                 for phase, seconds in (reply.get("phases_s") or {}).items():
                     if isinstance(seconds, float):  # the worker's own account, kept for diagnosis only
                         self._count(f"trials.worker.{phase}", seconds)
@@ -442,7 +445,7 @@ class GpuEvaluator:
                 guards += found
                 if not trial.passed:
                     break  # the next workload says more than another seed of this one
-        return trials, guards, None
+        return Trials(trials, guards, None)
 
     def _diagnosed(self, message: str, task: Task, workload: Workload | None, shared_object: Path | None,
                    out_of_memory: bool = False) -> str:
@@ -483,19 +486,9 @@ class GpuEvaluator:
         return self._peaks
 
     def _timing(self, task: Task, evaluation: Evaluation, shared_object: Path) -> tuple[Evaluation, bool]:
-        """Time the timed and visible workloads with the GPU to this lane alone, then re-check the outputs
-        of timed calls; True with an evaluation that already has its verdict (a failure).
-
-        The candidate's calls alternate with its vendor baseline's, timed in the evaluator's
-        baseline process (which never holds candidate code), and the candidate's process is stopped
-        while the baseline runs. Timed in one stretch, a GEMM near peak runs at the GPU's power cap,
-        where its median moves by several percent within seconds and between processes; alternating
-        in chunks of at most a millisecond, both sides repeat within about a percent (see CHUNK_MS).
-        Each baseline also has a clean time, measured the same way before any candidate code is loaded,
-        with the fresh worker running the baseline in the candidate's place (the median of
-        CLEAN_SESSIONS measurements), and cached: an interleaved baseline slower than that allows is
-        not trusted (the candidate's process may have slowed it, or it is an outlier), and the clean
-        time plus the allowance is compared.
+        """Time the timed and visible workloads with the GPU to this lane alone (the protocol: ``timing``),
+        then re-check the outputs of timed calls; True with an evaluation that already has its verdict (a
+        failure). Clean baseline times are cached per GPU (``BaselineCache``) and read with the GPU held.
 
         A variant without a cached clean time is first checked in both processes (loaded, set up and run
         once on the workload's shape, under SETUP_TIMEOUT_S: compiling and autotuning happen there, never
@@ -514,14 +507,14 @@ class GpuEvaluator:
         def check(worker: Worker, workload: Workload, names: list[str]) -> dict[str, str | None]:
             return worker.call("check_baselines", workload.sizes, names, timeout_s=SETUP_TIMEOUT_S)
         budget_ms = self.options.timing_budget_ms
-        limit_s = self.options.call_timeout_s + 10 * budget_ms / 1e3 + 120
-        measured: dict[str, dict] = {}
+        limit_s = call_limit_s(self.options.call_timeout_s, budget_ms)
+        measured: dict[str, Interleaved] = {}
         # awaited before the lock: a starting worker takes the lock itself
         failure = self._fresh_worker("timing.worker_start")
         if failure is None:
             failure = self._baseline_worker_ready("timing.worker_start")
         if failure is not None:
-            return evaluation.model_copy(update=failure), True
+            return failure.applied(evaluation), True
         with self.lock.exclusive("timing"):
             # read with the GPU held: another lane that timed while this one waited may have measured them
             for workload_name, variants in keys.items():
@@ -530,7 +523,7 @@ class GpuEvaluator:
                     if record is not None:
                         clean[workload_name][variant] = (record.median_ms, record.iqr_ms)
             try:
-                with self._stage("timing.baselines"), self._baseline_call():
+                with self._stage("timing.baselines"), baseline_call(self.baselines):
                     self.baselines.call("set_task", task.model_dump_json(), timeout_s=self.options.call_timeout_s)
                     missing = [(w, v) for w in workloads for v in keys[w.name] if v not in clean[w.name]]
                     if missing:  # the fresh worker, before the candidate is loaded, runs the baseline too
@@ -546,25 +539,21 @@ class GpuEvaluator:
                     if unmeasurable:
                         reasons_text = "; ".join(f"{v}: {r}" for v, r in skipped[unmeasurable[0]].items())
                         raise BaselineFailed(f"no baseline variant can run on {unmeasurable[0]} ({reasons_text})")
-                    sessions: dict[tuple[str, str], list[tuple[float, float]]] = {}
-                    for _ in range(CLEAN_SESSIONS):  # each pass over the workloads allocates their buffers anew
-                        for workload, variant in missing:
-                            sessions.setdefault((workload.name, variant), []).append(self._interleaved(
-                                workload, variant, budget_ms, limit_s, candidate=False)["baseline"][1])
-                    for (workload_name, variant), measured_ms in sessions.items():
-                        median_ms, iqr_ms = sorted(measured_ms)[len(measured_ms) // 2]
+                    measured_clean = clean_times(self.worker, self.baselines, missing, budget_ms, limit_s)
+                    for (workload_name, variant), (median_ms, iqr_ms) in measured_clean.items():
                         self.baseline_cache.put(keys[workload_name][variant], median_ms, iqr_ms)
                         clean[workload_name][variant] = (median_ms, iqr_ms)
                 failure = self._load(task, shared_object, "timing.load")
                 if failure is not None:
-                    return evaluation.model_copy(update=failure), True
+                    return failure.applied(evaluation), True
                 with self._stage("timing.interleaved"):
                     for workload in workloads:
                         fastest = min(clean[workload.name], key=lambda v: clean[workload.name][v][0])
                         with self._stage(f"timing.workload.{workload.name}"):
-                            measured[workload.name] = self._interleaved(workload, fastest, budget_ms, limit_s)
+                            measured[workload.name] = interleaved(self.worker, self.baselines, workload, fastest,
+                                                                  budget_ms, limit_s)
             except BaselineFailed as exc:
-                return evaluation.model_copy(update=_harness_failure(f"timing the vendor baseline: {exc}")), True
+                return _harness_failure(f"timing the vendor baseline: {exc}").applied(evaluation), True
             except ForgedReply as exc:
                 return _forged(evaluation, exc), True
             except WorkerTimeout as exc:
@@ -582,122 +571,44 @@ class GpuEvaluator:
         checked = checked.model_copy(update={"timings": timings})
         return checked, checked.status is Status.INCORRECT
 
-    def _interleaved(self, workload: Workload, variant: str, budget_ms: float, limit_s: float,
-                     candidate: bool = True) -> dict:
-        """The candidate (in the current worker, loaded) and the baseline ``variant`` (in the baseline
-        process) on the same input seeds, in turn, a chunk of calls each (at most CHUNK_MS of measured
-        time, at least one call), until each side has ``budget_ms`` of measured time and MIN_SAMPLES
-        calls or MAX_SAMPLES; the first WARM_UP_ROUNDS calls of each are dropped.
-
-        ``candidate`` False: the baseline's clean time. The current worker, which holds no candidate
-        code yet, runs the same baseline in the candidate's place, so the GPU goes through the same
-        rhythm as beside a candidate: timed back to back in one process instead, a GEMM runs into the
-        power cap and read 13 % slower on an H200."""
-        seeds = _seeds()
-        with self._baseline_call():
-            self.baselines.call("prepare_timing", workload.sizes, seeds, [variant], False, timeout_s=limit_s)
-        partner = "candidate" if candidate else variant
-        self.worker.call("prepare_timing", workload.sizes, seeds, [] if candidate else [variant], candidate,
-                         timeout_s=limit_s)
-        samples: dict[str, list[float]] = {"candidate": [], "baseline": []}
-        rounds, warm_up = WARM_UP_ROUNDS, True
-        while True:
-            times = {"candidate": self.worker.call("time_rounds", rounds, timeout_s=limit_s)[partner]}
-            with self.worker.paused(), self._baseline_call():
-                times["baseline"] = self.baselines.call("time_rounds", rounds, timeout_s=limit_s)[variant]
-            if not warm_up:
-                for side, values in samples.items():
-                    values += times[side]
-            warm_up = False
-            if all(len(v) >= MIN_SAMPLES and sum(v) >= budget_ms for v in samples.values()) \
-                    or len(samples["baseline"]) >= MAX_SAMPLES:
-                break
-            per_call = max([statistics.median(v) for v in times.values()] + [1e-3])
-            rounds = max(1, min(MAX_CHUNK_ROUNDS, math.floor(CHUNK_MS / per_call)))
-        result = {"baseline": (variant, median_iqr(samples["baseline"])), "samples": len(samples["baseline"])}
-        with self._baseline_call():  # ends the baseline process's trace of its timed calls
-            self.baselines.call("timed_launches", timeout_s=limit_s)
-        launches = self.worker.call("timed_launches", timeout_s=limit_s)
-        if candidate:
-            result["launches"] = launches
-            with self._baseline_call():
-                gated = self.baselines.call("launch_gate", timeout_s=limit_s)["gated"]
-            result["launch_gated"] = gated and self.worker.call("launch_gate", timeout_s=limit_s)["gated"]
-            reply = self.worker.call("timed_outputs", timeout_s=limit_s)
-            # the candidate's process ends with the lock: its outputs are copied out first
-            result |= {"candidate": median_iqr(samples["candidate"]), "last_seed": reply["last_seed"],
-                       "last_outputs": {k: v.clone() for k, v in reply["last_outputs"].items()}}
-        return result
-
-    def _baseline_worker_ready(self, stage: str = "worker_start") -> dict | None:
+    def _baseline_worker_ready(self, stage: str = "worker_start") -> Failed | None:
         """The baseline process started (before any lock is taken: starting, it takes the lock itself)."""
         _ = self.lock  # tells the process about to start which lock to take (KEY_VARIABLE)
         try:
-            with self._stage(stage), self._baseline_call():
+            with self._stage(stage), baseline_call(self.baselines):
                 self.baselines.wait_ready()
         except BaselineFailed as exc:
             return _harness_failure(f"the vendor-baseline worker could not start: {exc}")
         return None
 
-    @contextmanager
-    def _baseline_call(self) -> Iterator[None]:
-        """Failures of the baseline process are the harness's, never the candidate's."""
-        try:
-            yield
-        except (WorkerDied, WorkerTimeout, RequestFailed) as exc:
-            self.baselines.kill()
-            raise BaselineFailed(str(exc)) from exc
-
     def _timings_checked(self, task: Task, evaluation: Evaluation, workloads: list[Workload],
                          clean_of: dict[str, dict[str, tuple[float, float]]],
-                         measured: dict[str, dict]) -> Evaluation:
+                         measured: dict[str, Interleaved]) -> Evaluation:
         """Timings with throughput and roofline shares, once the outputs of timed calls are re-checked;
         ``clean_of``: per workload, each vendor variant's clean (median, IQR) in ms."""
-        datasheet = _peaks(self.device()["name"])
+        datasheet = datasheet_peaks(self.device()["name"])
         peaks = self.peaks()  # cached: measured before any candidate was loaded
         fp8 = any(i.dtype.value.startswith("float8") for i in task.inputs)
         timings: list[Timing] = []
         guards = list(evaluation.guards)
         for workload in workloads:
             reply = measured[workload.name]
-            _, expected = self._expect(task, workload, reply["last_seed"])
-            recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in reply["last_outputs"].items()},
+            assert reply.candidate is not None and reply.launches is not None and reply.last_outputs is not None
+            assert reply.last_seed is not None  # a candidate's measurement (``interleaved``) has them all
+            _, expected = self._expect(task, workload, reply.last_seed)
+            recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in reply.last_outputs.items()},
                                       expected)
             if not all(c.passed for c in recheck):
                 trials = [*evaluation.trials, TrialResult(workload=workload.name, role="timed-recheck",
-                                                          seed=reply["last_seed"], comparisons=recheck, passed=False)]
+                                                          seed=reply.last_seed, comparisons=recheck, passed=False)]
                 return evaluation.model_copy(update={
                     "trials": trials, "timings": [], "status": Status.INCORRECT,
                     "message": f"outputs of timed calls on {workload.name} were wrong"})
-            guards += timed_launch_guards(workload.name, _last_launches(evaluation, workload.name), reply["launches"],
+            guards += timed_launch_guards(workload.name, _last_launches(evaluation, workload.name), reply.launches,
                                           _own_kernels(evaluation))
-            candidate_ms, candidate_iqr = reply["candidate"]
-            variant, (baseline_ms, baseline_iqr) = reply["baseline"]
-            clean_ms = clean_of[workload.name][variant][0]
-            trusted = baseline_ms <= clean_ms * (1 + BASELINE_DISTURBANCE)
-            if not trusted:  # slowed beside the candidate: the clean time, with the drift allowance, instead
-                baseline_ms, baseline_iqr = clean_ms * (1 + BASELINE_DISTURBANCE), clean_of[workload.name][variant][1]
-            flops = task.flops_for(workload.sizes)
-            moved = task.bytes_for(workload.sizes)
-            seconds = candidate_ms / 1e3
-            attainable = None
-            if peaks:
-                attainable = moved / peaks["bytes_per_s"]
-                if flops:
-                    attainable = max(attainable, flops / peaks["fp8_flops" if fp8 else "bf16_flops"])
-            timings.append(Timing(workload=workload.name, candidate_ms=candidate_ms, candidate_iqr_ms=candidate_iqr,
-                                  baseline=variant, baseline_ms=baseline_ms, baseline_iqr_ms=baseline_iqr,
-                                  baseline_clean_ms=clean_ms, baseline_source="interleaved" if trusted else "clean",
-                                  samples=reply["samples"], launch_gated=reply["launch_gated"],
-                                  launches_per_call=timed_launches_per_call(reply["launches"]),
-                                  tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
-                                  roofline_pct=100 * attainable / seconds if attainable else None))
-            if datasheet is not None:
-                floor_s = max(moved / datasheet["bytes_per_s"], flops / datasheet["fp8" if fp8 else "bf16"])
-                if seconds < floor_s:
-                    guards.append(GuardFinding(guard=Guard.BELOW_PHYSICAL_FLOOR, detail=(
-                        f"{workload.name}: {candidate_ms:.4f} ms is below the physical floor {floor_s * 1e3:.4f} ms "
-                        "(datasheet bandwidth and tensor-core peak)")))
+            timings.append(timing_of(task, workload, reply, clean_of[workload.name][reply.variant], peaks))
+            guards += physical_floor_guards(workload.name, reply.candidate[0], task.bytes_for(workload.sizes),
+                                            task.flops_for(workload.sizes), datasheet, fp8)
         return evaluation.model_copy(update={"timings": timings, "guards": unique(guards)})
 
 
@@ -718,20 +629,14 @@ def _last_launches(evaluation: Evaluation, workload: str) -> dict[str, int] | No
     return trial.launches if trial is not None else None
 
 
-def _harness_failure(message: str) -> dict:
-    """An update for an evaluation the harness could not finish: no status, never the candidate's fault."""
-    return {"status": None, "infra_failure": InfraFailure.HARNESS_ERROR, "message": message}
-
-
-def _seeds() -> list[int]:
-    """Three fresh input sets, rotated over the timed calls."""
-    return [secrets.randbits(62) for _ in range(3)]
+def _harness_failure(message: str) -> Failed:
+    """An evaluation the harness could not finish: no status, never the candidate's fault."""
+    return Failed(None, message, InfraFailure.HARNESS_ERROR)
 
 
 def _forged(evaluation: Evaluation, exc: ForgedReply) -> Evaluation:
     return evaluation.model_copy(update={"status": Status.REJECTED, "message": str(exc), "timings": [],
-                                         "guards": [*evaluation.guards, GuardFinding(guard=Guard.FORGED_REPLY,
-                                                                                    detail=str(exc))]})
+                                         "guards": [*evaluation.guards, *forged_reply_guards(str(exc))]})
 
 
 def _summary(evaluation: Evaluation, status: Status) -> str:

@@ -31,26 +31,28 @@ from pathlib import Path
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.executed import NCU_METRICS, OPCODE_METRIC, judge_execution, parse_ncu_csv
-from ptxbench.evaluate.gpu_lock import KEY_VARIABLE, default_lock_folder, profiler_turn, shared_if_known
-from ptxbench.evaluate.processes import mapped_libraries
-from ptxbench.evaluate.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
+from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, default_lock_folder, profiler_turn, shared_if_known
+from ptxbench.evaluate.isolation.processes import mapped_libraries
+from ptxbench.evaluate.child.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
 from ptxbench.records.evaluation import KernelProfile, RequirementExecution
 from ptxbench.tasks.model import Task
 from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
+# Run by its path with ``python -I``: it imports nothing of ptxbench (see its docstring).
+PROFILED_PROGRAM = Path(__file__).parent / "child" / "profile_one.py"
 REPORT_NAME = "profile.ncu-rep"
 IMPORT_TIMEOUT_S = 120.0
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
-# Names in the harness's environment that candidate code must not see (used where isolation.py is absent).
+# Names in the harness's environment that candidate code must not see (used where confinement.py is absent).
 _SECRET_NAME = re.compile(r"_API_KEY$|TOKEN|SECRET", re.IGNORECASE)
 
 
 def program_environment(home: Path) -> dict[str, str]:
-    """The environment ncu and the profiled program run with: ``isolation.candidate_environment`` (HOME a
+    """The environment ncu and the profiled program run with: ``confinement.candidate_environment`` (HOME a
     private folder) where that module exists, else the harness's minus credentials and ptxbench's own
     settings (the GPU lock's key kept: the program takes the lock)."""
     try:
-        from ptxbench.evaluate.isolation import candidate_environment
+        from ptxbench.evaluate.isolation.confinement import candidate_environment
     except ImportError:
         environment = {name: value for name, value in os.environ.items()
                        if name == KEY_VARIABLE or not (_SECRET_NAME.search(name) or name.startswith("PTXBENCH_"))}
@@ -118,7 +120,7 @@ def _program(folder: Path, plan: dict, alone: bool, protect: list[Path]) -> list
     path = folder / "plan.json"
     path.write_text(json.dumps({**plan, "gpu_lock": gpu_lock, "protect": [str(p) for p in protect] + guarded,
                                 "hide": hidden}))
-    return [sys.executable, "-I", str(Path(__file__).with_name("profile_one.py")), str(path)]
+    return [sys.executable, "-I", str(PROFILED_PROGRAM), str(path)]
 
 
 def _worker_protection() -> tuple[list[str], list[str]]:
@@ -128,7 +130,7 @@ def _worker_protection() -> tuple[list[str], list[str]]:
     from ptxbench.paths import cache_root
 
     try:
-        from ptxbench.evaluate.isolation import import_roots, protected_paths_from
+        from ptxbench.evaluate.isolation.confinement import import_roots, protected_paths_from
     except ImportError:
         guarded: list[str] = []
     else:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ptxbench.records.evaluation import Evaluation, Generation, Guard, GuardFinding, InfraFailure, Status
+from ptxbench.evaluate.guards import linked_library_guards
+from ptxbench.records.evaluation import Evaluation, Generation, InfraFailure, Status
 
 if TYPE_CHECKING:
     from ptxbench.records.check import CheckReport
@@ -29,11 +30,10 @@ def verdict_before_running(evaluation: Evaluation) -> Evaluation | None:
         summary = result.diagnosis.message if result is not None and result.diagnosis else "the build failed"
         return evaluation.model_copy(update={"status": Status.COMPILE_ERROR, "infra_failure": None,
                                              "message": evaluation.message or summary})
-    static = evaluation.static
-    linked = [v for v in static.policy_violations if "links" in v] if static else []
+    linked = linked_library_guards(evaluation.static)
     if linked:
-        return evaluation.model_copy(update={"status": Status.REJECTED, "infra_failure": None, "message": linked[0],
-                                             "guards": [GuardFinding(guard=Guard.LIBRARY_CALL, detail=linked[0])]})
+        return evaluation.model_copy(update={"status": Status.REJECTED, "infra_failure": None,
+                                             "message": linked[0].detail, "guards": linked})
     return None
 
 

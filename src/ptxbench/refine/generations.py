@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from ptxbench.errors import CandidateError
-from ptxbench.evaluate.run import Candidate
+from ptxbench.evaluate.fleet.run import Candidate
 from ptxbench.llm.extract import extract_candidate
 from ptxbench.records.evaluation import Generation
 from ptxbench.records.trajectory import item_name

@@ -166,7 +166,7 @@ class GpuGrader:
 def grader_for_this_machine() -> StaticGrader | GpuGrader:
     """The GPU grader where a GPU is visible, else the static grader (whose verdicts say they are not
     GPU-verified)."""
-    from ptxbench.evaluate.run import gpu_available
+    from ptxbench.evaluate.fleet.run import gpu_available
 
     if gpu_available():
         from ptxbench.evaluate.evaluator import GpuEvaluator

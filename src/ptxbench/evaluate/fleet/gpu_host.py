@@ -28,13 +28,14 @@ from pydantic import Field, ValidationError
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
-from ptxbench.evaluate.worker import RequestFailed, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.isolation.worker import RequestFailed, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.timing import call_limit_s
 from ptxbench.records import Record
 from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 from ptxbench.tasks.model import Role, Task
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S
 
-HOST_HANDLER = "ptxbench.evaluate.gpu_host:GpuHost"
+HOST_HANDLER = "ptxbench.evaluate.fleet.gpu_host:GpuHost"
 START_TIMEOUT_S = 420.0  # the evaluator's own device query may take 300 s on a cold machine
 PROBE_TIMEOUT_S = 120.0
 
@@ -107,7 +108,7 @@ def evaluation_bound_s(task: Task, options: EvalOptions) -> float:
     timed = sum(1 for w in task.workloads if w.role is not Role.HELDOUT)
     bound = DEFAULT_TIMEOUT_S + 600.0 + options.call_timeout_s * (calls + 1)  # build, device+peaks, load+trials
     if options.time:
-        bound += timed * (options.call_timeout_s + 10 * options.timing_budget_ms / 1e3 + 120)
+        bound += timed * call_limit_s(options.call_timeout_s, options.timing_budget_ms)
     if options.profile:
         bound += options.profile_timeout_s
     return bound + PROBE_TIMEOUT_S + 60.0

@@ -23,10 +23,10 @@ from typing import Any
 
 from ptxbench.check import build_request
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.gpu_host import (
+from ptxbench.evaluate.fleet.gpu_host import (
     PROBE_TIMEOUT_S, START_TIMEOUT_S, GpuHost, HostOutcome, HostSpec, evaluation_bound_s, parse_outcome,
 )
-from ptxbench.evaluate.scheduler import HostFailed, Job, SerialSlot, SlotStartFailed
+from ptxbench.evaluate.fleet.scheduler import HostFailed, Job, SerialSlot, SlotStartFailed
 from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S
 
 

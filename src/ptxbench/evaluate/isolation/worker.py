@@ -9,7 +9,7 @@ write to the pipe, so replies are unpickled with an allow-list of the types a re
 their storages, dtypes); anything else (a pickle that would call ``os.system`` in the harness) ends
 the child as ``ForgedReply``.
 
-A worker that hosts candidate code is *isolated* (``isolate=True``; see ``isolation.py``): before its
+A worker that hosts candidate code is *isolated* (``isolate=True``; see ``confinement.py``): before its
 handler is built it starts its own session, joins its own cgroup where the machine has a writable
 cgroup2 mount, closes what it inherited, works in a private directory with an allow-listed
 environment, and sees the harness's run directory and caches read-only. The mode achieved is
@@ -39,7 +39,7 @@ from multiprocessing.connection import Connection
 from typing import Any, NamedTuple
 
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.isolation import (
+from ptxbench.evaluate.isolation.confinement import (
     Cgroup,
     candidate_environment,
     compile_cache_environment,
@@ -48,7 +48,7 @@ from ptxbench.evaluate.isolation import (
     protect_paths,
     protected_paths_from,
 )
-from ptxbench.evaluate.processes import (
+from ptxbench.evaluate.isolation.processes import (
     become_subreaper,
     descendants,
     kill_descendants,
@@ -134,10 +134,10 @@ START_METHOD = "forkserver"
 # The longest message a child may send: replies carry tensors by handle, so they are small; a longer
 # announced length is a forged frame.
 MAX_MESSAGE_BYTES = 64 << 20
-# What a candidate's worker imports on its way (the task model, the loader, input drawing, the launch
-# gate) is imported there too: a fresh worker then starts on its first request at once.
-PRELOADED = ["torch", "torch.multiprocessing", "torch.profiler", "ptxbench.tasks.model", "ptxbench.tasks.reference",
-             "ptxbench.evaluate.library", "ptxbench.evaluate.launch_gate"]
+# What a candidate's worker imports on its way (the task model, the loader, input drawing) is imported there
+# too, with the handler's own module (the candidate side's library and launch gate come with it): a fresh
+# worker then starts on its first request at once.
+PRELOADED = ["torch", "torch.multiprocessing", "torch.profiler", "ptxbench.tasks.model", "ptxbench.tasks.reference"]
 
 
 def stop_forkserver() -> None:

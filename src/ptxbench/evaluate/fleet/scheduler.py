@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.gpu_host import HostJob, HostOutcome
+from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome
 from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 
 log = logging.getLogger(__name__)

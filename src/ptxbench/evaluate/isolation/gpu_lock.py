@@ -13,7 +13,7 @@ With ``PTXBENCH_LOCK_TRACE`` naming a file, every hold is appended to it as one 
 mode, what for, when asked, got and released, wall-clock seconds; a line with ``released`` null when
 it is taken, so a hold that never ends shows too): how lanes share the GPU is then
 measured rather than guessed (``benchmarks/evaluator_benchmark.py`` reads it). Processes that hold
-candidate code see the machine read-only but scratch space (``isolation.SCRATCH_ROOTS``): their holds
+candidate code see the machine read-only but scratch space (``confinement.SCRATCH_ROOTS``): their holds
 reach the file only where it lies there (under /tmp, say).
 
 Standard library only: the profiled program (``profile_one.py``) loads this file by its path.

@@ -14,6 +14,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+# At module level: the forkserver preloads the handler's module, and with it these (a fresh worker then
+# starts its first request at once).
+from ptxbench.evaluate.child.launch_gate import GateUnavailable, LaunchGate
+from ptxbench.evaluate.child.library import CandidateLibrary
+
 CANARY_BYTES = 4096
 CANARY_VALUE = 0x5A
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # more than 2x the L2 of any current GPU (H200: 60 MiB, B200: ~126 MB)
@@ -86,7 +91,7 @@ class CandidateRunner:
         import torch
         import torch.multiprocessing  # noqa: F401 - registers tensor sharing for replies
 
-        from ptxbench.evaluate.gpu_lock import shared_if_known
+        from ptxbench.evaluate.isolation.gpu_lock import shared_if_known
 
         if not torch.cuda.is_available():
             raise RuntimeError("no CUDA device is visible to the worker")
@@ -111,8 +116,6 @@ class CandidateRunner:
 
     def _open_gate(self) -> tuple[Any, str | None]:
         """The launch gate, or None and why not (timing then falls back to the spin-kernel cover)."""
-        from ptxbench.evaluate.launch_gate import GateUnavailable, LaunchGate
-
         try:
             return LaunchGate(self.torch), None
         except GateUnavailable as exc:
@@ -214,8 +217,6 @@ class CandidateRunner:
         self.task = Task.model_validate_json(task_json)
 
     def load(self, shared_object: str, task_json: str) -> list[str]:
-        from ptxbench.evaluate.library import CandidateLibrary
-
         self.set_task(task_json)
         self.library = CandidateLibrary(shared_object, self.task)
         return []

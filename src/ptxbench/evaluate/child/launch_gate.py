@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from ptxbench.evaluate.cuda_driver import Driver, DriverError
+from ptxbench.evaluate.child.cuda_driver import Driver, DriverError
 
 KERNEL_NAME = "ptxbench_launch_gate"
 # Spins on flags[0] until it is non-zero; past the deadline it sets flags[1] and returns. Generic loads

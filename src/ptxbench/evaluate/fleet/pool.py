@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.gpu_host import (
+from ptxbench.evaluate.fleet.gpu_host import (
     HOST_HANDLER, PROBE_TIMEOUT_S, START_TIMEOUT_S, HostOutcome, HostSpec, evaluation_bound_s, parse_outcome,
 )
-from ptxbench.evaluate.scheduler import HostFailed, Job, SerialSlot, SlotStartFailed
-from ptxbench.evaluate.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.fleet.scheduler import HostFailed, Job, SerialSlot, SlotStartFailed
+from ptxbench.evaluate.isolation.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
 
 
 class GpuSelectionError(PtxbenchError):

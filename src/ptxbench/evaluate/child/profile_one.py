@@ -67,11 +67,16 @@ def _device_buffer(driver: Any, size: int) -> ctypes.c_uint64:
     return pointer
 
 
+# The harness's modules this program uses, each on the standard library alone: their folders under
+# ``ptxbench/evaluate``, beside this program's own (``child``).
+_STANDALONE = {"cuda_driver": "child", "confinement": "isolation", "gpu_lock": "isolation", "processes": "isolation"}
+
+
 @functools.cache
-def _sibling(name: str) -> ModuleType:
-    """A module of this folder that needs the standard library alone, loaded by its path (this program
-    imports nothing of ptxbench), once."""
-    spec = importlib.util.spec_from_file_location(f"ptxbench_{name}", Path(__file__).with_name(f"{name}.py"))
+def _standalone(name: str) -> ModuleType:
+    """A module of ``_STANDALONE``, loaded by its path (this program imports nothing of ptxbench), once."""
+    path = Path(__file__).parent.parent / _STANDALONE[name] / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"ptxbench_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -89,13 +94,13 @@ def _gpu_lock(plan: dict) -> AbstractContextManager:
     code and the profiled calls run under it."""
     if not plan.get("gpu_lock"):
         return nullcontext()
-    lock = _sibling("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"]))
+    lock = _standalone("gpu_lock").GpuLock(plan["gpu_lock"]["key"], Path(plan["gpu_lock"]["folder"]))
     return lock.exclusive("ncu alone") if _alone(plan) else lock.shared("ncu")
 
 
 def _protect(plan: dict) -> str:
     """Make the plan's ``protect`` folders read-only for this process and what it starts (through
-    ``isolation.protect_paths``), before any candidate code is loaded; the mode achieved, in one line.
+    ``confinement.protect_paths``), before any candidate code is loaded; the mode achieved, in one line.
     Where the machine refuses it (or the module is missing), the profile still runs, unprotected: the
     report is read by the harness afterwards and a candidate cannot reach it before ncu writes it."""
     paths = [str(path) for path in plan.get("protect", [])]
@@ -103,7 +108,7 @@ def _protect(plan: dict) -> str:
     if not paths and not hidden:
         return "nothing to protect"
     try:
-        protect_paths = _sibling("isolation").protect_paths
+        protect_paths = _standalone("confinement").protect_paths
         return str(protect_paths(paths, hidden=hidden) if hidden else protect_paths(paths))
     except (AttributeError, ImportError, OSError) as exc:
         return f"not isolated: {type(exc).__name__}: {exc}"
@@ -114,7 +119,7 @@ def main(plan_path: str) -> int:
     print(PROTECTION_MARK, _protect(plan), file=sys.stderr, flush=True)
     if plan.get("probe"):
         return _probe(plan)
-    processes = _sibling("processes")
+    processes = _standalone("processes")
     processes.become_subreaper()  # what the candidate starts and abandons ends with this program
     try:
         # Alone, the allocations wait for the lock too, so that no other evaluation holds memory meanwhile.
@@ -124,8 +129,8 @@ def main(plan_path: str) -> int:
                 return _profile(plan, *(opened or _open(plan)))
             finally:  # still under the lock
                 processes.kill_descendants(os.getpid())
-    except _sibling("cuda_driver").DriverError as exc:
-        if exc.code == _sibling("cuda_driver").CUDA_ERROR_OUT_OF_MEMORY:
+    except _standalone("cuda_driver").DriverError as exc:
+        if exc.code == _standalone("cuda_driver").CUDA_ERROR_OUT_OF_MEMORY:
             print(f"{OUT_OF_MEMORY_MARK} ({exc})", file=sys.stderr)
             return 3
         raise
@@ -133,7 +138,7 @@ def main(plan_path: str) -> int:
 
 def _probe(plan: dict) -> int:
     """Launch the probe kernel once between cuProfilerStart and cuProfilerStop, under the GPU's lock."""
-    driver = _sibling("cuda_driver").Driver()
+    driver = _standalone("cuda_driver").Driver()
     driver.use_primary_context(0)
     module, function = ctypes.c_void_p(), ctypes.c_void_p()
     driver.call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(PROBE_PTX.encode()))
@@ -152,7 +157,7 @@ def _open(plan: dict) -> tuple[Any, ctypes.c_void_p, list[tuple[ctypes.c_uint64,
     """The CUDA driver (``cuda_driver.Driver``) with the GPU opened (the primary context, which the
     runtime uses), a stream, and a device buffer for each pointer argument with the bytes to copy into
     it (None for outputs). No kernel runs here."""
-    driver = _sibling("cuda_driver").Driver()
+    driver = _standalone("cuda_driver").Driver()
     driver.use_primary_context(0)
     stream = ctypes.c_void_p()
     driver.call("cuStreamCreate", ctypes.byref(stream), 0)
@@ -202,7 +207,7 @@ def _profile(plan: dict, driver: Any, stream: ctypes.c_void_p,
             driver.call("cuProfilerStop")
         if code != 0:
             print(f"the entry point returned cudaError {code}", file=sys.stderr)
-            if code == _sibling("cuda_driver").CUDA_ERROR_MEMORY_ALLOCATION:
+            if code == _standalone("cuda_driver").CUDA_ERROR_MEMORY_ALLOCATION:
                 print(OUT_OF_MEMORY_MARK, file=sys.stderr)
             return 1
     return 0

@@ -39,8 +39,8 @@ from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
 from ptxbench.errors import CandidateError, PtxbenchError
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
-from ptxbench.evaluate.gpu_host import HostJob, HostOutcome, HostSpec
-from ptxbench.evaluate.scheduler import Job, SerialSlot, schedule, start_slots
+from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome, HostSpec
+from ptxbench.evaluate.fleet.scheduler import Job, SerialSlot, schedule, start_slots
 from ptxbench.evaluate.static_only import static_verdict
 from ptxbench.evaluate.verdict import decide
 from ptxbench.records.completion import ExtractionStatus
@@ -206,18 +206,18 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
     if regrade:
         return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
     connected = False
-    from ptxbench.evaluate.isolation import name_protected_paths
+    from ptxbench.evaluate.isolation.confinement import name_protected_paths
     from ptxbench.paths import cache_root
 
     restore_protected = name_protected_paths([Path(out), cache_root()])  # read-only to candidates
     try:
         if backend == "ray":
-            from ptxbench.evaluate.ray_backend import connect, ray_slots
+            from ptxbench.evaluate.fleet.ray_backend import connect, ray_slots
 
             connected = connect(address)
             slots: list[SerialSlot] = list(ray_slots(spec))
         else:
-            from ptxbench.evaluate.pool import local_slots, visible_gpu_count
+            from ptxbench.evaluate.fleet.pool import local_slots, visible_gpu_count
 
             chosen = list(gpus) if gpus is not None else [device] if device is not None else list(range(visible_gpu_count()))
             slots = list(local_slots(chosen, spec))
@@ -229,7 +229,7 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
     finally:
         restore_protected()
         if connected:
-            from ptxbench.evaluate.ray_backend import disconnect
+            from ptxbench.evaluate.fleet.ray_backend import disconnect
 
             disconnect()
 

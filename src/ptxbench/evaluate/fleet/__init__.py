@@ -1,0 +1,3 @@
+"""Evaluating many candidates on many GPUs: the run-directory driver (``run``), one ``GpuEvaluator`` per GPU
+behind a process boundary (``gpu_host``), one shared queue over them (``scheduler``), and the two backends
+that start the hosts (``pool`` on this machine, ``ray_backend`` on a Ray cluster)."""
