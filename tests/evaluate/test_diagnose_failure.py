@@ -57,11 +57,12 @@ class LaunchFailing(FakeRunner):
 def _fake_sanitizer(folder: Path, log_text: str, sleep_s: float = 0.0, plan_copy: Path | None = None) -> Path:
     """A ``compute-sanitizer`` that writes ``log_text`` to the file after --log-file, copies the plan it was
     given (the last argument) to ``plan_copy``, then runs the program with its output going where the
-    sanitizer's does."""
+    sanitizer's does; asked its version (the toolchain's search does), it answers at once."""
     folder.mkdir(exist_ok=True)
     (folder / "finding.txt").write_text(log_text)
     script = folder / "compute-sanitizer"
     script.write_text(f"""#!/bin/sh
+if [ "$1" = "--version" ]; then echo "Version 2025.3.1.0 (fake)"; exit 0; fi
 log=""
 previous=""
 for argument in "$@"; do

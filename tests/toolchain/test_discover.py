@@ -35,3 +35,15 @@ def test_cli_reports_a_missing_compiler_in_one_line(tmp_path) -> None:  # type: 
     assert proc.returncode == 2
     assert "error: nvcc not found. Fix: install the CUDA toolkit" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_the_sanitizer_is_found_by_its_own_variable_and_its_absence_stops_nothing(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fake = tmp_path / "compute-sanitizer"
+    fake.write_text("#!/bin/sh\necho 'Version 2025.3.1.0 (build 1)'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PTXBENCH_COMPUTE_SANITIZER", str(fake))
+    found = discover.find_toolchain().tools["compute-sanitizer"]
+    assert (found.path, found.version, found.found_via) == (str(fake), "2025.3.1.0", "PTXBENCH_COMPUTE_SANITIZER")
+    monkeypatch.setenv("PTXBENCH_COMPUTE_SANITIZER", str(tmp_path / "absent"))
+    toolchain = discover.find_toolchain()
+    assert not toolchain.has("compute-sanitizer") and "compute-sanitizer" not in toolchain.missing()

@@ -19,13 +19,13 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 from contextlib import suppress
 from pathlib import Path
 
 from ptxbench.tasks.model import Task
+from ptxbench.toolchain.discover import find_toolchain
 
 SANITIZER = "compute-sanitizer"
 TOOL = "memcheck"
@@ -58,7 +58,7 @@ def with_diagnosis(message: str, task: Task, sizes: dict[str, int], shared_objec
     """``message`` with "; compute-sanitizer memcheck: <first finding>" appended when it names a CUDA error
     and the sanitizer is installed and ends in time; ``message`` unchanged otherwise. The caller holds the
     GPU's lock (shared or exclusive) for the duration: the program started here takes none itself."""
-    if not is_cuda_error(message) or shutil.which(SANITIZER) is None:
+    if not is_cuda_error(message) or not find_toolchain().has(SANITIZER):
         return message
     finding = sanitizer_finding(task, sizes, shared_object, timeout_s)
     return message if finding is None else f"{message}; {SANITIZER} {TOOL}: {finding}"
@@ -70,9 +70,10 @@ def sanitizer_finding(task: Task, sizes: dict[str, int], shared_object: Path,
     found none), or None when the sanitizer could not say (missing, timed out, wrote no log)."""
     from ptxbench.evaluate.profiling import Folders
 
-    sanitizer = shutil.which(SANITIZER)
-    if sanitizer is None:
+    toolchain = find_toolchain()
+    if not toolchain.has(SANITIZER):
         return None
+    sanitizer = toolchain.path(SANITIZER)
     with Folders() as folders:
         program = sanitized_program(task, sizes, shared_object, folders.plan, protect=[folders.plan, folders.report])
         log = folders.report / LOG_NAME

@@ -1,8 +1,8 @@
-"""Find the CUDA tools PTXBench drives: nvcc and ptxas to build, cuobjdump and nvdisasm to read SASS, and
-Nsight Compute's ``ncu`` (optional) to count executed instructions. Each one's version goes into the run
-header.
+"""Find the CUDA tools PTXBench drives: nvcc and ptxas to build, cuobjdump and nvdisasm to read SASS,
+Nsight Compute's ``ncu`` (optional) to count executed instructions, and ``compute-sanitizer`` (optional) to
+say where a failed call went wrong. Each one's version goes into the run header.
 
-Search order per tool: ``PTXBENCH_<TOOL>`` (an explicit path), ``$CUDA_HOME/bin`` and
+Search order per tool: ``PTXBENCH_<TOOL>`` (an explicit path; ``-`` written ``_``), ``$CUDA_HOME/bin`` and
 ``$CUDA_PATH/bin``, ``PATH``, NVIDIA's wheels in the running interpreter's site-packages
 (``nvidia/cu13/bin`` and friends; these wheels install no entry points), then ``/usr/local/cuda/bin``.
 """
@@ -22,8 +22,10 @@ from pydantic import BaseModel
 
 from ptxbench.errors import ToolchainMissing
 
-TOOL_NAMES = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "ncu")
-OPTIONAL_TOOLS = frozenset({"ncu"})  # without it, executed instructions stay unverified; nothing else stops
+TOOL_NAMES = ("nvcc", "ptxas", "cuobjdump", "nvdisasm", "ncu", "compute-sanitizer")
+# Without ncu executed instructions stay unverified, without the sanitizer a failed call is not diagnosed;
+# nothing else stops.
+OPTIONAL_TOOLS = frozenset({"ncu", "compute-sanitizer"})
 
 INSTALL_HINTS = {
     "nvcc": "install the CUDA toolkit (13.0 or newer) or `pip install nvidia-cuda-nvcc`, or set CUDA_HOME",
@@ -31,6 +33,7 @@ INSTALL_HINTS = {
     "cuobjdump": "`pip install nvidia-cuda-cuobjdump` (or `pip install 'ptxbench[cuda-tools]'`)",
     "nvdisasm": "`pip install nvidia-cuda-nvdisasm` (or `pip install 'ptxbench[cuda-tools]'`)",
     "ncu": "install Nsight Compute to prove executed instructions (else: unverified)",
+    "compute-sanitizer": "it ships with the CUDA toolkit: install it to have failed calls diagnosed",
 }
 
 WHEEL_BIN_DIRS = ("nvidia/cu13/bin", "nvidia/cuda_nvcc/bin", "nvidia/cuda_cuobjdump/bin", "nvidia/cuda_nvdisasm/bin")
@@ -103,11 +106,16 @@ def _version(path: str) -> str | None:
     return match.group(2) if match.lastindex == 2 else match.group(1)
 
 
+def override_variable(name: str) -> str:
+    """The variable that names a tool's path explicitly: PTXBENCH_NCU, PTXBENCH_COMPUTE_SANITIZER."""
+    return f"PTXBENCH_{name.upper().replace('-', '_')}"
+
+
 def locate(name: str) -> Tool:
-    override = os.environ.get(f"PTXBENCH_{name.upper()}")
+    override = os.environ.get(override_variable(name))
     if override:
         exists = Path(override).is_file()
-        return Tool(name=name, path=override if exists else None, found_via=f"PTXBENCH_{name.upper()}",
+        return Tool(name=name, path=override if exists else None, found_via=override_variable(name),
                     version=_version(override) if exists else None)
     searched = _candidate_dirs()
     for directory, via in searched:
@@ -123,7 +131,7 @@ def locate(name: str) -> Tool:
 
 
 # What steers the search: a tool is looked for again only when one of these changes.
-_SEARCH_VARIABLES = ("PATH", "CUDA_HOME", "CUDA_PATH", *(f"PTXBENCH_{name.upper()}" for name in TOOL_NAMES))
+_SEARCH_VARIABLES = ("PATH", "CUDA_HOME", "CUDA_PATH", *(override_variable(name) for name in TOOL_NAMES))
 
 
 def find_toolchain() -> Toolchain:
