@@ -115,16 +115,17 @@ def test_held_out_variants_are_judged_apart_from_held_out_shapes(failing: set[st
 
 
 def test_a_task_without_variants_has_no_variant_verdict() -> None:
+    """Every bundled task declares variants; a task file of one's own need not (it is judged by roles only)."""
     from ptxbench.arch.registry import Arch
     from ptxbench.results.attempts import _from_evaluation
     from ptxbench.tasks.loader import get_task
 
-    task = get_task("softmax")
+    task = get_task("softmax").model_copy(update={"id": "my_softmax", "variants": []})
     trials = [TrialResult(workload=w.name, role=w.role.value, seed=1, passed=w.role.value != "heldout")
               for w in task.workloads]
     record = Evaluation(candidate="c.cu", task=task.id, task_hash=task.content_hash, arch=Arch.SM_90A,
                         status=Status.INCORRECT, trials=trials)
-    attempt = _from_evaluation(record, {"run": "r", "arch": "sm_90a", "task": "softmax", "sample": "s"})
+    attempt = _from_evaluation(record, {"run": "r", "arch": "sm_90a", "task": task.id, "sample": "s"})
     assert attempt.heldout_correct is False and attempt.heldout_variant_correct is None
 
 

@@ -26,9 +26,7 @@ def test_conditions_compare_and_combine() -> None:
 
 
 def test_suite_variants_partition_the_workloads_and_hold_out_only_held_out_workloads() -> None:
-    with_variants = [t for t in bundled_suite() if t.variants]
-    assert {"attention_fwd", "attention_bwd", "gemm_bf16", "gemm_fp8"} <= {t.id for t in with_variants}
-    for task in with_variants:
+    for task in bundled_suite():
         assert task.held_out_variants(), f"{task.id} holds out no variant"
         for workload in task.workloads:
             owners = [v for v in task.variants if v.matches(workload.sizes)]
@@ -38,7 +36,25 @@ def test_suite_variants_partition_the_workloads_and_hold_out_only_held_out_workl
         assert task.variant_of(task.timed()) is not None and not task.variant_of(task.timed()).heldout
     assert get_task("gemm_bf16").variant_of("single-token").name == "m-ragged"
     assert get_task("gemm_bf16").variant_of("qwen-odd-tokens").name == "m-aligned"  # a held-out shape, shown variant
-    assert get_task("rmsnorm").variant_of("t7-h7168") is None
+    assert get_task("rmsnorm").variant_of("t7-h7168").name == "decode"  # a held-out shape, shown variant
+    assert get_task("rmsnorm").variant_of("t5-h896").name == "hd-not-256"
+    assert parse_task(_gemm_with(), "t.toml").variant_of("single-token") is None  # a task without variants
+
+
+def test_every_family_and_task_measures_both_kinds_of_generalization() -> None:
+    """Every task holds out a variant (a setting never shown) and a shape of a shown variant, so both
+    metrics exist for every family; a variant that is not held out shows a workload (else it is held out
+    in all but name)."""
+    suite = bundled_suite()
+    families = {t.family for t in suite}
+    assert {t.family for t in suite if t.variants and t.held_out_variants()} == families
+    for task in suite:
+        assert task.held_out_variants(), f"{task.id} holds out no variant"
+        assert [w for w in task.held_out() if not task.variant_of(w).heldout], f"{task.id}: no held-out shape"
+        for variant in task.variants:
+            members = [w for w in task.workloads if task.variant_of(w) is variant]
+            if not variant.heldout:
+                assert any(w.role is not Role.HELDOUT for w in members), f"{task.id}/{variant.name} shows nothing"
 
 
 def _variant(name: str, rule: str, heldout: bool = False) -> str:
