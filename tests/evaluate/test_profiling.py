@@ -188,6 +188,7 @@ def _small_rmsnorm():  # type: ignore[no-untyped-def]
     data = get_task("rmsnorm").model_dump(mode="json")
     data["workloads"] = [{"name": "small", "role": "timed", "sizes": {"T": 4, "Hd": 64}},
                          {"name": "small-heldout", "role": "heldout", "sizes": {"T": 3, "Hd": 128}}]
+    data["variants"] = []  # the suite's variants partition its own workloads, not these
     return Task.model_validate(data)
 
 
