@@ -41,6 +41,8 @@ class ServeConfig(Record):
     max_queue: int = Field(default=1000, ge=1, description="Unfinished jobs beyond which a submission gets 429")
     max_request_bytes: int = Field(default=16 << 20, ge=1024)
     builders: int | None = Field(default=None, ge=1, description="Candidates built at once ahead of the GPUs")
+    allow_task_definitions: bool = Field(default=False, description=(
+        "Accept whole task definitions (their reference is Python the server runs unsandboxed)"))
     handler: str = HANDLER
     reference_device: str = "cuda"
 
@@ -83,7 +85,8 @@ def serve(config: ServeConfig, announce: bool = True) -> None:
     (state / RUNS_FOLDER).mkdir(parents=True, exist_ok=True)
     engine = Engine(config.gpus, config.lanes, builders=config.builders, handler=config.handler,
                     reference_device=config.reference_device, protect=[state])
-    service = JobService(state, engine, max_queue=config.max_queue)
+    service = JobService(state, engine, max_queue=config.max_queue,
+                         allow_task_definitions=config.allow_task_definitions)
     try:
         service.start()
         app = create_app(service, token=config.token, max_request_bytes=config.max_request_bytes)

@@ -86,10 +86,14 @@ def stage_events(evaluation: Evaluation) -> list[tuple[str, dict[str, Any]]]:
 
 class JobService:
     """The store, the engine, and the dispatcher between them. ``max_queue``: jobs accepted and unfinished
-    beyond which a submission is refused (429); ``ahead``: jobs given to the engine beyond its GPU slots."""
+    beyond which a submission is refused (429); ``ahead``: jobs given to the engine beyond its GPU slots;
+    ``allow_task_definitions``: accept whole task definitions, whose reference is Python code this process runs
+    outside any sandbox (so only for clients trusted with that)."""
 
-    def __init__(self, state: Path, engine: Engine, *, max_queue: int = 1000, ahead: int | None = None) -> None:
+    def __init__(self, state: Path, engine: Engine, *, max_queue: int = 1000, ahead: int | None = None,
+                 allow_task_definitions: bool = False) -> None:
         self.state = state
+        self.allow_task_definitions = allow_task_definitions
         self.store = JobStore(state)
         self.engine = engine
         self.max_queue = max_queue
@@ -155,6 +159,10 @@ class JobService:
 
     def _prepare(self, request: CandidateRequest) -> tuple[JobRow, JobRow | None]:
         """The job row a request becomes, and the earlier job that answers it instead (None: none does)."""
+        if request.task_definition is not None and not self.allow_task_definitions:
+            raise ServiceError(403, "this server takes bundled task ids only: a task definition carries Python "
+                               "(its reference) that the server would run unsandboxed; start it with "
+                               "--allow-task-definitions to accept them from trusted clients")
         task = request.task_definition if request.task_definition is not None else bundled_task(request.task or "")
         if request.task_hash is not None and request.task_hash != task.content_hash:
             raise ServiceError(409, f"task {task.id}: the server's definition (hash {task.content_hash[:12]}) differs "
@@ -173,7 +181,7 @@ class JobService:
                      run_dir=f"{RUNS_FOLDER}/{request.arch.value}-{options.digest()}",
                      item=f"{source_hash[:12]}-{task.content_hash[:8]}", submitted_at=time.time(), finished_at=None,
                      verdict=None, infra=False)
-        return row, self.store.answering(dedupe)
+        return row, self.store.answering(dedupe, redo_infra=self.engine.on_gpus)
 
     def _retry_after(self, excess: int) -> int:
         finished = self.engine.stage_seconds.get("total")

@@ -150,11 +150,13 @@ class JobStore:
         found = self._query(f"SELECT {_COLUMNS} FROM jobs WHERE seq = ?", (seq,))
         return _row(found[0]) if found else None
 
-    def answering(self, dedupe: str) -> JobRow | None:
-        """The latest job that answers a submission with this key: one not cancelled, and not finished with an
-        infrastructure failure (those are evaluated again, as a resumed ``eval`` does), nor failed."""
+    def answering(self, dedupe: str, redo_infra: bool) -> JobRow | None:
+        """The latest job that answers a submission with this key: one not cancelled nor failed, and, with
+        ``redo_infra`` (a server with GPUs), not finished with an infrastructure failure (those are evaluated
+        again, as a resumed ``eval`` does)."""
+        infra = "AND NOT (state = 'done' AND infra = 1)" if redo_infra else ""
         found = self._query(f"SELECT {_COLUMNS} FROM jobs WHERE dedupe = ? AND state NOT IN ('cancelled', 'failed') "
-                            "AND NOT (state = 'done' AND infra = 1) ORDER BY seq DESC LIMIT 1", (dedupe,))
+                            f"{infra} ORDER BY seq DESC LIMIT 1", (dedupe,))
         return _row(found[0]) if found else None
 
     def listed(self, state: JobState | None, limit: int, after_seq: int = 0) -> list[JobRow]:
