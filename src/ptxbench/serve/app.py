@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ptxbench.errors import field_problems
+from ptxbench.errors import PtxbenchError, field_problems
 from ptxbench.records.version import RecordVersionError
 from ptxbench.serve.models import CandidateRequest, JobList, JobState, SubmitReply, SubmitRequest
 from ptxbench.serve.service import JobService, ServiceError
@@ -128,6 +128,10 @@ def create_app(service: JobService, *, token: str | None = None, max_request_byt
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
         headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s is not None else None
         return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
+
+    @api.exception_handler(PtxbenchError)
+    async def _harness_error(_: Request, exc: PtxbenchError) -> JSONResponse:
+        return JSONResponse({"error": " ".join(str(exc).split())}, status_code=500)
 
     @api.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

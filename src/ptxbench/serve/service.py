@@ -99,6 +99,7 @@ class JobService:
         self.max_queue = max_queue
         self._ahead = ahead
         self._wake = threading.Condition()
+        self._accepting = threading.Lock()  # one submission at a time: the queue's bound and duplicates hold
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._started = time.time()
@@ -133,6 +134,10 @@ class JobService:
 
     def submit(self, requests: list[CandidateRequest]) -> list[Accepted]:
         """Accept every request (committed before this returns) or none."""
+        with self._accepting:
+            return self._accept(requests)
+
+    def _accept(self, requests: list[CandidateRequest]) -> list[Accepted]:
         prepared = [self._prepare(request) for request in requests]
         active = sum(self.store.counts()[s.value] for s in (JobState.QUEUED, JobState.BUILDING, JobState.RUNNING))
         fresh = [p for p in prepared if p[1] is None]
