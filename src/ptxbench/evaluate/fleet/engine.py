@@ -205,7 +205,8 @@ class Engine:
             self._finish(key, stored, None, record=False)
             return
         if candidate.extraction is not None:  # nothing to build or run
-            self._finish(key, _without_code(candidate, arch), {"backend": "local", "slot": None} if self.on_gpus else None)
+            placement = {"backend": "local", "slot": None} if self.on_gpus else None
+            self._finish(key, _without_code(candidate, arch), placement)
             return
         if submission.cancelled:
             self._drop(key)
@@ -215,15 +216,14 @@ class Engine:
         self._count("serve.build_and_static", time.monotonic() - started)
         submission.on_stage("build", build_stage(report))
         with self._lock:
-            if submission.cancelled:  # at the stage boundary: it never reaches a GPU
+            cancelled = submission.cancelled  # at the stage boundary: then it never reaches a GPU
+            if cancelled:
                 self._drop(key)
-                return
-            if not self.on_gpus:
-                evaluation = static_verdict(report, candidate.task.content_hash, candidate.generation)
-                self._finish(key, evaluation, None)
-                return
-            self._feed.put(Job(key, HostJob(task=candidate.task, arch=arch, source=candidate.source,
-                                            origin=candidate.origin, options=submission.options)))
+            elif self.on_gpus:
+                self._feed.put(Job(key, HostJob(task=candidate.task, arch=arch, source=candidate.source,
+                                                origin=candidate.origin, options=submission.options)))
+        if not cancelled and not self.on_gpus:
+            self._finish(key, static_verdict(report, candidate.task.content_hash, candidate.generation), None)
 
     def _schedule(self) -> None:
         assert self._started is not None
