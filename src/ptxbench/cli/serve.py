@@ -29,6 +29,8 @@ def serve(
                                            "is answered 429 with Retry-After")] = 1000,
     max_request_mb: Annotated[float, typer.Option("--max-request-mb", min=0.01, help="Largest request body "
                                                   "(413 beyond)")] = 16.0,
+    builders: Annotated[Optional[int], typer.Option("--builders", min=1, help="Candidates built at once ahead of "
+                                                    "the GPUs (default: the CPU cores, at most 8)")] = None,
     allow_task_definitions: Annotated[bool, typer.Option("--allow-task-definitions", help="Accept whole task "
                                                          "definitions: their reference is Python the server runs "
                                                          "unsandboxed, so only for trusted clients")] = False,
@@ -45,7 +47,7 @@ def serve(
                  "from 0)")
         config = ServeConfig(host=host, port=port, gpus=chosen, lanes=lanes or DEFAULT_LANES, state=state,
                              token=token or None, max_queue=max_queue,
-                             max_request_bytes=int(max_request_mb * (1 << 20)),
+                             max_request_bytes=int(max_request_mb * (1 << 20)), builders=builders,
                              allow_task_definitions=allow_task_definitions)
     except PtxbenchError as exc:
         fail(str(exc))
