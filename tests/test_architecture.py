@@ -32,8 +32,8 @@ FLOORS: dict[str, int] = {
     "doctor": 6, "records": 6,
     "check": 7, "llm": 7,
     "evaluate": 8,
-    "refine": 9, "results": 9,
-    "fixit": 10,
+    "refine": 9, "results": 9, "serve": 9,
+    "client": 10, "fixit": 10,
     "cli": 11,
     "__main__": 12,
 }

@@ -162,3 +162,46 @@ def test_with_no_gpu_left_the_rest_are_given_up_as_no_gpu() -> None:
     assert not done and sorted(given_up) == [0, 1, 2]
     assert all(reason.startswith(InfraFailure.NO_GPU.value) for reason in given_up.values())
     assert "could not start" in retired["b"] and "every GPU was retired" in given_up[2]
+
+
+def test_a_feed_brings_jobs_while_the_schedule_runs_and_stop_ends_it_without_waiting() -> None:
+    """A server's queue: jobs put after the schedule started are run; with every GPU retired, those that arrive
+    later are given up too; ``stop`` returns at once."""
+    import threading
+    import time
+
+    from ptxbench.evaluate.fleet.scheduler import JobFeed
+
+    slots = [ScriptedSlot("0", lambda slot, job: "sick" if job.index == 2 else "ok")]
+    started = start_slots(slots)  # type: ignore[arg-type]
+    feed = JobFeed()
+    done: list[int] = []
+    given_up: list[int] = []
+    handed: list[tuple[int, str]] = []
+    retired: list[str] = []
+    runner = threading.Thread(target=schedule, args=([], started), kwargs={
+        "on_result": lambda job, outcome, slot: done.append(job.index),
+        "on_give_up": lambda job, failure, reason: given_up.append(job.index), "feed": feed,
+        "on_start": lambda job, slot: handed.append((job.index, slot)),
+        "on_retire": lambda slot, reason: retired.append(slot)})
+    runner.start()
+
+    def settle(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 5
+        while not condition() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert condition()
+
+    jobs = _jobs(4)
+    for job in jobs[:2]:
+        feed.put(job)
+    settle(lambda: done == [0, 1])
+    assert handed == [(0, "0"), (1, "0")] and runner.is_alive(), "an empty queue waits for the feed"
+    feed.put(jobs[2])  # the GPU fails its health check: retired, and the job has no GPU left
+    settle(lambda: given_up == [2])
+    assert retired == ["0"]
+    feed.put(jobs[3])
+    settle(lambda: given_up == [2, 3])
+    feed.stop()
+    runner.join(timeout=5)
+    assert not runner.is_alive()

@@ -18,6 +18,7 @@ from ptxbench.cli.metrics import compare, leaderboard, metrics
 from ptxbench.cli.output import console, error_line
 from ptxbench.cli.prompt import prompt
 from ptxbench.cli.report import report
+from ptxbench.cli.serve import serve
 from ptxbench.errors import PtxbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -51,6 +52,7 @@ app.command()(compare)
 app.command()(leaderboard)
 app.command()(generate)
 app.command()(run)
+app.command()(serve)
 
 
 def _bare_flags(command: click.Command) -> None:

@@ -1,10 +1,11 @@
 """``ptxbench eval``: evaluate candidates on the GPUs into a resumable run directory, and print the verdicts.
 
 The command checks what it was given and says so in one line; the evaluation itself is
-``ptxbench.evaluate.fleet.run.evaluate_candidates``."""
+``ptxbench.evaluate.fleet.run.evaluate_candidates``, or with ``--server`` ``ptxbench.client.evaluate_on_server``."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -51,13 +52,23 @@ def evaluate(
     lanes: Annotated[Optional[int], typer.Option("--lanes", min=1, max=16, help="Candidates evaluated at once on "
                                                  "each GPU (default 2): their untimed stages overlap, timing "
                                                  "always runs alone")] = None,
+    server: Annotated[Optional[str], typer.Option("--server", help="Evaluate on a running `ptxbench serve` (its "
+                                                  "URL); the run directory is written here as without it")] = None,
+    token: Annotated[Optional[str], typer.Option("--token", envvar="PTXBENCH_SERVE_TOKEN", show_envvar=True,
+                                                 help="With --server: its access token")] = None,
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
     from ptxbench.evaluate.evaluator import EvalOptions
     from ptxbench.evaluate.fleet.run import GpusRetired, evaluate_candidates, gpu_available
     from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note
 
-    chosen = _chosen_gpus(gpus, backend, address, regrade)
+    if server is not None:
+        _server_fits(gpus, backend, address, regrade, lanes)
+        chosen = None
+    else:
+        if token is not None and token != os.environ.get("PTXBENCH_SERVE_TOKEN"):
+            fail("--token is the access token of a --server: give --server URL with it")
+        chosen = _chosen_gpus(gpus, backend, address, regrade)
     if gold:
         if paths:
             fail("--gold evaluates the bundled reference kernels: give no paths with it")
@@ -67,7 +78,7 @@ def evaluate(
     elif not paths:
         fail("give candidate files or folders to evaluate (or --gold for the bundled reference kernels)")
     candidates, out = _candidates(paths, task, out, regrade)
-    if backend == "local" and not gpu_available() and not regrade:
+    if server is None and backend == "local" and not gpu_available() and not regrade:
         console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each that "
                       "builds is recorded as an infrastructure failure (NO_GPU), never as the candidate's failure",
                       highlight=False)
@@ -77,9 +88,15 @@ def evaluate(
     retired = None
     with EvalProgress(console, len(candidates), f"eval → {out}") as progress:
         try:
-            results = evaluate_candidates(candidates, arch, out, options, regrade=regrade, gpus=chosen,
-                                          backend="ray" if backend == "ray" else "local", address=address,
-                                          on_done=progress.done)
+            if server is not None:
+                from ptxbench.client import Client, evaluate_on_server
+
+                with Client(server, token) as client:
+                    results = evaluate_on_server(candidates, arch, out, options, client, on_done=progress.done)
+            else:
+                results = evaluate_candidates(candidates, arch, out, options, regrade=regrade, gpus=chosen,
+                                              backend="ray" if backend == "ray" else "local", address=address,
+                                              on_done=progress.done)
         except GpusRetired as exc:
             results, retired = exc.results, exc
     table = Table("candidate", "task", "status", "detail")
@@ -97,6 +114,17 @@ def evaluate(
     run_directory(out)
     if retired is not None:
         fail(str(retired))
+
+
+def _server_fits(gpus: Optional[str], backend: str, address: Optional[str], regrade: bool,
+                 lanes: Optional[int]) -> None:
+    """With --server the server's GPUs evaluate: the options that choose local ones do not apply."""
+    given = [name for name, value in (("--gpus", gpus), ("--address", address), ("--lanes", lanes)) if value is not None]
+    given += ["--backend"] if backend != "local" else []
+    given += ["--regrade"] if regrade else []
+    if given:
+        fail(f"--server evaluates on the server's GPUs: {', '.join(given)} do(es) not apply (the server's own "
+             "--gpus and --lanes do; --regrade runs here, without --server)")
 
 
 def _chosen_gpus(gpus: Optional[str], backend: str, address: Optional[str], regrade: bool) -> Optional[list[int]]:

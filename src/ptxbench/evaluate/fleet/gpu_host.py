@@ -53,12 +53,17 @@ class HostSpec(Record):
 
 
 class HostJob(Record):
-    """One candidate as a host receives it."""
+    """One candidate as a host receives it; ``options``: this job's own (a server's jobs differ), else the
+    host's ``HostSpec.options``."""
 
     task: Task
     arch: Arch
     source: str
     origin: str
+    options: EvalOptions | None = None
+
+    def options_or(self, spec: HostSpec) -> EvalOptions:
+        return self.options if self.options is not None else spec.options
 
 
 class HostOutcome(Record):
@@ -119,6 +124,7 @@ class GpuHost:
 
     def __init__(self) -> None:
         self.evaluator: GpuEvaluator | None = None
+        self.spec: HostSpec | None = None
         self.info: dict[str, Any] = {}
 
     def start(self, spec_json: str, visible_devices: str | None = None) -> dict[str, Any]:
@@ -130,6 +136,7 @@ class GpuHost:
         multiprocessing.current_process().daemon = False
         spec = HostSpec.model_validate_json(spec_json)
         self.close()
+        self.spec = spec
         self.evaluator = GpuEvaluator(spec.options, None, spec.handler, spec.reference_device)
         self.info = {**self.evaluator.device(), "host": platform.node(), "pid": os.getpid(),
                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
@@ -146,7 +153,8 @@ class GpuHost:
 
     def _judge(self, job: HostJob) -> HostOutcome:
         """The evaluation, unless the health check that follows a suspect one says the GPU is at fault."""
-        assert self.evaluator is not None
+        assert self.evaluator is not None and self.spec is not None
+        self.evaluator.options = job.options_or(self.spec)  # read per evaluation; workers and caches stay
         try:
             evaluation = self.evaluator.evaluate(job.task, job.arch, job.source, job.origin)
         except Exception as exc:  # noqa: BLE001 - the harness's own failure, unless the GPU is what broke

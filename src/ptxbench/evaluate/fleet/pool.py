@@ -87,7 +87,7 @@ class LocalSlot(SerialSlot):
         assert self._host is not None
         try:
             reply = self._host.call("evaluate", job.work.model_dump_json(),
-                                    timeout_s=evaluation_bound_s(job.work.task, self.spec.options))
+                                    timeout_s=evaluation_bound_s(job.work.task, job.work.options_or(self.spec)))
         except (RequestFailed, WorkerDied, WorkerTimeout) as exc:
             raise HostFailed(f"the GPU's host process failed: {_describe(exc)}",
                              alive=isinstance(exc, RequestFailed)) from None

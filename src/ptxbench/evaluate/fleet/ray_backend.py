@@ -134,7 +134,7 @@ class RaySlot(SerialSlot):
         ray = _ray()
         from ray.exceptions import GetTimeoutError, RayTaskError
 
-        limit = evaluation_bound_s(job.work.task, self.spec.options) + DEFAULT_TIMEOUT_S
+        limit = evaluation_bound_s(job.work.task, job.work.options_or(self.spec)) + DEFAULT_TIMEOUT_S
         try:
             reply = ray.get(self._actor.evaluate.remote(job.work.model_dump_json(), prepared), timeout=limit)
         except GetTimeoutError:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -310,6 +310,55 @@ def _sequential(candidates: list[Candidate], arch: Arch, rundir: RunDir, *, regr
             on_done(evaluation)
     _audit(ledger)
     return results
+
+
+Elsewhere = Callable[[list[Candidate]], Iterator[tuple[int, Evaluation, dict]]]
+"""Evaluates candidates somewhere else (a ``ptxbench serve``), yielding (position in the list given, evaluation,
+placement) for each as it finishes."""
+
+
+def evaluate_elsewhere(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions,
+                       evaluate: Elsewhere, environment: dict, *, on_gpus: bool = True,
+                       on_done: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
+    """Evaluate ``candidates`` through ``evaluate`` into the run directory ``out``, recorded as this module
+    records a local evaluation: the items already done are not sent again (nor, where the other side has no
+    GPU, ``on_gpus`` False, those stored as infrastructure failures), an answer without code is recorded here,
+    and each result is written as it comes (``result.json`` last), so a stopped run resumes. ``environment``
+    (where they were evaluated) goes into a new run's header."""
+    _distinct(candidates)
+    rundir = RunDir.open(out, _header(arch, options, environment))
+    ledger = RunLedger(rundir)
+    results: dict[int, Evaluation] = {}
+    first_of: dict[Path, int] = {}
+    sent: list[int] = []
+
+    def finish(index: int, evaluation: Evaluation, placement: dict | None) -> None:
+        evaluation = _labelled(candidates[index], evaluation)
+        _record(ledger, candidates[index], evaluation, placement)
+        results[index] = evaluation
+        if on_done:
+            on_done(evaluation)
+
+    try:
+        for index, candidate in enumerate(candidates):
+            folder = rundir.item(candidate.task.id, candidate.item)
+            if folder in first_of:
+                continue
+            first_of[folder] = index
+            stored = _stored(rundir, candidate, ledger)
+            if stored is not None and (not on_gpus or not _to_evaluate(stored)):
+                results[index] = stored
+                if on_done:
+                    on_done(stored)
+            elif candidate.extraction is not None:
+                finish(index, _without_code(candidate, arch), None)
+            else:
+                sent.append(index)
+        for position, evaluation, placement in evaluate([candidates[i] for i in sent]):
+            finish(sent[position], evaluation, placement)
+    finally:
+        _audit(ledger)
+    return [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
 
 
 def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions, slots: list[SerialSlot],

@@ -15,11 +15,15 @@ NO_GPU instead (not judged), so a candidate that breaks GPUs cannot take them al
 the harness itself (an exception, an unreadable reply) is recorded for that item as HARNESS_ERROR with
 its message and never counts against the GPU. When no slot is left, every job still queued is given up
 with the reasons.
+
+A long-lived caller (``engine``: a server) gives ``schedule`` a ``JobFeed`` instead of a fixed list: jobs arrive
+while it runs, and it runs until the feed is stopped, leaving the jobs in flight to whoever closes the slots.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -212,11 +216,48 @@ def candidate_fault(job: Job, message: str) -> HostOutcome:
         status=Status.RUNTIME_ERROR, message=message))
 
 
+class JobFeed:
+    """Jobs that arrive while ``schedule`` runs. ``stop`` ends the schedule at its next turn without waiting
+    for the jobs in flight (their caller closes the slots, and keeps what it needs to run them again)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: list[Job] = []
+        self._signal: Future[None] = Future()
+        self.stopped = False
+
+    def put(self, job: Job) -> None:
+        with self._lock:
+            self._jobs.append(job)
+            self._wake()
+
+    def stop(self) -> None:
+        with self._lock:
+            self.stopped = True
+            self._wake()
+
+    def drain(self) -> tuple[list[Job], "Future[None]"]:
+        """The jobs that arrived since the last call, and a future that is set when more arrive (or on stop)."""
+        with self._lock:
+            jobs, self._jobs = self._jobs, []
+            if self._signal.done() and not self.stopped:
+                self._signal = Future()
+            return jobs, self._signal
+
+    def _wake(self) -> None:
+        if not self._signal.done():
+            self._signal.set_result(None)
+
+
 def schedule(jobs: Sequence[Job], started: Started, *,
              on_result: Callable[[Job, HostOutcome, str], None],
              on_give_up: Callable[[Job, InfraFailure, str], None],
-             max_attempts: int = 2) -> dict[str, str]:
-    """Run every job to a result or a give-up; returns the retired slots with their reasons."""
+             max_attempts: int = 2, feed: JobFeed | None = None,
+             on_start: Callable[[Job, str], None] | None = None,
+             on_retire: Callable[[str, str], None] | None = None) -> dict[str, str]:
+    """Run every job to a result or a give-up; returns the retired slots with their reasons. With ``feed``, also
+    every job put there, until it is stopped. ``on_start`` hears each job handed to a slot (by its name),
+    ``on_retire`` each slot retired (name, reason)."""
     states = {slot.name: _SlotState(slot) for slot in started.slots}
     retired = dict(started.retired)
     queue: deque[Job] = deque(jobs)
@@ -227,6 +268,8 @@ def schedule(jobs: Sequence[Job], started: Started, *,
         retired[state.slot.name] = reason
         log.warning("GPU %s retired: %s", state.slot.name, reason)
         state.slot.close()
+        if on_retire is not None:
+            on_retire(state.slot.name, reason)
 
     def fault(state: _SlotState, job: Job, reason: str, gpu_healthy: bool) -> None:
         if state.retired:  # a job caught in a retirement: not its fault, nothing counted
@@ -249,7 +292,13 @@ def schedule(jobs: Sequence[Job], started: Started, *,
                 f"the candidate's evaluation killed or hung its GPU host {len(job.faults)} times, and the GPU "
                 f"passed the harness's health check after each ({'; '.join(job.faults)})")), state.slot.name)
 
-    while queue or inflight:
+    arrival: Future[None] | None = None
+    while queue or inflight or feed is not None:
+        if feed is not None:
+            if feed.stopped:
+                break
+            arrived, arrival = feed.drain()
+            queue.extend(arrived)
         live = [s for s in states.values() if not s.retired]
         for state in live:
             while state.load < state.slot.depth:
@@ -258,13 +307,18 @@ def schedule(jobs: Sequence[Job], started: Started, *,
                     break
                 inflight[state.slot.submit(job)] = (state, job)
                 state.load += 1
-        if not inflight:
+                if on_start is not None:
+                    on_start(job, state.slot.name)
+        if not inflight and queue:  # no slot could take them: none is left
             reasons = "; ".join(f"GPU {name}: {why}" for name, why in retired.items()) or "no GPU was given"
             while queue:
                 on_give_up(queue.popleft(), InfraFailure.NO_GPU, f"no GPU left to evaluate on (every GPU was retired: {reasons})")
+        if not inflight and arrival is None:
             break
-        done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+        done, _ = wait([*inflight, *([arrival] if arrival is not None else [])], return_when=FIRST_COMPLETED)
         for future in done:
+            if future not in inflight:  # the feed's signal: new jobs (or stop), taken at the top
+                continue
             state, job = inflight.pop(future)
             state.load -= 1
             try:

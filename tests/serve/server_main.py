@@ -1,0 +1,9 @@
+"""Starts the real server (``ptxbench.serve.server.serve``, uvicorn) for the tests, with the GPU side's CPU
+stand-in: ``python -m tests.serve.server_main CONFIG_JSON`` (a ``ServeConfig``)."""
+
+import sys
+
+from ptxbench.serve.server import ServeConfig, serve
+
+if __name__ == "__main__":  # the GPU hosts are started with spawn, which imports this module again
+    serve(ServeConfig.model_validate_json(sys.argv[1]))
