@@ -14,7 +14,7 @@ from rich.table import Table
 
 from ptxbench.arch.registry import Arch
 from ptxbench.cli.files import candidates_in
-from ptxbench.cli.options import TargetArch
+from ptxbench.cli.options import TargetArch, benchmark_arch
 from ptxbench.cli.output import console, fail, run_directory
 from ptxbench.errors import PtxbenchError
 from ptxbench.kernels import reference_folder
@@ -58,6 +58,7 @@ def evaluate(
                                                  help="With --server: its access token")] = None,
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
+    arch = benchmark_arch(arch)
     from ptxbench.evaluate.evaluator import EvalOptions
     from ptxbench.evaluate.fleet.run import GpusRetired, evaluate_candidates, gpu_available
     from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note

@@ -24,6 +24,7 @@ from ptxbench.cli.options import (
     Temperature,
     TopP,
     Turns,
+    benchmark_arch,
 )
 from ptxbench.cli.output import console, run_directory
 
@@ -38,6 +39,7 @@ def generate(model: Model, tasks: Tasks = "all", arch: TargetArch = Arch.SM_90A,
              base_url: BaseUrl = None, adapter: Adapter = None, one_shot: OneShot = None,
              dry_run: DryRun = False) -> None:
     """Sample candidates from a model (no evaluation)."""
+    arch = benchmark_arch(arch)
     chosen = _tasks(tasks)
     config = _config(model, chosen, arch, samples, 1, context, temperature, top_p, max_tokens, concurrency,
                      base_url, adapter, one_shot, evaluate=False)
@@ -50,6 +52,7 @@ def run(model: Model, tasks: Tasks = "all", arch: TargetArch = Arch.SM_90A, samp
         base_url: BaseUrl = None, adapter: Adapter = None, one_shot: OneShot = None,
         dry_run: DryRun = False) -> None:
     """Generate and evaluate, refining over --turns with the evaluator's feedback (the main job)."""
+    arch = benchmark_arch(arch)
     chosen = _tasks(tasks)
     config = _config(model, chosen, arch, samples, turns, context, temperature, top_p, max_tokens, concurrency,
                      base_url, adapter, one_shot, evaluate=True)

@@ -44,9 +44,11 @@ def one_shot_spec(value: Optional[str]) -> Optional[str]:
     return value
 
 
-TargetArch = Annotated[Arch, typer.Option("--arch", callback=benchmark_arch,
+TargetArch = Annotated[Arch, typer.Option("--arch",
                                           metavar="<" + "|".join(a.value for a in Arch if a.is_arch_specific) + ">")]
-"""A benchmark target (sm_90a, sm_100a); the plain targets are refused with the reason."""
+"""A benchmark target (sm_90a, sm_100a); each command passes it through ``benchmark_arch`` first, which refuses
+the plain targets with the reason. Not an option callback: typer versions differ in what they do with an enum
+value a callback returns (one seen on the H200 turned it into None)."""
 Context = Annotated[str, typer.Option("--context", callback=context_condition, metavar="<none|arch|full>",
                                       help="The task alone; + the target's feature table; + the guide and the "
                                            "wrapper header")]
