@@ -17,8 +17,8 @@ REFERENCE = reference_folder("sm_90a")
 FILES = sorted(REFERENCE.glob("*.cu"))
 
 
-def test_gemm_and_memory_bound_tasks_have_references() -> None:
-    assert {p.stem for p in FILES} >= {"gemm_bf16", "gemm_fp8", "rmsnorm", "softmax", "transpose"}
+def test_attention_gemm_and_memory_bound_tasks_have_references() -> None:
+    assert {p.stem for p in FILES} >= {"attention_fwd", "gemm_bf16", "gemm_fp8", "rmsnorm", "softmax", "transpose"}
 
 
 @pytest.fixture(scope="module")

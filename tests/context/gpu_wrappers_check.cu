@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(128, 1)
     // MN-major SW128: LBO = distance between 64-wide N atoms, SBO = 8 K-rows = 1024 bytes,
     // K step of 16 rows = 2048 bytes.
     const uint64_t da = ptx::wgmma_desc(sa, 0, 1024, ptx::WgmmaSwizzle::B128) + 2 * k;
-    const uint64_t db = kBMnMajor ? ptx::wgmma_desc(sb, 64 * 64 * 2, 1024, ptx::WgmmaSwizzle::B128) + (2048 >> 4) * k
+    const uint64_t db = kBMnMajor ? ptx::wgmma_desc_mn_sw128(sb, 64 * 64 * 2) + (2048 >> 4) * k
                                   : ptx::wgmma_desc_k_sw128(sb) + 2 * k;
     if constexpr (kRegA) {
       const int r = 16 * warp + lane / 4, c = 16 * k + 2 * (lane % 4);
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(128, 1)
                               ptx::pack_bf16x2(at(r, c + 8), at(r, c + 9)),
                               ptx::pack_bf16x2(at(r + 8, c + 8), at(r + 8, c + 9))};
       ptx::wgmma_fence();  // the A registers were just written by ordinary instructions
-      ptx::wgmma_m64n128k16_bf16_rs<kBMnMajor ? 1 : 0>(d, fr, db, k > 0);
+      ptx::wgmma_bf16_rs<N, kBMnMajor ? 1 : 0>(d, fr, db, k > 0);
     } else if constexpr (N == 64) {
       ptx::wgmma_m64n64k16_bf16<0, kBMnMajor ? 1 : 0>(d, da, db, k > 0);
     } else if constexpr (N == 128) {
@@ -275,6 +275,8 @@ bool run() {
   ok &= run_one<256, true, false>();
   ok &= run_one<128, false, true>();
   ok &= run_one<128, true, true>();
+  ok &= run_one<64, true, true>();   // attention's P · V at head dims 64 and 256
+  ok &= run_one<256, true, true>();
   return ok;
 }
 }  // namespace shapes

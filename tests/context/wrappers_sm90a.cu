@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(128, 1)
   for (int kk = 0; kk < 4; ++kk) {
     const uint32_t p[4] = {ptx::pack_bf16x2(s[8 * kk], s[8 * kk + 1]), ptx::pack_bf16x2(s[8 * kk + 2], s[8 * kk + 3]),
                            ptx::pack_bf16x2(s[8 * kk + 4], s[8 * kk + 5]), ptx::pack_bf16x2(s[8 * kk + 6], s[8 * kk + 7])};
-    const uint64_t dv = ptx::wgmma_desc(v, 64 * 64 * 2, 1024, ptx::WgmmaSwizzle::B128) + (2048 >> 4) * kk;
+    const uint64_t dv = ptx::wgmma_desc_mn_sw128(v, 64 * 64 * 2) + (2048 >> 4) * kk;
     ptx::wgmma_fence();  // p was just written by ordinary instructions
     ptx::wgmma_m64n128k16_bf16_rs<1>(acc, p, dv, 1);
   }
@@ -141,6 +141,29 @@ __global__ void __launch_bounds__(128, 1)
     ptx::tma_store_commit();
     ptx::tma_store_wait_all<0>();
   }
+}
+
+// P · V at the other head dimensions: A from registers, V MN-major, N = 64 and 256 by name and by width.
+__global__ void __launch_bounds__(128, 1) attention_pv_widths(const uint32_t* p_in, float* out) {
+  __shared__ alignas(1024) __nv_bfloat16 v[16 * 256];  // four 64-wide slabs of 16 K-rows
+  for (int i = threadIdx.x; i < 16 * 256; i += 128) v[i] = __float2bfloat16(static_cast<float>(i % 7));
+  ptx::fence_proxy_async_smem();
+  __syncthreads();
+  const uint32_t p[4] = {p_in[threadIdx.x], p_in[threadIdx.x + 128], p_in[threadIdx.x + 256], p_in[threadIdx.x + 384]};
+  float o64[32], o256[128];
+  const uint64_t dv = ptx::wgmma_desc_mn_sw128(v, 16 * 128);
+  ptx::wgmma_fence();
+  ptx::wgmma_m64n64k16_bf16_rs<1>(o64, p, dv, 0);
+  ptx::wgmma_bf16_rs<64, 1>(o64, p, dv, 1);
+  ptx::wgmma_m64n256k16_bf16_rs<1>(o256, p, dv, 0);
+  ptx::wgmma_bf16_rs<256, 1>(o256, p, dv, 1);
+  ptx::wgmma_bf16_rs<128, 1>(*reinterpret_cast<float(*)[64]>(o256), p, dv, 1);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(o64);
+  ptx::wgmma_fence_acc(o256);
+  for (int i = 0; i < 32; ++i) out[ptx::wgmma_acc_row(i) * 64 + ptx::wgmma_acc_col(i)] = o64[i];
+  for (int i = 0; i < 128; ++i) out[64 * 64 + ptx::wgmma_acc_row(i) * 256 + ptx::wgmma_acc_col(i)] = o256[i];
 }
 
 // fp8 tile: e4m3 operands, K-major, loaded with a 3-D multicast into both CTAs of a pair.
@@ -188,6 +211,50 @@ __global__ void __launch_bounds__(128, 1) fp8_wide_tile(const uint8_t* a_in, con
   ptx::wgmma_wait<0>();
   ptx::wgmma_fence_acc(d);
   for (int i = 0; i < 128; ++i) out[ptx::wgmma_acc_row(i) * 256 + ptx::wgmma_acc_col(i)] = d[i];
+}
+
+// Every other wgmma width: bf16 64 x N for N = 8, 16, 32 and e4m3 64 x N for N = 80 ... 192, each by
+// its own name (Mma) and through the width-templated forms, on one A and one B tile.
+template <int N, void (*Mma)(float (&)[N / 2], uint64_t, uint64_t, int)>
+__device__ void bf16_width(const uint8_t* a, const uint8_t* b, float* out) {
+  float d[N / 2];
+  ptx::wgmma_fence();
+  Mma(d, ptx::wgmma_desc_k_sw128(a), ptx::wgmma_desc_k_sw128(b), 0);
+  ptx::wgmma_bf16<N>(d, ptx::wgmma_desc_k_sw128(a) + 2, ptx::wgmma_desc_k_sw128(b) + 2, 1);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(d);
+  for (int i = 0; i < N / 2; ++i) out[ptx::wgmma_acc_row(i) * N + ptx::wgmma_acc_col(i)] += d[i];
+}
+
+template <int N, void (*Mma)(float (&)[N / 2], uint64_t, uint64_t, int)>
+__device__ void e4m3_width(const uint8_t* a, const uint8_t* b, float* out) {
+  float d[N / 2];
+  ptx::wgmma_fence();
+  Mma(d, ptx::wgmma_desc_k_sw128(a), ptx::wgmma_desc_k_sw128(b), 0);
+#pragma unroll
+  for (int kk = 1; kk < 4; ++kk)
+    ptx::wgmma_e4m3<N>(d, ptx::wgmma_desc_k_sw128(a) + 2 * kk, ptx::wgmma_desc_k_sw128(b) + 2 * kk, 1);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(d);
+  for (int i = 0; i < N / 2; ++i) out[ptx::wgmma_acc_row(i) * N + ptx::wgmma_acc_col(i)] += d[i];
+}
+
+__global__ void __launch_bounds__(128, 1) other_widths(const uint8_t* a_in, const uint8_t* b_in, float* out) {
+  __shared__ alignas(1024) uint8_t a[64 * 128], b[192 * 128];
+  for (int i = threadIdx.x; i < 64 * 128; i += 128) a[i] = a_in[i];
+  for (int i = threadIdx.x; i < 192 * 128; i += 128) b[i] = b_in[i];
+  ptx::fence_proxy_async_smem();
+  __syncthreads();
+  bf16_width<8, ptx::wgmma_m64n8k16_bf16<0, 0>>(a, b, out);
+  bf16_width<16, ptx::wgmma_m64n16k16_bf16<0, 0>>(a, b, out);
+  bf16_width<32, ptx::wgmma_m64n32k16_bf16<0, 0>>(a, b, out);
+  e4m3_width<80, ptx::wgmma_m64n80k32_e4m3>(a, b, out);
+  e4m3_width<96, ptx::wgmma_m64n96k32_e4m3>(a, b, out);
+  e4m3_width<112, ptx::wgmma_m64n112k32_e4m3>(a, b, out);
+  e4m3_width<144, ptx::wgmma_m64n144k32_e4m3>(a, b, out);
+  e4m3_width<192, ptx::wgmma_m64n192k32_e4m3>(a, b, out);
 }
 
 // Small helpers: bulk copy of a vector, ldmatrix, and a distributed-shared-memory exchange.

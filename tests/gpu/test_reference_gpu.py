@@ -40,16 +40,20 @@ def test_reference_passes_with_its_features_executed(evaluator, path) -> None:  
         assert all(share is not None and share >= 0.95 for share in shares), shares
 
 
-def gemm_on_shapes(task_id: str, shapes: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
-    """The GEMM task with its workloads replaced by (M, N, K) shapes: the first timed, the last held out."""
+def task_on_sizes(task_id: str, named: dict[str, dict[str, int]]):  # type: ignore[no-untyped-def]
+    """The task with its workloads replaced by these named sizes: the first timed, the last held out."""
     from ptxbench.tasks.model import Role, Workload
 
     task = get_task(task_id)
-    roles = [Role.TIMED] + [Role.VISIBLE] * (len(shapes) - 2) + [Role.HELDOUT]
-    workloads = [Workload(name=f"m{m}-n{n}-k{k}", role=role, sizes={"M": m, "N": n, "K": k})
-                 for role, (m, n, k) in zip(roles, shapes)]
+    roles = [Role.TIMED] + [Role.VISIBLE] * (len(named) - 2) + [Role.HELDOUT]
+    workloads = [Workload(name=name, role=role, sizes=sizes) for role, (name, sizes) in zip(roles, named.items())]
     # the task's variants partition its own workloads, not these: dropped
     return task.model_validate({**task.model_dump(), "workloads": [w.model_dump() for w in workloads], "variants": []})
+
+
+def gemm_on_shapes(task_id: str, shapes: list[tuple[int, int, int]]):  # type: ignore[no-untyped-def]
+    """The GEMM task with its workloads replaced by (M, N, K) shapes."""
+    return task_on_sizes(task_id, {f"m{m}-n{n}-k{k}": {"M": m, "N": n, "K": k} for m, n, k in shapes})
 
 
 def assert_reference_passes_on(evaluator, task_id: str,  # type: ignore[no-untyped-def]
@@ -78,3 +82,16 @@ def test_fp8_reference_is_right_on_edges_of_its_tiles_and_pairs(evaluator) -> No
     assert_reference_passes_on(evaluator, "gemm_fp8", [
         (304, 192, 384), (16, 64, 128), (128, 64, 256), (144, 128, 384), (256, 320, 256), (2000, 4160, 1152),
         (64, 192, 128), (48, 1024, 2560), (80, 640, 1280)])
+
+
+def test_attention_reference_is_right_at_every_tile_edge(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """Lengths at and either side of the kernel's edges: a 64-row warpgroup (a second one wholly past S gets
+    no Q and computes nothing), the 128-row CTA, the KV tile (64 keys at D = 256, 128 otherwise, the last one
+    partial and masked past S), causal and not, at each head dimension."""
+    named = {f"d{d}-s{s}-c{c}": {"B": 1, "H": 3, "S": s, "D": d, "causal": c}
+             for d in (64, 128, 256) for s in (1, 63, 64, 65, 127, 128, 129, 192, 255, 385) for c in (0, 1)}
+    evaluation = evaluator.evaluate(task_on_sizes("attention_fwd", named), Arch.SM_90A,
+                                    read_candidate(REFERENCE / "attention_fwd.cu"), "attention_fwd.cu")
+    print(f"attention_fwd on {len(named)} edge lengths: {evaluation.status} {evaluation.message}")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert len({t.workload for t in evaluation.trials}) == len(named)

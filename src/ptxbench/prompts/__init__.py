@@ -12,5 +12,7 @@ header, the contract header), fails that test until ``PROMPT_VERSION`` is bumped
 updated. A task's own text needs no bump: its content hash is recorded beside the version.
 """
 
-PROMPT_VERSION = 3  # 3: one version for task, context, conversation and Fixit prompts (was task-2, pack-1)
-PROMPT_DIGEST = "c78d2d07f03146c8aa4f5a869d2a016e02bf65809834be8efced5fbb3ed269d1"
+# 4: the wrapper header of the full context grows named steps (rings, tile scheduler, wgmma widths, A from
+# registers); 3: one version for task, context, conversation and Fixit prompts (was task-2, pack-1)
+PROMPT_VERSION = 4
+PROMPT_DIGEST = "4976e128cb9ba74cac690fbdee767b2016cccdb9fca4004ff7bf1a43c9f922fd"
