@@ -41,13 +41,13 @@ from ptxbench.evaluate.fleet.run import (
     _stored,
     _to_evaluate,
     _without_code,
+    gpu_environment,
 )
 from ptxbench.evaluate.fleet.scheduler import Job, JobFeed, SerialSlot, Started, schedule, start_slots
 from ptxbench.evaluate.static_only import static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.evaluation import Evaluation, InfraFailure
 from ptxbench.records.rundir import RunDir, RunLedger
-from ptxbench.toolchain.tools import driver_version
 
 log = logging.getLogger(__name__)
 
@@ -263,10 +263,7 @@ class Engine:
         with self._lock:
             found = self._runs.get(submission.out)
             if found is None:
-                devices = list(self.devices.values())
-                environment = {**(devices[0] if devices else {"gpu": None}), "driver": driver_version(),
-                               "backend": "local", "gpus": devices, "retired_at_start": dict(self.retired),
-                               "served": True}
+                environment = {**gpu_environment(self.devices, self.retired, "local"), "served": True}
                 rundir = RunDir.open(submission.out, _header(submission.arch, submission.options, environment))
                 found = self._runs[submission.out] = (rundir, RunLedger(rundir))
             return found

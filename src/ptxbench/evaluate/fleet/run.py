@@ -361,6 +361,14 @@ def evaluate_elsewhere(candidates: list[Candidate], arch: Arch, out: Path | str,
     return [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
 
 
+def gpu_environment(devices: dict[str, dict], retired: dict[str, str], backend: str) -> dict:
+    """A run header's environment for runs on GPUs: the first GPU's description, the driver, every GPU, and
+    those retired as they started."""
+    described = list(devices.values())
+    return {**(described[0] if described else {"gpu": None}), "driver": driver_version(), "backend": backend,
+            "gpus": described, "retired_at_start": dict(retired)}
+
+
 def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions, slots: list[SerialSlot],
              backend: Backend, on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
     if backend == "local":  # builds run while the GPUs open; a Ray node builds for itself
@@ -370,10 +378,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
     ledger: RunLedger | None = None
     try:
         started = start_slots(slots)
-        devices = list(started.devices.values())
-        environment = {**(devices[0] if devices else {"gpu": None}), "driver": driver_version(), "backend": backend,
-                       "gpus": devices, "retired_at_start": started.retired}
-        rundir = RunDir.open(out, _header(arch, options, environment))
+        rundir = RunDir.open(out, _header(arch, options, gpu_environment(started.devices, started.retired, backend)))
         ledger = RunLedger(rundir)
         results: dict[int, Evaluation] = {}
 
