@@ -19,24 +19,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from ptxbench.evaluate import baselines_attention as paged
 from ptxbench.evaluate import baselines_mla as mla
 from ptxbench.evaluate import serving_ops as serving
+from ptxbench.evaluate.baseline_calls import Bound, Outputs, Setup, Tensors, TimedCall, warmed
 from ptxbench.tasks.model import Task
-
-if TYPE_CHECKING:
-    import torch
-
-Tensors = Mapping[str, "torch.Tensor"]
-Outputs = dict[str, "torch.Tensor"]
-TimedCall = Callable[[], Outputs]
-Setup = Callable[[Tensors, Mapping[str, int]], TimedCall]
-# (work function, its positional arguments): the task's work with every view and constant prepared
-Bound = tuple[Callable[..., Outputs], tuple[Any, ...]]
 
 COMPILE_MODE = "max-autotune-no-cudagraphs"
 # The baseline process's setup of one workload may compile: max-autotune of a GEMM shape benchmarks
@@ -109,16 +100,10 @@ def _bind_transpose(inputs: Tensors, sizes: Mapping[str, int]) -> Bound:
 
 # -- setups ---------------------------------------------------------------------------------------------
 
-def _warmed(call: TimedCall) -> TimedCall:
-    """Run the call once in setup: first-call costs (handles, module loads, JIT) are never timed."""
-    call()
-    return call
-
-
 def _eager(bind: Callable[[Tensors, Mapping[str, int]], Bound]) -> Setup:
     def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
         work, args = bind(inputs, sizes)
-        return _warmed(lambda: work(*args))
+        return warmed(lambda: work(*args))
     return setup
 
 
@@ -137,7 +122,7 @@ def _compiled(task_id: str, bind: Callable[[Tensors, Mapping[str, int]], Bound])
         if key not in _COMPILED:
             _COMPILED[key] = torch.compile(work, mode=COMPILE_MODE, dynamic=False)
         compiled = _COMPILED[key]
-        return _warmed(lambda: compiled(*args))
+        return warmed(lambda: compiled(*args))
     return setup
 
 
@@ -192,7 +177,7 @@ def _attention_forward(op_name: str) -> Setup:
         def call() -> Outputs:
             out, lse = op(*args)[:2]
             return {"O": out, "LSE": lse.reshape(q.shape[:3])}
-        return _warmed(call)
+        return warmed(call)
     return setup
 
 
@@ -211,7 +196,7 @@ def _attention_backward_flash(inputs: Tensors, sizes: Mapping[str, int]) -> Time
     def call() -> Outputs:
         dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_backward(*args)[:3]
         return {"dQ": dq, "dK": dk, "dV": dv}
-    return _warmed(call)
+    return warmed(call)
 
 
 def _attention_backward_cudnn(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
@@ -229,7 +214,7 @@ def _attention_backward_cudnn(inputs: Tensors, sizes: Mapping[str, int]) -> Time
     def call() -> Outputs:
         dq, dk, dv = torch.ops.aten._scaled_dot_product_cudnn_attention_backward(*args)[:3]
         return {"dQ": dq, "dK": dk, "dV": dv}
-    return _warmed(call)
+    return warmed(call)
 
 
 def _liger_rms_norm(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
@@ -237,14 +222,14 @@ def _liger_rms_norm(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
 
     x, w = inputs["X"], inputs["W"]
     # casting mode "gemma": the whole formula in fp32, as the task states (no offset, not in place)
-    return _warmed(lambda: {"Y": LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "gemma", False)})
+    return warmed(lambda: {"Y": LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "gemma", False)})
 
 
 def _liger_softmax(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
     x = inputs["X"]
-    return _warmed(lambda: {"Y": LigerSoftmaxFunction.apply(x)})
+    return warmed(lambda: {"Y": LigerSoftmaxFunction.apply(x)})
 
 
 def _compile_variant(task_id: str, bind: Callable[[Tensors, Mapping[str, int]], Bound], what: str) -> BaselineVariant:

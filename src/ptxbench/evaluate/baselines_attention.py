@@ -14,17 +14,11 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ptxbench.evaluate.baseline_calls import Outputs, Tensors, TimedCall, warmed
+
 if TYPE_CHECKING:
     import torch
 
-Tensors = Mapping[str, "torch.Tensor"]
-Outputs = dict[str, "torch.Tensor"]
-TimedCall = Callable[[], Outputs]
-
-
-def _warmed(call: TimedCall) -> TimedCall:
-    call()
-    return call
 
 
 def _lse_per_query(lse: "torch.Tensor", queries: int, heads: int) -> "torch.Tensor":
@@ -66,7 +60,7 @@ def decode_gqa_paged_flash(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCa
         out, lse = torch.ops.aten._flash_attention_forward(q, keys, values, cum_q, cum_k, 1, max_k, 0.0, False, False,
                                                            scale=scale)[:2]
         return {"O": out, "LSE": _lse_per_query(lse, batch, heads)}
-    return _warmed(call)
+    return warmed(call)
 
 
 def prefill_gqa_ragged_flash(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
@@ -82,7 +76,7 @@ def prefill_gqa_ragged_flash(inputs: Tensors, sizes: Mapping[str, int]) -> Timed
         out, lse = torch.ops.aten._flash_attention_forward(q, k, v, indptr, indptr, max_len, max_len, 0.0, True, False,
                                                            scale=scale)[:2]
         return {"O": out, "LSE": _lse_per_query(lse, q.shape[0], heads)}
-    return _warmed(call)
+    return warmed(call)
 
 
 def attention_fp8_sdpa(op_name: str) -> Callable[[Tensors, Mapping[str, int]], TimedCall]:
@@ -103,5 +97,5 @@ def attention_fp8_sdpa(op_name: str) -> Callable[[Tensors, Mapping[str, int]], T
             args = (q, k, v, None, True, 0.0, causal, False) if "cudnn" in op_name else (q, k, v, 0.0, causal, False)
             out, lse = op(*args, scale=scale)[:2]
             return {"O": out * descale_v, "LSE": lse.reshape(q.shape[:3])}
-        return _warmed(call)
+        return warmed(call)
     return setup

@@ -20,24 +20,17 @@ trial, so a shape-specialised graph would be compiled (and autotuned) in every s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from ptxbench.evaluate.baseline_calls import Outputs, Tensors, TimedCall, warmed
 from ptxbench.evaluate.baselines_attention import _paged_tokens
 
 if TYPE_CHECKING:
     import torch
 
-Tensors = Mapping[str, "torch.Tensor"]
-Outputs = dict[str, "torch.Tensor"]
-TimedCall = Callable[[], Outputs]
 
 LATENT = 512
-
-
-def _warmed(call: TimedCall) -> TimedCall:
-    call()
-    return call
 
 
 def _rows(inputs: Tensors) -> tuple["torch.Tensor", "torch.Tensor"]:
@@ -65,7 +58,7 @@ def mla_decode_efficient(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall
             cum_q, cum_k, heads, max_k, 0.0, 0, True, scale=scale)[:2]
         # LSE per sequence [B, 1, H rounded up to 32]: its first H entries are the heads
         return {"output": out.view(batch, heads, LATENT), "lse": lse[:, 0, :heads]}
-    return _warmed(call)
+    return warmed(call)
 
 
 def _fp32_bmm(a: "torch.Tensor", b: "torch.Tensor") -> "torch.Tensor":
@@ -109,4 +102,4 @@ def mla_decode_padded(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
         lse = torch.logsumexp(scores, dim=-1)
         weights = torch.exp(scores - lse.unsqueeze(-1)).to(c.dtype)
         return {"output": torch.bmm(weights, c), "lse": lse}
-    return _warmed(call)
+    return warmed(call)

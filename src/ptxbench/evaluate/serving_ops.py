@@ -11,14 +11,10 @@ at module level: the evaluator imports the variants on machines without it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import torch
+from ptxbench.evaluate.baseline_calls import Bound, Outputs, Tensors
 
-Tensors = Mapping[str, "torch.Tensor"]
-Outputs = dict[str, "torch.Tensor"]
-Bound = tuple[Callable[..., Outputs], tuple[Any, ...]]
 
 BLOCK = 128  # the fp8 task's scale block along K (and along N for the weights)
 RMS_EPS = 1e-6
