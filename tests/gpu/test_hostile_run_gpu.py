@@ -119,14 +119,17 @@ def _orphaned(pid: int) -> bool:
     return ours and (program.startswith("python") or program.startswith("ncu") or "nsight" in program.lower())
 
 
+def _stray_pids(before: set[int], needles: tuple[str, ...]) -> list[int]:
+    return [pid for pid in sorted(_snapshot() - before - {os.getpid()}) if _mentions(pid, needles) or _orphaned(pid)]
+
+
 def _strays(before: set[int], needles: tuple[str, ...]) -> list[str]:
     found = []
-    for pid in sorted(_snapshot() - before - {os.getpid()}):
-        if _mentions(pid, needles) or _orphaned(pid):
-            try:
-                found.append(f"{pid}: {(Path('/proc') / str(pid) / 'cmdline').read_bytes()[:200]!r}")
-            except OSError:
-                continue  # it ended meanwhile
+    for pid in _stray_pids(before, needles):
+        try:
+            found.append(f"{pid}: {(Path('/proc') / str(pid) / 'cmdline').read_bytes()[:200]!r}")
+        except OSError:
+            continue  # it ended meanwhile
     return found
 
 
@@ -214,9 +217,9 @@ def test_one_run_of_every_hostile_case_with_the_honest_examples(tmp_path: Path) 
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
-        for line in _strays(before, (mark, str(tmp_path))):  # the hosts and workers left behind
+        for pid in _stray_pids(before, (mark, str(tmp_path))):  # the hosts and workers left behind
             try:
-                os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         finished = _finished(Path(plan["out"]))
