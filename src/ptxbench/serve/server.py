@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -64,10 +63,6 @@ def check_access(host: str, token: str | None) -> None:
     if token is None and not is_loopback(host):
         raise PtxbenchError(f"--host {host} is reachable from other machines: give an access token (--token, or "
                             f"{TOKEN_VARIABLE}), or bind 127.0.0.1")
-
-
-def token_from(given: str | None) -> str | None:
-    return given if given else os.environ.get(TOKEN_VARIABLE) or None
 
 
 def serve(config: ServeConfig, announce: bool = True) -> None:
