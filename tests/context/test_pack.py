@@ -16,7 +16,10 @@ from ptxbench.context import pack
 from ptxbench.toolchain.discover import cuda_include_dir, find_toolchain
 
 REPO = Path(__file__).resolve().parents[2]
-BUDGET_BYTES = 60 * 1024
+# 60 KiB until the header took what the reference kernels wrote for themselves (issue #26: the ring and
+# tile-scheduler types, the narrow bf16 and the 80-192 e4m3 wgmma widths, cluster exchange, bf16 and
+# MUFU helpers), about 14 KiB more for sm_90a.
+BUDGET_BYTES = 76 * 1024
 ABSENT = {Arch.SM_90A: "tcgen05", Arch.SM_100A: "wgmma"}
 # A line may name the family its target lacks only to say that it is missing.
 DENIAL = re.compile(r"does not exist|\bno (wgmma|tcgen05)\b|rejects it")

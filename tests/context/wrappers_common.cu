@@ -89,6 +89,71 @@ __global__ void __launch_bounds__(256) swizzled_rows(const uint32_t* in, uint32_
   out[threadIdx.x] = *reinterpret_cast<const uint32_t*>(&tile[wg][ptx::sw128_offset(row, byte)]);
 }
 
+// A persistent producer/consumer ring: warp 1 streams rows of `in` (bulk copies) into a 4-stage ring for
+// the tiles this CTA walks; warp 0 waits for each stage, transposes 8x8 blocks of it through ldmatrix
+// .trans / stmatrix, reduces exp(x) over it and releases it.
+__global__ void __launch_bounds__(64) ring_pipeline(const float* in, float* out, int tiles_m, int tiles_n) {
+  constexpr int kStages = 4;
+  struct Shared {
+    float rows[kStages][256];
+    uint16_t block[8 * 8];
+    ptx::RingBarriers<kStages> ring;
+  };
+  extern __shared__ uint8_t raw[];
+  Shared& s = *ptx::align_smem<Shared>(raw);
+  if (threadIdx.x == 0) s.ring.init(kStages, 1);
+  __syncthreads();
+  ptx::RingState at;
+  const ptx::TileScheduler schedule(tiles_m, tiles_n, 2, blockIdx.x, gridDim.x);
+  if (threadIdx.x == 32) {
+    for (ptx::TileScheduler t = schedule; t.valid(); t.next()) {
+      int tm, tn;
+      t.coords(tm, tn);
+      uint64_t* full = s.ring.producer_acquire(at, sizeof(s.rows[0]));
+      ptx::bulk_load(s.rows[at.stage], in + (tm * tiles_n + tn) * 256, sizeof(s.rows[0]), full);
+      at.advance(kStages);
+    }
+  } else if (threadIdx.x < 32) {
+    float total = 0.f;
+    for (ptx::TileScheduler t = schedule; t.valid(); t.next()) {
+      s.ring.consumer_wait(at);
+      for (int i = threadIdx.x; i < 256; i += 32) total += ptx::ex2_approx(s.rows[at.stage][i] * 1.4426950f);
+      if (threadIdx.x < 16) s.block[threadIdx.x] = static_cast<uint16_t>(s.rows[at.stage][threadIdx.x]);
+      __syncwarp();
+      uint32_t r0, r1, r2, r3;
+      ptx::ldmatrix_x4_trans(s.block + (threadIdx.x % 8) * 8, r0, r1, r2, r3);
+      __syncwarp();
+      ptx::stmatrix_x4(s.block + (threadIdx.x % 8) * 8, r0, r1, r2, r3);
+      total += ptx::bf16_lo(r0 ^ r3) + ptx::bf16_hi(r1 ^ r2);
+      __syncwarp();
+      if (threadIdx.x == 0) s.ring.consumer_release(at.stage);
+      at.advance(kStages);
+    }
+    out[blockIdx.x * 32 + threadIdx.x] = ptx::lg2_approx(total);
+  }
+}
+
+// Each CTA of a 4-CTA cluster sends its (max, sum) pair into slot [rank] of every peer with st.async,
+// which completes the bytes on the peer's barrier; each then waits (acquire at cluster scope) and merges.
+__global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(32) exchange_pairs(const float2* in, float2* out) {
+  __shared__ alignas(8) uint64_t bar;
+  __shared__ float2 slots[4];
+  const uint32_t rank = ptx::cluster_ctarank(), csize = ptx::cluster_nctarank();
+  if (threadIdx.x == 0) {
+    ptx::mbar_init(&bar, 1);
+    ptx::mbar_fence_init();
+  }
+  ptx::cluster_sync();
+  if (threadIdx.x == 0) ptx::mbar_arrive_expect_tx(&bar, 8u * csize);
+  const float2 mine = in[blockIdx.x];
+  if (threadIdx.x < csize)
+    ptx::st_async_v2_f32(ptx::map_to_rank(&slots[rank], threadIdx.x), mine.x, mine.y,
+                         ptx::map_to_rank(&bar, threadIdx.x));
+  ptx::mbar_wait_cluster(&bar, 0);
+  if (threadIdx.x < csize) out[blockIdx.x * 4 + threadIdx.x] = slots[threadIdx.x];
+  ptx::cluster_sync();  // no CTA exits while a peer may still write its slots
+}
+
 extern "C" int encode(CUtensorMap* map, void* base, int rows, int cols) {
   if (ptx::encode_tiled_fn() == nullptr) return cudaErrorNotSupported;
   const uint64_t dims[3] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), 4};

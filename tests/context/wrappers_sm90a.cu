@@ -190,6 +190,50 @@ __global__ void __launch_bounds__(128, 1) fp8_wide_tile(const uint8_t* a_in, con
   for (int i = 0; i < 128; ++i) out[ptx::wgmma_acc_row(i) * 256 + ptx::wgmma_acc_col(i)] = d[i];
 }
 
+// Every other wgmma width: bf16 64 x N for N = 8, 16, 32 and e4m3 64 x N for N = 80 ... 192, each by
+// its own name (Mma) and through the width-templated forms, on one A and one B tile.
+template <int N, void (*Mma)(float (&)[N / 2], uint64_t, uint64_t, int)>
+__device__ void bf16_width(const uint8_t* a, const uint8_t* b, float* out) {
+  float d[N / 2];
+  ptx::wgmma_fence();
+  Mma(d, ptx::wgmma_desc_k_sw128(a), ptx::wgmma_desc_k_sw128(b), 0);
+  ptx::wgmma_bf16<N>(d, ptx::wgmma_desc_k_sw128(a) + 2, ptx::wgmma_desc_k_sw128(b) + 2, 1);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(d);
+  for (int i = 0; i < N / 2; ++i) out[ptx::wgmma_acc_row(i) * N + ptx::wgmma_acc_col(i)] += d[i];
+}
+
+template <int N, void (*Mma)(float (&)[N / 2], uint64_t, uint64_t, int)>
+__device__ void e4m3_width(const uint8_t* a, const uint8_t* b, float* out) {
+  float d[N / 2];
+  ptx::wgmma_fence();
+  Mma(d, ptx::wgmma_desc_k_sw128(a), ptx::wgmma_desc_k_sw128(b), 0);
+#pragma unroll
+  for (int kk = 1; kk < 4; ++kk)
+    ptx::wgmma_e4m3<N>(d, ptx::wgmma_desc_k_sw128(a) + 2 * kk, ptx::wgmma_desc_k_sw128(b) + 2 * kk, 1);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(d);
+  for (int i = 0; i < N / 2; ++i) out[ptx::wgmma_acc_row(i) * N + ptx::wgmma_acc_col(i)] += d[i];
+}
+
+__global__ void __launch_bounds__(128, 1) other_widths(const uint8_t* a_in, const uint8_t* b_in, float* out) {
+  __shared__ alignas(1024) uint8_t a[64 * 128], b[192 * 128];
+  for (int i = threadIdx.x; i < 64 * 128; i += 128) a[i] = a_in[i];
+  for (int i = threadIdx.x; i < 192 * 128; i += 128) b[i] = b_in[i];
+  ptx::fence_proxy_async_smem();
+  __syncthreads();
+  bf16_width<8, ptx::wgmma_m64n8k16_bf16<0, 0>>(a, b, out);
+  bf16_width<16, ptx::wgmma_m64n16k16_bf16<0, 0>>(a, b, out);
+  bf16_width<32, ptx::wgmma_m64n32k16_bf16<0, 0>>(a, b, out);
+  e4m3_width<80, ptx::wgmma_m64n80k32_e4m3>(a, b, out);
+  e4m3_width<96, ptx::wgmma_m64n96k32_e4m3>(a, b, out);
+  e4m3_width<112, ptx::wgmma_m64n112k32_e4m3>(a, b, out);
+  e4m3_width<144, ptx::wgmma_m64n144k32_e4m3>(a, b, out);
+  e4m3_width<192, ptx::wgmma_m64n192k32_e4m3>(a, b, out);
+}
+
 // Small helpers: bulk copy of a vector, ldmatrix, and a distributed-shared-memory exchange.
 __global__ void __cluster_dims__(2, 1, 1) misc(const float* in, float* out) {
   __shared__ alignas(128) float buf[256];

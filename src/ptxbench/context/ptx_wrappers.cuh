@@ -24,6 +24,14 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The dynamic shared memory as a `T` placed at the first kAlign-byte boundary: the buffer is only
+// guaranteed 16-byte aligned, and 128-byte-swizzled tiles (TMA, tensor cores) need 1024. Request kAlign
+// bytes of slack (e.g. sizeof(Shared) + 1024) in the launch.
+template <typename T, uintptr_t kAlign = 1024>
+__device__ __forceinline__ T* align_smem(void* raw) {
+  return reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(raw) + (kAlign - 1)) & ~(kAlign - 1));
+}
+
 // Warp-uniform indices: broadcasting from lane 0 tells the compiler the value is uniform.
 __device__ __forceinline__ uint32_t warp_idx() { return __shfl_sync(0xffffffffu, threadIdx.x / 32, 0); }
 __device__ __forceinline__ uint32_t warpgroup_idx() { return __shfl_sync(0xffffffffu, threadIdx.x / 128, 0); }
@@ -51,6 +59,29 @@ __device__ __forceinline__ void grouped_tile(int t, int rows, int cols, int grou
   row = first + r % rows_here;
   col = r / rows_here;
 }
+
+// A persistent CTA's walk over a tiles_m x tiles_n grid of output tiles: tiles first, first + stride,
+// ... (e.g. blockIdx.x, then + gridDim.x), each placed by grouped_tile. Producer and consumers each
+// walk their own copy in step, so they agree on every tile without talking.
+//   for (ptx::TileScheduler t(tiles_m, tiles_n, 8, blockIdx.x, gridDim.x); t.valid(); t.next()) {
+//     int tm, tn;
+//     t.coords(tm, tn);
+//     ...
+//   }
+struct TileScheduler {
+  int tile;    // the current tile, in walk order
+  int stride;  // tiles between two of this CTA's
+  int tiles, tiles_m, tiles_n, group;
+  __device__ __forceinline__ TileScheduler(int tiles_m_, int tiles_n_, int group_, int first, int stride_)
+      : tile(first), stride(stride_), tiles(tiles_m_ * tiles_n_), tiles_m(tiles_m_), tiles_n(tiles_n_),
+        group(group_) {}
+  __device__ __forceinline__ bool valid() const { return tile < tiles; }
+  __device__ __forceinline__ void next() { tile += stride; }
+  // The current tile's place: tile-row and tile-column.
+  __device__ __forceinline__ void coords(int& row, int& col) const {
+    grouped_tile(tile, tiles_m, tiles_n, group, row, col);
+  }
+};
 
 // Barrier among `threads` threads (a multiple of 32: whole warps) on barrier `id` (1-15; 0 is
 // __syncthreads): lets one warpgroup synchronise without stopping the others.
@@ -118,6 +149,54 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
       "@!done bra WAIT_LOOP;\n}\n"
       ::"r"(smem_u32(bar)), "r"(parity) : "memory");
 }
+
+// ---- rings of stages: one side fills buffers in turn, the other drains them ---------------------
+
+// Where a producer or a consumer is in a ring of `stages` buffers used in turn: the stage, and the
+// parity of that stage's current mbarrier phase, which flips each time the ring wraps around. Each
+// side keeps its own copy and advances it once per stage it is done with.
+struct RingState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance(int stages) {
+    if (++stage == stages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+// The mbarrier pairs of a ring of up to kMaxStages stages (a member of the kernel's shared struct).
+// full[s] completes when stage s holds data (the producer's arrival plus the bytes its copies
+// announced); empty[s] when all `consumers` arrivals say it has been read and may be refilled.
+//   producer: bar = ring.producer_acquire(at, bytes); tma_load_2d(..., bar, ...); at.advance(stages);
+//   consumer: ring.consumer_wait(at); ...read the stage...; ring.consumer_release(at.stage); at.advance(stages);
+template <int kMaxStages>
+struct RingBarriers {
+  uint64_t full[kMaxStages];
+  uint64_t empty[kMaxStages];
+
+  // One thread, then the barrier that publishes them (__syncthreads, or cluster_sync when peers arrive).
+  __device__ __forceinline__ void init(int stages, uint32_t consumers) {
+    for (int i = 0; i < stages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], consumers);
+    }
+    mbar_fence_init();
+  }
+  // Producer: wait until the stage is released (a fresh ring counts as released: its first pass waits
+  // on parity 1), then arm its full barrier with the `bytes` the copies will bring. Returns that
+  // barrier, for the copies to complete on.
+  __device__ __forceinline__ uint64_t* producer_acquire(const RingState& at, uint32_t bytes) {
+    mbar_wait(&empty[at.stage], at.phase ^ 1);
+    mbar_arrive_expect_tx(&full[at.stage], bytes);
+    return &full[at.stage];
+  }
+  // Consumer: wait until the stage's data has landed.
+  __device__ __forceinline__ void consumer_wait(const RingState& at) { mbar_wait(&full[at.stage], at.phase); }
+  // Consumer: one of the `consumers` arrivals that hand `stage` back to the producer.
+  __device__ __forceinline__ void consumer_release(int stage) { mbar_arrive(&empty[stage]); }
+};
 
 // ---- proxy fence ---------------------------------------------------------------------------------
 
@@ -268,6 +347,26 @@ __device__ __forceinline__ void mbar_arrive_cluster_stage(uint64_t* bar, uint32_
                : "memory");
 }
 
+// mbar_wait with acquire at CLUSTER scope, for a phase completed by other CTAs (mbar_arrive_cluster, or
+// st_async bytes): what they wrote into this CTA's shared memory before completing it is visible after.
+__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_LOOP;\n}\n"
+      ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+}
+
+// Store two floats into a peer CTA's shared memory (`remote` from map_to_rank) and complete 8 bytes of
+// transactions on the peer's mbarrier (`remote_bar`, also from map_to_rank) once they have landed. No
+// fence and no arrive on the sending side: the receiver arms its own barrier (mbar_arrive_expect_tx with
+// the bytes of every sender; bytes landing first are fine) and waits with mbar_wait_cluster.
+__device__ __forceinline__ void st_async_v2_f32(uint32_t remote, float a, float b, uint32_t remote_bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+               ::"r"(remote), "f"(a), "f"(b), "r"(remote_bar) : "memory");
+}
+
 __device__ __forceinline__ float ld_shared_cluster_f32(uint32_t remote) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
@@ -309,10 +408,39 @@ __device__ __forceinline__ void ldmatrix_x4(const void* row_addr, uint32_t& r0, 
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(row_addr)) : "memory");
 }
 
+// The same, transposing: register i receives row lane/4 of the TRANSPOSE of matrix i, which is the
+// layout stmatrix_x4 stores, so the pair moves an 8x8 block and transposes it (e.g. a tile transpose).
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* row_addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
+                                                  uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(smem_u32(row_addr)) : "memory");
+}
+
 // Two floats as one register of two bf16 (`lo` in the low half, i.e. the lower column).
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The reverse, exactly: bf16 -> f32 is a 16-bit shift. The low (lower column) and high element of a pair.
+__device__ __forceinline__ float bf16_lo(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t pair) { return __uint_as_float(pair & 0xffff0000u); }
+
+// ---- approximate math on the special-function unit (MUFU), denormals flushed ---------------------
+
+// 2^x, a fast approximation (not correctly rounded); 2^-large is +0. exp(x - m) is
+// ex2_approx(x * log2(e) - m * log2(e)): one FMA and one MUFU.EX2.
+__device__ __forceinline__ float ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// log2(x), a fast approximation (not correctly rounded).
+__device__ __forceinline__ float lg2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 // ================================================================================================
@@ -430,6 +558,41 @@ __device__ __forceinline__ int wgmma_acc_col(int i) { return (i >> 2) * 8 + (thr
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], bf16 in, f32 accumulate, A and B from shared memory.
 // All 128 threads of the warpgroup call it with the same descriptors. scale_d = 0 ignores the old D.
 // TransA/TransB = 1 selects an MN-major A/B tile (16-bit types only).
+// The narrow bf16 forms (e.g. a decode GEMM's 64 x 8 .. 64 x 32 tiles of a few tokens), alike but for N / 2
+// accumulators and the operand numbers.
+template <int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_m64n8k16_bf16(float (&d)[4], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3}, "
+      "%4, %5, p, 1, 1, %7, %8;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(TransA), "n"(TransB));
+}
+
+template <int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_m64n16k16_bf16(float (&d)[8], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+      "%8, %9, p, 1, 1, %11, %12;\n}\n"
+      : PTXW_ACC8(d, 0)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(TransA), "n"(TransB));
+}
+
+template <int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_m64n32k16_bf16(float (&d)[16], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, %19, %20;\n}\n"
+      : PTXW_ACC8(d, 0), PTXW_ACC8(d, 8)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d), "n"(TransA), "n"(TransB));
+}
+
 template <int TransA = 0, int TransB = 0>
 __device__ __forceinline__ void wgmma_m64n64k16_bf16(float (&d)[32], uint64_t a_desc, uint64_t b_desc, int scale_d) {
   asm volatile(
@@ -507,6 +670,74 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t a
       : "l"(a_desc), "l"(b_desc), "r"(scale_d));
 }
 
+// More fp8 widths (a tile need not be a power of two wide: e.g. 80 columns give a decode GEMM more CTAs),
+// alike but for N / 2 accumulators and the operand numbers.
+__device__ __forceinline__ void wgmma_m64n80k32_e4m3(float (&d)[40], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n80k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39}, "
+      "%40, %41, p, 1, 1;\n}\n"
+      : PTXW_ACC32(d, 0), PTXW_ACC8(d, 32)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
+      "%48, %49, p, 1, 1;\n}\n"
+      : PTXW_ACC32(d, 0), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n112k32_e4m3(float (&d)[56], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %58, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n112k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55}, "
+      "%56, %57, p, 1, 1;\n}\n"
+      : PTXW_ACC32(d, 0), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n144k32_e4m3(float (&d)[72], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %74, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n144k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71}, "
+      "%72, %73, p, 1, 1;\n}\n"
+      : PTXW_ACC32(d, 0), PTXW_ACC32(d, 32), PTXW_ACC8(d, 64)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
+__device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+      "%96, %97, p, 1, 1;\n}\n"
+      : PTXW_ACC32(d, 0), PTXW_ACC32(d, 32), PTXW_ACC32(d, 64)
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
 // The wide form: 128 accumulators per thread (one consumer warpgroup covers 64 x 256).
 __device__ __forceinline__ void wgmma_m64n256k32_e4m3(float (&d)[128], uint64_t a_desc, uint64_t b_desc, int scale_d) {
   asm volatile(
@@ -523,6 +754,32 @@ __device__ __forceinline__ void wgmma_m64n256k32_e4m3(float (&d)[128], uint64_t 
       "%128, %129, p, 1, 1;\n}\n"
       : PTXW_ACC32(d, 0), PTXW_ACC32(d, 32), PTXW_ACC32(d, 64), PTXW_ACC32(d, 96)
       : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+}
+
+// The width as a template argument, for kernels templated on their tile: wgmma_bf16<N> (N = 8, 16, 32,
+// 64, 128, 256) and wgmma_e4m3<N> (N = 80, 96, 112, 128, 144, 192, 256) call the form above; d holds N / 2.
+template <int N, int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_bf16(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  static_assert(N == 8 || N == 16 || N == 32 || N == 64 || N == 128 || N == 256, "a bf16 width written above");
+  if constexpr (N == 8) wgmma_m64n8k16_bf16<TransA, TransB>(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 16) wgmma_m64n16k16_bf16<TransA, TransB>(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 32) wgmma_m64n32k16_bf16<TransA, TransB>(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 64) wgmma_m64n64k16_bf16<TransA, TransB>(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 128) wgmma_m64n128k16_bf16<TransA, TransB>(d, a_desc, b_desc, scale_d);
+  else wgmma_m64n256k16_bf16<TransA, TransB>(d, a_desc, b_desc, scale_d);
+}
+
+template <int N>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  static_assert(N == 80 || N == 96 || N == 112 || N == 128 || N == 144 || N == 192 || N == 256,
+                "an e4m3 width written above");
+  if constexpr (N == 80) wgmma_m64n80k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 96) wgmma_m64n96k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 112) wgmma_m64n112k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 128) wgmma_m64n128k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 144) wgmma_m64n144k32_e4m3(d, a_desc, b_desc, scale_d);
+  else if constexpr (N == 192) wgmma_m64n192k32_e4m3(d, a_desc, b_desc, scale_d);
+  else wgmma_m64n256k32_e4m3(d, a_desc, b_desc, scale_d);
 }
 
 #undef PTXW_ACC32
