@@ -558,8 +558,8 @@ __device__ __forceinline__ int wgmma_acc_col(int i) { return (i >> 2) * 8 + (thr
 // D[64 x N] (+)= A[64 x 16] * B[16 x N], bf16 in, f32 accumulate, A and B from shared memory.
 // All 128 threads of the warpgroup call it with the same descriptors. scale_d = 0 ignores the old D.
 // TransA/TransB = 1 selects an MN-major A/B tile (16-bit types only).
-// The narrow bf16 forms (e.g. a decode GEMM's 64 x 8 .. 64 x 32 tiles of a few tokens), alike but for N / 2
-// accumulators and the operand numbers.
+// Widths 8, 16, 32 (e.g. a decode GEMM's tiles of a few tokens), then 64, 128, 256: all alike but for the
+// N / 2 accumulators and the operand numbers.
 template <int TransA = 0, int TransB = 0>
 __device__ __forceinline__ void wgmma_m64n8k16_bf16(float (&d)[4], uint64_t a_desc, uint64_t b_desc, int scale_d) {
   asm volatile(
