@@ -3,9 +3,12 @@ kernel's knobs on a lent GPU in one call, without a build of its own.
 
 A variant overrides named compile-time constants of the file (``constexpr <type> NAME = <expr>;``,
 each name matched exactly once, so a misspelt knob is an error rather than a silently unchanged
-variant). Every variant, and the file as it is, goes through the evaluator (correctness on every
-workload, the vendor library timed in the same process, interleaved; ncu off, one input set unless
---trials says more: this is for choosing, the reference benchmark is for reporting). Each variant's
+variant), and may replace whole definitions of it with those of a variant source (``@file``: a path,
+or a file of benchmarks/variants/). Alternatives that were measured and rejected live there, not as
+switches inside the reference kernels; each file says what it changes and what it measured. Every
+variant, and the file as it is, goes through the evaluator (correctness on every workload, the vendor
+library timed in the same process, interleaved; ncu off, one input set unless --trials says more: this
+is for choosing, the reference benchmark is for reporting). Each variant's
 worst error over its bound, per workload and over every trial (held-out workloads too), is reported
 beside its times: a knob that trades accuracy for speed shows how much of the tolerance it spends
 (--vendor-error adds the vendor library's). For memory-bound tasks the script then times a plain
@@ -13,8 +16,10 @@ device copy of each workload's bytes in the same way (L2 flushed, launch gated),
 same size, not the 1 GiB copy of the roofline, is what the kernel can be expected to approach on
 small workloads.
 
-    python benchmarks/kernel_variants.py kernels/reference/sm_90a/rmsnorm.cu \\
+    python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/rmsnorm.cu \\
         --variant "deep:kBytesInFlightPerCta=128 * 1024" --variant "wide:kThreads=512" [--budget-ms 100]
+    python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/gemm_bf16.cu \\
+        --variant "pf8:@gemm_bf16.decode_l2_prefetch.cu;PREFETCH_BLOCKS=8"
 
 Writes kernel_variants_<task>.{json,md} into --out (default: the current folder).
 """
@@ -27,22 +32,83 @@ import re
 import statistics
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
+
+VARIANTS = Path(__file__).resolve().parent / "variants"
 
 
-def parse_variant(text: str) -> tuple[str, dict[str, str]]:
-    """``name:CONST=expr;CONST=expr`` -> (name, {CONST: expr})."""
+class Variant(NamedTuple):
+    """One variant: its name, the constants it overrides, and the variant sources whose definitions
+    replace the file's (applied first, so their own constants can be overridden too)."""
+
+    name: str
+    overrides: dict[str, str]
+    sources: tuple[Path, ...] = ()
+
+
+AS_IS = Variant("as-is", {})
+
+
+def parse_variant(text: str) -> Variant:
+    """``name:[@source;]CONST=expr;CONST=expr`` -> Variant(name, {CONST: expr}, (source path, ...))."""
     name, sep, body = text.partition(":")
-    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "as-is":
-        raise ValueError(f"variant {text!r}: expected name:CONST=expr[;CONST=expr], name of [A-Za-z0-9_.-]")
+    if not sep or not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == AS_IS.name:
+        raise ValueError(f"variant {text!r}: expected name:[@source;]CONST=expr[;CONST=expr], name of [A-Za-z0-9_.-]")
     overrides = {}
+    sources = []
     for part in filter(None, (p.strip() for p in body.split(";"))):
+        if part.startswith("@"):
+            path = Path(part[1:].strip())
+            path = path if path.is_file() or path.parent != Path(".") else VARIANTS / path
+            if not path.is_file():
+                raise ValueError(f"variant {text!r}: no variant source {part[1:].strip()!r} (nor in {VARIANTS})")
+            sources.append(path)
+            continue
         key, eq, value = part.partition("=")
         if not eq or not re.fullmatch(r"[A-Za-z_]\w*", key.strip()) or not value.strip():
-            raise ValueError(f"variant {text!r}: {part!r} is not CONST=expr")
+            raise ValueError(f"variant {text!r}: {part!r} is not CONST=expr or @source")
         overrides[key.strip()] = value.strip()
-    if not overrides:
-        raise ValueError(f"variant {text!r} overrides nothing")
-    return name, overrides
+    if not overrides and not sources:
+        raise ValueError(f"variant {text!r} changes nothing")
+    return Variant(name, overrides, tuple(sources))
+
+
+def replacement_blocks(text: str) -> list[list[str]]:
+    """The definitions of a variant source: each from a line that starts in column 0 (not a comment,
+    not ``template <...>``) through the next line that is exactly ``}``. Comments and blank lines
+    between them are notes for the reader."""
+    blocks: list[list[str]] = []
+    current: list[str] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if current is not None:
+            current.append(line)
+            if line.rstrip() == "}":
+                blocks.append(current)
+                current = None
+        elif line.strip() and not line.startswith(("//", " ", "\t")):
+            if line.startswith("template"):
+                raise ValueError(f"line {number}: start a replacement at the declarator line, after its template head")
+            current = [line]
+    if current is not None:
+        raise ValueError(f"the definition starting {current[0]!r} has no closing line '}}'")
+    if not blocks:
+        raise ValueError("no definition to replace")
+    return blocks
+
+
+def apply_replacements(source: str, variant_text: str) -> str:
+    """``source`` with each definition of ``variant_text`` in place of the one whose first line is the
+    same (exactly one must be), through that definition's closing ``}`` line."""
+    lines = source.split("\n")
+    for block in replacement_blocks(variant_text):
+        starts = [i for i, line in enumerate(lines) if line.rstrip() == block[0].rstrip()]
+        if len(starts) != 1:
+            raise ValueError(f"{block[0].strip()!r}: found {len(starts)} definitions starting so, expected exactly one")
+        end = next((i for i in range(starts[0], len(lines)) if lines[i].rstrip() == "}"), None)
+        if end is None:
+            raise ValueError(f"{block[0].strip()!r}: its definition has no closing line '}}'")
+        lines[starts[0]:end + 1] = block
+    return "\n".join(lines)
 
 
 def apply_overrides(source: str, overrides: dict[str, str]) -> str:
@@ -56,13 +122,19 @@ def apply_overrides(source: str, overrides: dict[str, str]) -> str:
     return source
 
 
-def variant_sources(kernel: Path, variants: list[tuple[str, dict[str, str]]]) -> list[str]:
+def variant_sources(kernel: Path, variants: list[Variant]) -> list[str]:
     """Each variant's candidate source: the file as the evaluator reads it (the wrapper header inlined),
-    with the variant's constants overridden."""
+    with the variant's definitions replaced, then its constants overridden."""
     from ptxbench.check import read_candidate
 
     source = read_candidate(kernel)
-    return [apply_overrides(source, overrides) for _, overrides in variants]
+    built = []
+    for variant in variants:
+        text = source
+        for path in variant.sources:
+            text = apply_replacements(text, path.read_text())
+        built.append(apply_overrides(text, variant.overrides))
+    return built
 
 
 def same_bytes_copy_ms(byte_counts: list[int], repeats: int = 50) -> list[float]:
@@ -141,7 +213,8 @@ def _markdown(result: dict) -> str:
             if row.get("pct_of_copy") is not None:
                 parts.append(f"{row['pct_of_copy']:.1f} %")
             cells.append(" / ".join(parts))
-        overrides = "; ".join(f"{k}={v}" for k, v in variant["overrides"].items()) or "–"
+        overrides = "; ".join([f"@{n}" for n in variant.get("sources", [])]
+                              + [f"{k}={v}" for k, v in variant["overrides"].items()]) or "–"
         lines.append(f"| {variant['name']} | {overrides} | {variant['status']} |" + "".join(f" {c} |" for c in cells))
     ratios = [v for v in result["variants"] if v.get("error_ratio")]
     if result.get("vendor_error_ratio"):
@@ -180,11 +253,16 @@ def main() -> None:
     args = parser.parse_args()
 
     task = get_task(args.kernel.stem)
-    variants = [("as-is", {})] + [parse_variant(v) for v in args.variant]
-    if len({name for name, _ in variants}) != len(variants):
+    try:
+        variants = [AS_IS] + [parse_variant(v) for v in args.variant]
+        sources = variant_sources(args.kernel, variants)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if len({v.name for v in variants}) != len(variants):
         parser.error("variant names must be unique")
-    candidates = [Candidate(task=task, item=name, source=source, origin=f"{args.kernel} {overrides}")
-                  for (name, overrides), source in zip(variants, variant_sources(args.kernel, variants))]
+    candidates = [Candidate(task=task, item=v.name, source=source,
+                            origin=" ".join([str(args.kernel), *(f"@{p.name}" for p in v.sources), str(v.overrides)]))
+                  for v, source in zip(variants, sources)]
     options = EvalOptions(trials=args.trials, timing_budget_ms=args.budget_ms, profile=False, lanes=args.lanes)
     with tempfile.TemporaryDirectory() as scratch:
         run_dir = Path(scratch) / "run"
@@ -194,7 +272,7 @@ def main() -> None:
     workloads: list[str] = []
     rows: list[dict] = []
     byte_counts: dict[str, int] = {}
-    for (name, overrides), evaluation in zip(variants, evaluations):
+    for (name, overrides, replaced), evaluation in zip(variants, evaluations):
         status = (evaluation.status.value if evaluation.status
                   else f"infra: {evaluation.infra_failure.value if evaluation.infra_failure else None}")
         timings = {}
@@ -207,7 +285,8 @@ def main() -> None:
                                    "baseline_ms": t.baseline_ms,
                                    "pct_of_vendor": 100 * t.speedup if t.speedup else None,
                                    "pct_of_roofline": t.roofline_pct}
-        rows.append({"name": name, "overrides": overrides, "status": status, "message": evaluation.message,
+        rows.append({"name": name, "overrides": overrides, "sources": [p.name for p in replaced], "status": status,
+                     "message": evaluation.message,
                      "timings": timings, "error_ratio": worst_error_ratios(evaluation.trials)})
     copy_ms: dict[str, float] = {}
     if byte_counts and not args.no_copy:

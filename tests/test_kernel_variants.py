@@ -1,4 +1,5 @@
-"""benchmarks/kernel_variants.py: variants override exactly the named constants, or fail loudly."""
+"""benchmarks/kernel_variants.py: variants override exactly the named constants and replace exactly the
+named definitions, or fail loudly; every variant source of benchmarks/variants still builds."""
 
 import importlib.util
 from pathlib import Path
@@ -22,11 +23,19 @@ namespace decode { constexpr int CTAS = 4; }
 
 def test_a_variant_names_its_overrides():
     assert kernel_variants.parse_variant("deep:kBytes=128 * 1024; kThreads=512") == (
-        "deep", {"kBytes": "128 * 1024", "kThreads": "512"})
+        "deep", {"kBytes": "128 * 1024", "kThreads": "512"}, ())
+
+
+def test_a_variant_names_its_sources_by_path_or_in_the_variants_folder(tmp_path):
+    mine = tmp_path / "mine.cu"
+    mine.write_text("__device__ int f() {\n}\n")
+    variant = kernel_variants.parse_variant(f"v:@{mine};@gemm_fp8.eager_promotion.cu;K=2")
+    assert variant.sources == (mine, kernel_variants.VARIANTS / "gemm_fp8.eager_promotion.cu")
+    assert variant.overrides == {"K": "2"}
 
 
 @pytest.mark.parametrize("text", ["no-colon", "bad name:kThreads=1", "as-is:kThreads=1", "x:", "x:kThreads",
-                                  "x:1x=2", "x:kThreads="])
+                                  "x:1x=2", "x:kThreads=", "x:@no_such_variant.cu"])
 def test_malformed_variants_are_refused(text):
     with pytest.raises(ValueError):
         kernel_variants.parse_variant(text)
@@ -46,8 +55,83 @@ def test_a_missing_or_repeated_constant_is_an_error():
         kernel_variants.apply_overrides(SOURCE + "constexpr int kThreads = 8;\n", {"kThreads": "1"})
 
 
+REFERENCE_SOURCE = """constexpr int kStages = 4;
+
+template <int N>
+__device__ __forceinline__ void step(float (&d)[N]) {
+  d[0] += 1.f;
+}
+
+__device__ __forceinline__ void other() {
+  if (true) {
+  }
+}
+"""
+
+
+def test_a_variant_source_replaces_the_definition_that_starts_with_its_line():
+    variant = """// notes for the reader
+__device__ __forceinline__ void step(float (&d)[N]) {
+  constexpr int kTimes = 2;
+  d[0] += kTimes;
+}
+"""
+    out = kernel_variants.apply_replacements(REFERENCE_SOURCE, variant)
+    assert "d[0] += kTimes;" in out and "d[0] += 1.f;" not in out
+    assert out.count("template <int N>") == 1 and "void other()" in out and "if (true) {" in out
+    assert kernel_variants.apply_overrides(out, {"kTimes": "3"}).count("kTimes = 3;") == 1
+
+
+@pytest.mark.parametrize("variant, message", [
+    ("__device__ void missing() {\n}\n", "found 0"),
+    ("template <int N>\n__device__ void step() {\n}\n", "declarator line"),
+    ("__device__ __forceinline__ void step(float (&d)[N]) {\n  d[0] = 0;\n", "no closing line"),
+    ("// only notes\n", "no definition"),
+])
+def test_a_variant_source_that_does_not_fit_is_an_error(variant, message):
+    with pytest.raises(ValueError, match=message):
+        kernel_variants.apply_replacements(REFERENCE_SOURCE, variant)
+
+
+def test_two_definitions_starting_alike_are_an_error():
+    twice = REFERENCE_SOURCE + "__device__ __forceinline__ void other() {\n}\n"
+    with pytest.raises(ValueError, match="found 2"):
+        kernel_variants.apply_replacements(twice, "__device__ __forceinline__ void other() {\n}\n")
+
+
+VARIANT_FILES = sorted(kernel_variants.VARIANTS.glob("*.cu"))
+
+
+def test_the_rejected_variants_are_kept_as_sources():
+    assert {p.name for p in VARIANT_FILES} >= {"gemm_bf16.decode_l2_prefetch.cu", "gemm_fp8.eager_promotion.cu",
+                                               "gemm_fp8.promote_every_stage.cu"}
+
+
+@pytest.mark.parametrize("path", VARIANT_FILES, ids=[p.name for p in VARIANT_FILES])
+def test_each_variant_source_applies_to_its_reference_and_builds(path):
+    """A variant file is named <task>.<what>.cu; it must still fit its reference kernel and build as the
+    evaluator builds it, without spills."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    task = path.name.split(".")[0]
+    variant = kernel_variants.parse_variant(f"v:@{path}")
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / f"{task}.cu", [variant])[0]
+    assert path.read_text().splitlines()[-1] in source
+    report = check_source(source, Arch.SM_90A, get_task(task), f"{task}.cu")
+    assert report.build.ok, report.build.diagnosis
+    assert report.static is not None
+    assert all(k.resources.spill_store_bytes == 0 for k in report.static.kernels)
+
+
+def test_the_prefetch_variant_keeps_its_knob():
+    variant = kernel_variants.parse_variant("pf32:@gemm_bf16.decode_l2_prefetch.cu;PREFETCH_BLOCKS=32")
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "gemm_bf16.cu", [variant])[0]
+    assert "constexpr int PREFETCH_BLOCKS = 32;" in source and "tma_prefetch_2d(map_b" in source
+
+
 @pytest.mark.parametrize("kernel, knob", [("gemm_bf16", "CTAS_PER_SM"), ("gemm_bf16", "MIN_CTAS_PER_SM"),
-                                          ("gemm_bf16", "PREFETCH_BLOCKS"),
                                           ("rmsnorm", "kBytesInFlightPerCta"), ("rmsnorm", "kThreads"),
                                           ("softmax", "kBytesInFlightPerCta"), ("softmax", "kMaxCtasPerSm"),
                                           ("softmax", "kAllClusterSizes"), ("transpose", "kStages"),
@@ -66,7 +150,7 @@ def test_a_variant_builds_as_the_evaluator_builds_it():
     from ptxbench.tasks.loader import get_task
 
     kernel = reference_folder("sm_90a") / "rmsnorm.cu"
-    variants = [("as-is", {}), ("shallow", {"kBytesInFlightPerCta": "32 * 1024"})]
+    variants = [kernel_variants.AS_IS, kernel_variants.Variant("shallow", {"kBytesInFlightPerCta": "32 * 1024"})]
     sources = kernel_variants.variant_sources(kernel, variants)
     assert "#include \"ptx_wrappers.cuh\"" not in sources[1] and "32 * 1024;" in sources[1]
     report = check_source(sources[1], Arch.SM_90A, get_task("rmsnorm"), "rmsnorm.cu")

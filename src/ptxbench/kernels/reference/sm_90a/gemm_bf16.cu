@@ -41,7 +41,9 @@
 //     STAGES - 1 loads stay in flight. The ring is sized so that 4 CTAs fit on an SM (<= 56 KiB:
 //     6 stages for MT = 8, 5 for 16, 4 for 32, 3 for 64): up to 528 CTAs are resident at once, the
 //     grids above run as one wave with no tail, and each SM keeps ~30-130 KiB of B in flight
-//     (HBM needs ~30 KiB per SM at 4 TB/s and ~1 us latency).
+//     (HBM needs ~30 KiB per SM at 4 TB/s and ~1 us latency). Also asking for B blocks beyond the
+//     ring to be read into L2 was ~30 % slower on the QKV decode
+//     (benchmarks/variants/gemm_bf16.decode_l2_prefetch.cu).
 //   * Reduction through distributed shared memory: each CTA parks its fp32 partial (one padded row
 //     of 64 columns per token) in its now idle ring, a cluster barrier (release/acquire) publishes
 //     it, and CTA r of the cluster sums columns [64r/S, 64(r+1)/S) of all S partials with
@@ -72,8 +74,7 @@ struct Shared {
   __nv_bfloat16 a[STAGES][BM * BK];  // each tile 1024-byte aligned (sizes are multiples of 1024)
   __nv_bfloat16 b[STAGES][BN * BK];
   __nv_bfloat16 c[2][64 * C_COLS];   // per consumer: two 64 x 64 boxes, 128-byte swizzled
-  uint64_t full[STAGES];
-  uint64_t empty[STAGES];
+  ptx::RingBarriers<STAGES> ring;    // full: the producer's arrive plus the TMA bytes; empty: both consumers
 };
 template <int BN>
 constexpr size_t smem_bytes() { return sizeof(Shared<BN>) + 1024; }  // slack to align the base to 1024 B
@@ -84,57 +85,112 @@ __device__ __forceinline__ uint32_t staged_offset(int row, int col) {
   return (col / 64) * 8192 + ptx::sw128_offset(row, (col % 64) * 2);
 }
 
-// D (+)= A · Bᵀ for one 64 x BN x 16 step.
+// Producer (one thread): every tile's K-slices of A and B into the ring, running ahead of the
+// consumers by as many stages as the ring holds (into the next tile while they store this one).
 template <int BN>
-__device__ __forceinline__ void wgmma_step(float (&acc)[BN / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {
-  if constexpr (BN == 256) ptx::wgmma_m64n256k16_bf16(acc, a_desc, b_desc, scale_d);
-  else if constexpr (BN == 128) ptx::wgmma_m64n128k16_bf16(acc, a_desc, b_desc, scale_d);
-  else ptx::wgmma_m64n64k16_bf16(acc, a_desc, b_desc, scale_d);
+__device__ __forceinline__ void producer_loop(Shared<BN>& s, const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                              ptx::TileScheduler t, int k_steps) {
+  ptx::tma_prefetch_map(map_a);
+  ptx::tma_prefetch_map(map_b);
+  ptx::RingState at;
+  for (; t.valid(); t.next()) {
+    int tm, tn;
+    t.coords(tm, tn);
+    for (int k = 0; k < k_steps; ++k) {
+      uint64_t* full = s.ring.producer_acquire(at, A_BYTES + Config<BN>::B_BYTES);
+      ptx::tma_load_2d(s.a[at.stage], map_a, full, k * BK, tm * BM);
+      ptx::tma_load_2d(s.b[at.stage], map_b, full, k * BK, tn * BN);
+      at.advance(Config<BN>::STAGES);
+    }
+  }
+}
+
+// Consumer main loop: one tile's K-slices for this warpgroup's 64 rows (`half`), D = A · Bᵀ into acc.
+// One slice's wgmmas stay in flight while the next is issued; a slice's stage is released once its
+// wgmmas are done (by the one `signals` thread of the warpgroup).
+template <int BN>
+__device__ __forceinline__ void consumer_mainloop(Shared<BN>& s, ptx::RingState& at, float (&acc)[Config<BN>::ACC],
+                                                  int half, bool signals, int k_steps) {
+  int previous = -1;
+  for (int k = 0; k < k_steps; ++k) {
+    s.ring.consumer_wait(at);
+    const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[at.stage] + half * 64 * BK);
+    const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[at.stage]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along K = +2 in the descriptor's address
+      ptx::wgmma_bf16<BN>(acc, a_desc + 2 * kk, b_desc + 2 * kk, (k > 0 || kk > 0) ? 1 : 0);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage may be refilled
+    if (previous >= 0 && signals) s.ring.consumer_release(previous);
+    previous = at.stage;
+    at.advance(Config<BN>::STAGES);
+  }
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(acc);
+  if (previous >= 0 && signals) s.ring.consumer_release(previous);
+}
+
+// A tile whose 64 rows of this warpgroup lie wholly past M: nothing to compute, each stage handed back.
+template <int BN>
+__device__ __forceinline__ void consumer_skip_tile(Shared<BN>& s, ptx::RingState& at, bool signals, int k_steps) {
+  for (int k = 0; k < k_steps; ++k) {
+    s.ring.consumer_wait(at);
+    if (signals) s.ring.consumer_release(at.stage);
+    at.advance(Config<BN>::STAGES);
+  }
+}
+
+// Epilogue, C_COLS columns per round: wait until the previous store has read the buffer, write
+// bf16x2 pairs (registers i, i+1 are adjacent columns) into it swizzled, fence for the async
+// proxy, then one thread stores the boxes; TMA clips rows >= M and columns >= N.
+template <int BN>
+__device__ __forceinline__ void epilogue(Shared<BN>& s, const CUtensorMap* map_c, const float (&acc)[Config<BN>::ACC],
+                                         int half, bool signals, int tn, int row0) {
+  uint8_t* staging = reinterpret_cast<uint8_t*>(s.c[half]);
+  constexpr int ROUND_COLS = BN < C_COLS ? BN : C_COLS;
+  constexpr int ROUND_REGS = ROUND_COLS / 2;  // accumulators per thread in one round
+#pragma unroll
+  for (int i = 0; i < Config<BN>::ACC; i += 2) {  // fully unrolled: every condition is compile-time
+    const int round = i / ROUND_REGS;
+    if (i % ROUND_REGS == 0) {
+      if (signals) ptx::tma_store_wait_read<0>();
+      ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
+    }
+    const int row = ptx::wgmma_acc_row(i);
+    const int col = ptx::wgmma_acc_col(i) - round * ROUND_COLS;
+    *reinterpret_cast<__nv_bfloat162*>(staging + staged_offset(row, col)) =
+        __floats2bfloat162_rn(acc[i], acc[i + 1]);
+    if ((i + 2) % ROUND_REGS == 0) {
+      ptx::fence_proxy_async_smem();
+      ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
+      if (signals) {
+#pragma unroll
+        for (int box = 0; box < ROUND_COLS / 64; ++box)
+          ptx::tma_store_2d(map_c, staging + box * 8192, tn * BN + round * ROUND_COLS + box * 64, row0);
+        ptx::tma_store_commit();
+      }
+    }
+  }
 }
 
 template <int BN>
 __global__ void __launch_bounds__(THREADS, 1)
 gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                 const __grid_constant__ CUtensorMap map_c, int M, int N, int K) {
-  constexpr int STAGES = Config<BN>::STAGES;
-  constexpr uint32_t B_BYTES = Config<BN>::B_BYTES;
   extern __shared__ uint8_t smem_raw[];
-  Shared<BN>& s = *reinterpret_cast<Shared<BN>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Shared<BN>& s = *ptx::align_smem<Shared<BN>>(smem_raw);
 
-  const int tiles_m = (M + BM - 1) / BM;
-  const int tiles_n = (N + BN - 1) / BN;
-  const int tiles = tiles_m * tiles_n;
+  const ptx::TileScheduler schedule((M + BM - 1) / BM, (N + BN - 1) / BN, GROUP_M, blockIdx.x, gridDim.x);
   const int k_steps = K / BK;
   const uint32_t warpgroup = ptx::warpgroup_idx();
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES; ++i) {
-      ptx::mbar_init(&s.full[i], 1);   // the producer's arrive (plus the TMA bytes)
-      ptx::mbar_init(&s.empty[i], 2);  // one arrive per consumer warpgroup
-    }
-    ptx::mbar_fence_init();
-  }
+  if (threadIdx.x == 0) s.ring.init(Config<BN>::STAGES, 2);  // empty: one arrive per consumer warpgroup
   __syncthreads();
 
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      ptx::tma_prefetch_map(&map_a);
-      ptx::tma_prefetch_map(&map_b);
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
-        int tm, tn;
-        ptx::grouped_tile(t, tiles_m, tiles_n, GROUP_M, tm, tn);
-        for (int k = 0; k < k_steps; ++k) {
-          ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
-          ptx::mbar_arrive_expect_tx(&s.full[stage], A_BYTES + B_BYTES);
-          ptx::tma_load_2d(s.a[stage], &map_a, &s.full[stage], k * BK, tm * BM);
-          ptx::tma_load_2d(s.b[stage], &map_b, &s.full[stage], k * BK, tn * BN);
-          if (++stage == STAGES) { stage = 0; phase ^= 1; }
-        }
-      }
-    }
+    if (threadIdx.x == 0) producer_loop<BN>(s, &map_a, &map_b, schedule, k_steps);
     return;
   }
 
@@ -142,67 +198,17 @@ gemm_bf16_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant
   const int half = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
   const bool signals = threadIdx.x % 128 == 0;       // one thread per warpgroup releases stages
   float acc[Config<BN>::ACC];
-  int stage = 0;
-  uint32_t phase = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  ptx::RingState at;
+  for (ptx::TileScheduler t = schedule; t.valid(); t.next()) {
     int tm, tn;
-    ptx::grouped_tile(t, tiles_m, tiles_n, GROUP_M, tm, tn);
+    t.coords(tm, tn);
     const int row0 = tm * BM + half * 64;
-    if (row0 >= M) {  // nothing to compute: hand each stage straight back
-      for (int k = 0; k < k_steps; ++k) {
-        ptx::mbar_wait(&s.full[stage], phase);
-        if (signals) ptx::mbar_arrive(&s.empty[stage]);
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
-      }
+    if (row0 >= M) {
+      consumer_skip_tile<BN>(s, at, signals, k_steps);
       continue;
     }
-    int previous = -1;
-    for (int k = 0; k < k_steps; ++k) {
-      ptx::mbar_wait(&s.full[stage], phase);
-      const uint64_t a_desc = ptx::wgmma_desc_k_sw128(s.a[stage] + half * 64 * BK);
-      const uint64_t b_desc = ptx::wgmma_desc_k_sw128(s.b[stage]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along K = +2 in the descriptor's address
-        wgmma_step<BN>(acc, a_desc + 2 * kk, b_desc + 2 * kk, (k > 0 || kk > 0) ? 1 : 0);
-      ptx::wgmma_commit();
-      ptx::wgmma_wait<1>();  // the previous slice's wgmmas are done: its stage may be refilled
-      if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
-      previous = stage;
-      if (++stage == STAGES) { stage = 0; phase ^= 1; }
-    }
-    ptx::wgmma_wait<0>();
-    ptx::wgmma_fence_acc(acc);
-    if (previous >= 0 && signals) ptx::mbar_arrive(&s.empty[previous]);
-
-    // Epilogue, C_COLS columns per round: wait until the previous store has read the buffer, write
-    // bf16x2 pairs (registers i, i+1 are adjacent columns) into it swizzled, fence for the async
-    // proxy, then one thread stores the boxes; TMA clips rows >= M and columns >= N.
-    uint8_t* staging = reinterpret_cast<uint8_t*>(s.c[half]);
-    constexpr int ROUND_COLS = BN < C_COLS ? BN : C_COLS;
-    constexpr int ROUND_REGS = ROUND_COLS / 2;  // accumulators per thread in one round
-#pragma unroll
-    for (int i = 0; i < Config<BN>::ACC; i += 2) {  // fully unrolled: every condition is compile-time
-      const int round = i / ROUND_REGS;
-      if (i % ROUND_REGS == 0) {
-        if (signals) ptx::tma_store_wait_read<0>();
-        ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
-      }
-      const int row = ptx::wgmma_acc_row(i);
-      const int col = ptx::wgmma_acc_col(i) - round * ROUND_COLS;
-      *reinterpret_cast<__nv_bfloat162*>(staging + staged_offset(row, col)) =
-          __floats2bfloat162_rn(acc[i], acc[i + 1]);
-      if ((i + 2) % ROUND_REGS == 0) {
-        ptx::fence_proxy_async_smem();
-        ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
-        if (signals) {
-#pragma unroll
-          for (int box = 0; box < ROUND_COLS / 64; ++box)
-            ptx::tma_store_2d(&map_c, staging + box * 8192, tn * BN + round * ROUND_COLS + box * 64, row0);
-          ptx::tma_store_commit();
-        }
-      }
-    }
+    consumer_mainloop<BN>(s, at, acc, half, signals, k_steps);
+    epilogue<BN>(s, &map_c, acc, half, signals, tn, row0);
   }
   if (signals) ptx::tma_store_wait_read<0>();  // the buffer must outlive the stores reading it
 }
@@ -260,8 +266,6 @@ constexpr int BN = 64;                        // columns of C per CTA = the wgmm
 constexpr int THREADS = 160;                  // consumer warpgroup (warps 0-3) + producer warp (4)
 constexpr int CTAS_PER_SM = 4;
 constexpr int MIN_CTAS_PER_SM = 1;            // K is split until the grid gives every SM this many CTAs
-constexpr int PREFETCH_BLOCKS = 0;            // K blocks of B requested into L2 beyond the ring (0: none;
-                                              // 8 or 32 measured 30 % slower, kernel_variants_h200.md)
 constexpr int MAX_SPLIT = 8;                  // the portable cluster size limit
 constexpr uint32_t W_BYTES = BN * BK * 2;     // one stage of B: 8 KiB
 constexpr uint32_t SM_SHARE = 228 * 1024 / CTAS_PER_SM;  // of an SM's 228 KiB shared memory
@@ -282,8 +286,7 @@ struct Shared {
   static constexpr int STAGES = Config<MT>::STAGES;
   __nv_bfloat16 w[STAGES][BN * BK];  // B tiles, 1024-byte aligned (sizes are multiples of 1024)
   __nv_bfloat16 x[STAGES][MT * BK];  // A tiles
-  uint64_t full[STAGES];
-  uint64_t empty[STAGES];
+  ptx::RingBarriers<STAGES> ring;    // full: the producer's arrive plus the TMA bytes; empty: the consumers
 };
 
 template <int MT>
@@ -296,35 +299,84 @@ constexpr bool fits() {  // 4 CTAs per SM, and the fp32 partial (MT x LD) fits t
 }
 static_assert(fits<8>() && fits<16>() && fits<32>() && fits<64>(), "decode shared-memory plan");
 
-// wgmma m64nMTk16 with both operands K-major in shared memory (the header has n64 and wider).
-__device__ __forceinline__ void mma(float (&d)[4], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, %4, %5, 1, 1, 1, 0, 0;"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "l"(a), "l"(b));
+// Producer (one thread): this CTA's K range of B (64 rows) and A (MT rows; rows >= M arrive as zeros).
+template <int MT>
+__device__ __forceinline__ void decode_producer_loop(Shared<MT>& s, const CUtensorMap* map_a,
+                                                     const CUtensorMap* map_b, int n0, int k_begin, int k_iters) {
+  ptx::tma_prefetch_map(map_a);
+  ptx::tma_prefetch_map(map_b);
+  ptx::RingState at;
+  for (int it = 0; it < k_iters; ++it) {
+    uint64_t* full = s.ring.producer_acquire(at, W_BYTES + Config<MT>::X_BYTES);
+    const int kc = (k_begin + it) * BK;
+    ptx::tma_load_2d(s.w[at.stage], map_b, full, kc, n0);
+    ptx::tma_load_2d(s.x[at.stage], map_a, full, kc, 0);
+    at.advance(Config<MT>::STAGES);
+  }
 }
-__device__ __forceinline__ void mma(float (&d)[8], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, 1, 1, 1, 0, 0;"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-               : "l"(a), "l"(b));
+
+// Consumer main loop: D[64 x MT] += B tile · A tileᵀ over this CTA's K range. Memory-bound: the few
+// wgmmas finish long before the next stage lands, so each slice is waited for at once and its stage
+// handed straight back; STAGES - 1 loads stay in flight instead of STAGES - 2.
+template <int MT>
+__device__ __forceinline__ void decode_consumer_mainloop(Shared<MT>& s, float (&acc)[Config<MT>::ACC], int k_iters) {
+#pragma unroll
+  for (int i = 0; i < Config<MT>::ACC; ++i) acc[i] = 0.0f;
+  ptx::RingState at;
+  for (int it = 0; it < k_iters; ++it) {
+    s.ring.consumer_wait(at);
+    const uint64_t w_desc = ptx::wgmma_desc_k_sw128(s.w[at.stage]);
+    const uint64_t x_desc = ptx::wgmma_desc_k_sw128(s.x[at.stage]);
+    ptx::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk)  // +32 bytes along K
+      ptx::wgmma_bf16<MT>(acc, w_desc + 2 * kk, x_desc + 2 * kk, 1);
+    ptx::wgmma_commit();
+    ptx::wgmma_wait<0>();
+    if (threadIdx.x == 0) s.ring.consumer_release(at.stage);
+    at.advance(Config<MT>::STAGES);
+  }
+  ptx::wgmma_fence_acc(acc);
 }
-__device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b) {
-  asm volatile("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, 1, 1, 1, 0, 0;"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-               : "l"(a), "l"(b));
+
+// Epilogue, first half: the fp32 partial into the idle ring, accumulator (row n, column m) ->
+// partial[m][n] (lanes of a warp hit 32 distinct banks). All wgmmas (the last readers of the ring)
+// are done and every TMA load has landed.
+template <int MT>
+__device__ __forceinline__ void decode_park_partial(float* partial, const float (&acc)[Config<MT>::ACC]) {
+  ptx::fence_proxy_async_smem();  // order the async-proxy use of the ring before the generic stores
+#pragma unroll
+  for (int i = 0; i < Config<MT>::ACC; ++i)
+    partial[ptx::wgmma_acc_col(i) * Config<MT>::LD + ptx::wgmma_acc_row(i)] = acc[i];
 }
-__device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b) { ptx::wgmma_m64n64k16_bf16(d, a, b, 1); }
+
+// Epilogue, second half (after a cluster barrier): CTA `rank` sums columns [rank * cols, (rank + 1) *
+// cols) of the tile over every CTA's partial, in rank order, and writes them to C as bf16 pairs.
+template <int MT>
+__device__ __forceinline__ void decode_reduce_store(const float* partial, __nv_bfloat16* __restrict__ C, int M,
+                                                    int N, int n0, int rank, int split) {
+  const int cols = BN / split, pairs = cols / 2;
+  for (int item = threadIdx.x; item < pairs * M; item += 128) {
+    const int m = item / pairs;
+    const int n = rank * cols + 2 * (item - m * pairs);
+    const float* own = partial + m * Config<MT>::LD + n;
+    float2 sum = make_float2(0.0f, 0.0f);
+    for (int peer = 0; peer < split; ++peer) {  // fixed order: the result does not depend on timing
+      const float2 v = ptx::ld_shared_cluster_f32x2(ptx::map_to_rank(own, static_cast<uint32_t>(peer)));
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(C + static_cast<int64_t>(m) * N + n0 + n) = __floats2bfloat162_rn(sum.x, sum.y);
+  }
+}
 
 // Grid: S x (N / 64) CTAs in clusters of S along x; CTA rank r takes K blocks [r kb / S, (r+1) kb / S).
 template <int MT>
 __global__ void __launch_bounds__(THREADS, CTAS_PER_SM)
 gemm_bf16_decode_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                        __nv_bfloat16* __restrict__ C, int M, int N, int K) {
-  constexpr int STAGES = Config<MT>::STAGES;
-  constexpr int LD = Config<MT>::LD;
   extern __shared__ uint8_t smem_raw[];
-  Shared<MT>& s = *reinterpret_cast<Shared<MT>*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Shared<MT>& s = *ptx::align_smem<Shared<MT>>(smem_raw);
 
   const int split = static_cast<int>(ptx::cluster_nctarank());
   const int rank = static_cast<int>(ptx::cluster_ctarank());
@@ -334,81 +386,21 @@ gemm_bf16_decode_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_c
   const int k_iters = static_cast<int>(static_cast<int64_t>(rank + 1) * kb / split) - k_begin;  // >= 1 (split <= kb)
   const uint32_t warp = ptx::warp_idx();
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < STAGES; ++i) {
-      ptx::mbar_init(&s.full[i], 1);   // the producer's arrive (plus the TMA bytes)
-      ptx::mbar_init(&s.empty[i], 1);  // the consumer warpgroup's release
-    }
-    ptx::mbar_fence_init();
-  }
+  if (threadIdx.x == 0) s.ring.init(Config<MT>::STAGES, 1);  // empty: the consumer warpgroup's release
   __syncthreads();
 
   float* partial = reinterpret_cast<float*>(s.w);  // [MT][LD], valid after the main loop only
   if (warp == 4) {  // producer: one thread streams this CTA's K range
-    if (threadIdx.x == 128) {
-      ptx::tma_prefetch_map(&map_a);
-      ptx::tma_prefetch_map(&map_b);
-      int stage = 0;
-      uint32_t phase = 0;
-      [[maybe_unused]] int prefetched = STAGES;  // the first STAGES blocks are loaded at once, with no wait
-      for (int it = 0; it < k_iters; ++it) {
-        if constexpr (PREFETCH_BLOCKS > 0) {
-          const int until = min(it + STAGES + PREFETCH_BLOCKS, k_iters);
-          for (; prefetched < until; ++prefetched) ptx::tma_prefetch_2d(&map_b, (k_begin + prefetched) * BK, n0);
-        }
-        ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
-        ptx::mbar_arrive_expect_tx(&s.full[stage], W_BYTES + Config<MT>::X_BYTES);
-        const int kc = (k_begin + it) * BK;
-        ptx::tma_load_2d(s.w[stage], &map_b, &s.full[stage], kc, n0);
-        ptx::tma_load_2d(s.x[stage], &map_a, &s.full[stage], kc, 0);  // rows >= M arrive as zeros
-        if (++stage == STAGES) { stage = 0; phase ^= 1; }
-      }
-    }
+    if (threadIdx.x == 128) decode_producer_loop<MT>(s, &map_a, &map_b, n0, k_begin, k_iters);
     __syncwarp();  // the cluster barriers below are .aligned: the warp must be converged
-  } else {  // consumer warpgroup: D[64 x MT] += B tile · A tileᵀ
+  } else {  // consumer warpgroup
     float acc[Config<MT>::ACC];
-#pragma unroll
-    for (int i = 0; i < Config<MT>::ACC; ++i) acc[i] = 0.0f;
-    int stage = 0;
-    uint32_t phase = 0;
-    for (int it = 0; it < k_iters; ++it) {
-      ptx::mbar_wait(&s.full[stage], phase);
-      const uint64_t w_desc = ptx::wgmma_desc_k_sw128(s.w[stage]);
-      const uint64_t x_desc = ptx::wgmma_desc_k_sw128(s.x[stage]);
-      ptx::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BK / 16; ++kk) mma(acc, w_desc + 2 * kk, x_desc + 2 * kk);  // +32 bytes along K
-      ptx::wgmma_commit();
-      // Memory-bound: the few wgmmas finish long before the next stage lands, so wait for them now and
-      // hand the stage straight back; STAGES - 1 loads stay in flight instead of STAGES - 2.
-      ptx::wgmma_wait<0>();
-      if (threadIdx.x == 0) ptx::mbar_arrive(&s.empty[stage]);
-      if (++stage == STAGES) { stage = 0; phase ^= 1; }
-    }
-    // All wgmmas (the last readers of the ring) are done and every TMA load has landed.
-    ptx::wgmma_fence_acc(acc);
-    ptx::fence_proxy_async_smem();  // order the async-proxy use of the ring before the generic stores
-    // Accumulator (row n, column m) -> partial[m][n]: lanes of a warp hit 32 distinct banks.
-#pragma unroll
-    for (int i = 0; i < Config<MT>::ACC; ++i) partial[ptx::wgmma_acc_col(i) * LD + ptx::wgmma_acc_row(i)] = acc[i];
+    decode_consumer_mainloop<MT>(s, acc, k_iters);
+    decode_park_partial<MT>(partial, acc);
   }
   ptx::cluster_sync();  // release/acquire: every partial of the cluster is visible to every CTA
 
-  if (warp < 4) {  // CTA `rank` finishes columns [rank * cols, (rank + 1) * cols) of the tile
-    const int cols = BN / split, pairs = cols / 2;
-    for (int item = threadIdx.x; item < pairs * M; item += 128) {
-      const int m = item / pairs;
-      const int n = rank * cols + 2 * (item - m * pairs);
-      const float* own = partial + m * LD + n;
-      float2 sum = make_float2(0.0f, 0.0f);
-      for (int peer = 0; peer < split; ++peer) {  // fixed order: the result does not depend on timing
-        const float2 v = ptx::ld_shared_cluster_f32x2(ptx::map_to_rank(own, static_cast<uint32_t>(peer)));
-        sum.x += v.x;
-        sum.y += v.y;
-      }
-      *reinterpret_cast<__nv_bfloat162*>(C + static_cast<int64_t>(m) * N + n0 + n) = __floats2bfloat162_rn(sum.x, sum.y);
-    }
-  }
+  if (warp < 4) decode_reduce_store<MT>(partial, C, M, N, n0, rank, split);
   ptx::cluster_sync();  // no CTA exits (freeing its shared memory) while a peer may still read it
 }
 

@@ -7,11 +7,12 @@
 // cuBLASLt meets). So the partial product of every 256 of K (two stages) goes into a fresh accumulator,
 // and the consumer adds it into the running sum with ordinary fp32 FADDs ("promotion"). Promoting
 // every 128 of K matched cuBLASLt's worst error (0.21 of the tolerance) but its adds cost ~3 %; every
-// 256 spends at most 0.25 of it, every 512 0.35 (kernel_variants_h200.md).
+// 256 spends at most 0.25 of it, every 512 0.35 (kernel_variants_h200.md; the every-128 loop as measured
+// is benchmarks/variants/gemm_fp8.promote_every_stage.cu).
 //
 // Design (one persistent CTA per SM, 384 threads = three warpgroups, 128 x 128 output tiles):
 //   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 128) and B (128 x 128) into
-//     a ring of six or seven stages in shared memory (twelve for batches of at most 64 rows: see Ring)
+//     a ring of six or seven stages in shared memory (twelve for batches of at most 64 rows: see RingLayout)
 //     with TMA (128-byte swizzle, the layout wgmma reads without bank conflicts). Each stage has a
 //     "full" mbarrier (TMA completes its bytes there) and an "empty" mbarrier (the consumers release
 //     it once their wgmmas have read it).
@@ -20,7 +21,8 @@
 //     issues stage k's wgmmas into one partial accumulator set, then waits only for stage k-1's
 //     (wait_group 1), releases that stage and adds its partial into the running sum while stage k
 //     runs on the tensor cores. Waiting for each stage before adding (wait_group 0) left the tensor
-//     cores idle during every add, since both consumers wait on the same stage and add at once.
+//     cores idle during every add, since both consumers wait on the same stage and add at once
+//     (benchmarks/variants/gemm_fp8.eager_promotion.cu).
 //     Three sets of 64 fp32 registers per thread (sum and two partials) are why the tile is 128 wide.
 //   * setmaxnreg moves registers from the producer (40) to the consumers (232) for those sets.
 //   * Clusters of CTAs compute adjacent tiles and share their operands through TMA multicast: along M
@@ -44,7 +46,7 @@
 //   * Batches of at most 64 rows use a narrower tile (DECODE_BN = 80 columns instead of 128), a second
 //     instantiation of the kernel: more CTAs stream B at once (128 instead of 80 on the 70B qkv decode,
 //     N = 10240). On the H200 that decode went from 29.5 to 26.3 us (84 to 94 % of cuBLASLt); widths
-//     96 and 112 read 27.7 and 28.4 us (kernel_variants_h200.md). The wgmma widths are made below.
+//     96 and 112 read 27.7 and 28.4 us (kernel_variants_h200.md). ptx_wrappers.cuh has a wgmma for each of these widths.
 #include "ptx_wrappers.cuh"
 #include <cuda_fp8.h>
 
@@ -52,9 +54,9 @@ namespace {
 
 constexpr int BM = 128;                    // tile rows (two consumer warpgroups x 64)
 constexpr int BN = 128;                    // tile columns (one wgmma N): 80, 96, 112, 128, 144 or 192
-constexpr int DECODE_BN = 80;              // tile columns for batches of at most 64 rows (see Ring)
+constexpr int DECODE_BN = 80;              // tile columns for batches of at most 64 rows (see RingLayout)
 constexpr int BK = 128;                    // K per stage: 128 fp8 = one 128-byte swizzle row
-constexpr uint32_t SMEM_AREA = 224 * 1024;  // the ring of stages, then the epilogue's staging tiles (see Ring)
+constexpr uint32_t SMEM_AREA = 224 * 1024;  // the ring of stages, then the epilogue's staging tiles (see RingLayout)
 constexpr int MAX_STAGES = 12;             // 12 x 18 KiB: 64-row A and 80-wide B tiles (DECODE_BN = 80)
 constexpr int PRODUCER_REGS = 40;          // setmaxnreg split of the 64K registers
 constexpr int CONSUMER_REGS = 232;
@@ -62,17 +64,16 @@ constexpr int THREADS = 384;
 constexpr int GROUP_M = 16;                // tile-rows walked together for L2 reuse (even: pairs)
 constexpr int CLUSTER_M = 2;               // CTAs along M sharing B tiles through multicast (1 or 2)
 constexpr int CLUSTER_N = 1;               // CTAs along N sharing A tiles through multicast (1 or 2)
-constexpr bool DEFER_PROMOTION = true;     // add stage k-1's partial while stage k's wgmmas run
-constexpr int PROMOTE_EVERY = 2;           // stages (of 128 K) per partial sum (deferred promotion only)
+constexpr int PROMOTE_EVERY = 2;           // stages (of 128 K) per partial sum
 constexpr bool TMA_STORE = true;           // epilogue: tiles staged in shared memory, stored by TMA (see below)
 constexpr int TMA_STORE_MAX_K = 4096;      // ... for K up to this; deeper problems store directly (see below)
 static_assert((CLUSTER_M == 1 || CLUSTER_M == 2) && (CLUSTER_N == 1 || CLUSTER_N == 2), "1 or 2 each way");
 constexpr bool made_width(int n) { return n == 80 || n == 96 || n == 112 || n == 128 || n == 144 || n == 192; }
-static_assert(made_width(BN) && made_width(DECODE_BN), "a wgmma width made below");
+static_assert(made_width(BN) && made_width(DECODE_BN), "a width ptx::wgmma_e4m3 has");
 static_assert(BN / 2 % 8 == 0, "each CTA's share of a shared B tile is whole 1024-byte swizzle atoms");
 static_assert(128 * (PRODUCER_REGS + 2 * CONSUMER_REGS) <= 65536, "the register file");
 static_assert(GROUP_M % 2 == 0, "a group holds whole pairs of tile-rows");
-static_assert(PROMOTE_EVERY >= 1 && (PROMOTE_EVERY == 1 || DEFER_PROMOTION), "promotion every 1, or more if deferred");
+static_assert(PROMOTE_EVERY >= 1, "promotion every 1 stage or more");
 
 // A cluster of cm x cn CTAs computes cm x cn adjacent tiles. CTA rank r sits at (r % cm, r / cm);
 // the CTAs of one tile-row share its A tile, those of one tile-column its B tile, and each loads
@@ -88,8 +89,7 @@ struct Cluster {
 struct Shared {
   uint8_t area[SMEM_AREA];  // the ring's stages (an A tile then a B tile, each 1024-byte aligned), then
                             // the epilogue's staging tiles
-  uint64_t full[MAX_STAGES];
-  uint64_t empty[MAX_STAGES];
+  ptx::RingBarriers<MAX_STAGES> ring;
 };
 constexpr size_t SMEM_BYTES = sizeof(Shared) + 1024;  // slack to align the base to 1024 bytes
 static_assert(SMEM_BYTES <= 227 * 1024, "an H100/H200 CTA's shared memory");
@@ -114,83 +114,35 @@ __host__ __device__ constexpr uint32_t staging_bytes() { return STAGED ? 2u * 64
 // (decode) load only 64 rows of A, so their stages are 18 KiB (80-wide tiles, no staging) and twelve
 // fit: decode is bound by how much of B is on its way from memory at once. Other batches get six
 // stages of 32 KiB next to 32 KiB of staging tiles (seven stages when they store directly).
-struct Ring {
+struct RingLayout {
   uint32_t a_bytes, stage_bytes;
   int stages;
-  __device__ __forceinline__ Ring(int a_rows, int tile_n, uint32_t ring_bytes)
+  __device__ __forceinline__ RingLayout(int a_rows, int tile_n, uint32_t ring_bytes)
       : a_bytes(static_cast<uint32_t>(a_rows) * BK), stage_bytes(a_bytes + static_cast<uint32_t>(tile_n) * BK),
         stages(min(MAX_STAGES, static_cast<int>(ring_bytes / stage_bytes))) {}
   __device__ __forceinline__ uint8_t* a(Shared& s, int stage) const { return s.area + stage * stage_bytes; }
   __device__ __forceinline__ uint8_t* b(Shared& s, int stage) const { return a(s, stage) + a_bytes; }
 };
 
-// The header has the n128 and n256 forms; the tile widths in between are made here, all alike: N / 2
-// accumulators (named by the chunks PTXW_R*), then the two descriptors and scale-d.
-#define PTXW_ACC8(d, i) \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define PTXW_R0 "%0, %1, %2, %3, %4, %5, %6, %7"
-#define PTXW_R1 "%8, %9, %10, %11, %12, %13, %14, %15"
-#define PTXW_R2 "%16, %17, %18, %19, %20, %21, %22, %23"
-#define PTXW_R3 "%24, %25, %26, %27, %28, %29, %30, %31"
-#define PTXW_R4 "%32, %33, %34, %35, %36, %37, %38, %39"
-#define PTXW_R5 "%40, %41, %42, %43, %44, %45, %46, %47"
-#define PTXW_R6 "%48, %49, %50, %51, %52, %53, %54, %55"
-#define PTXW_R7 "%56, %57, %58, %59, %60, %61, %62, %63"
-#define PTXW_R8 "%64, %65, %66, %67, %68, %69, %70, %71"
-#define PTXW_R9 "%72, %73, %74, %75, %76, %77, %78, %79"
-#define PTXW_R10 "%80, %81, %82, %83, %84, %85, %86, %87"
-#define PTXW_R11 "%88, %89, %90, %91, %92, %93, %94, %95"
-#define PTXW_E4M3(NAME, N, REGS, A, B, S, ...)                                                        \
-  [[maybe_unused]] __device__ __forceinline__ void wgmma_m64##NAME##k32_e4m3(                          \
-      float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {                              \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #S ", 0;\n"                                      \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" REGS "}, %" #A ", %" #B \
-                 ", p, 1, 1;\n}\n"                                                                     \
-                 : __VA_ARGS__                                                                          \
-                 : "l"(a_desc), "l"(b_desc), "r"(scale_d));                                             \
-  }
-PTXW_E4M3(n80, 80, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4,
-          40, 41, 42, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32))
-PTXW_E4M3(n96, 96, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5,
-          48, 49, 50, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40))
-PTXW_E4M3(n112, 112, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5 ", " PTXW_R6,
-          56, 57, 58, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48))
-PTXW_E4M3(n144, 144, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5 ", " PTXW_R6 ", " PTXW_R7 ", " PTXW_R8,
-          72, 73, 74, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56), PTXW_ACC8(d, 64))
-PTXW_E4M3(n192, 192, PTXW_R0 ", " PTXW_R1 ", " PTXW_R2 ", " PTXW_R3 ", " PTXW_R4 ", " PTXW_R5 ", " PTXW_R6 ", " PTXW_R7 ", " PTXW_R8 ", " PTXW_R9 ", " PTXW_R10 ", " PTXW_R11,
-          96, 97, 98, PTXW_ACC8(d, 0), PTXW_ACC8(d, 8), PTXW_ACC8(d, 16), PTXW_ACC8(d, 24), PTXW_ACC8(d, 32), PTXW_ACC8(d, 40), PTXW_ACC8(d, 48), PTXW_ACC8(d, 56), PTXW_ACC8(d, 64), PTXW_ACC8(d, 72), PTXW_ACC8(d, 80), PTXW_ACC8(d, 88))
-#undef PTXW_E4M3
-#undef PTXW_ACC8
-
-template <int N>
-__device__ __forceinline__ void wgmma_e4m3(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, int scale_d) {
-  if constexpr (N == 128) ptx::wgmma_m64n128k32_e4m3(d, a_desc, b_desc, scale_d);
-  else if constexpr (N == 80) wgmma_m64n80k32_e4m3(d, a_desc, b_desc, scale_d);
-  else if constexpr (N == 96) wgmma_m64n96k32_e4m3(d, a_desc, b_desc, scale_d);
-  else if constexpr (N == 112) wgmma_m64n112k32_e4m3(d, a_desc, b_desc, scale_d);
-  else if constexpr (N == 144) wgmma_m64n144k32_e4m3(d, a_desc, b_desc, scale_d);
-  else wgmma_m64n192k32_e4m3(d, a_desc, b_desc, scale_d);
-}
-
 // One stage's wgmmas for this consumer's 64 rows, into `partial` (overwritten, or added to when
 // `accumulate`), committed as a group.
 template <int TN>
-__device__ __forceinline__ void issue_stage(float (&partial)[TN / 2], Shared& s, const Ring& ring, int stage, int half,
-                                            bool accumulate = false) {
+__device__ __forceinline__ void issue_stage(float (&partial)[TN / 2], Shared& s, const RingLayout& ring, int stage,
+                                            int half, bool accumulate = false) {
   const uint64_t a_desc = ptx::wgmma_desc_k_sw128(ring.a(s, stage) + half * 64 * BK);
   const uint64_t b_desc = ptx::wgmma_desc_k_sw128(ring.b(s, stage));
   ptx::wgmma_fence();  // the partial's registers were read by the last add
 #pragma unroll
   for (int kk = 0; kk < BK / 32; ++kk)  // +32 bytes along K = +2 in the descriptor's address
-    wgmma_e4m3<TN>(partial, a_desc + 2 * kk, b_desc + 2 * kk, (kk > 0 || accumulate) ? 1 : 0);
+    ptx::wgmma_e4m3<TN>(partial, a_desc + 2 * kk, b_desc + 2 * kk, (kk > 0 || accumulate) ? 1 : 0);
   ptx::wgmma_commit();
 }
 
 // Frees `stage` here and in the partners whose producers multicast into this CTA's ring.
 __device__ __forceinline__ void release(Shared& s, int stage, const Cluster& c) {
-  ptx::mbar_arrive(&s.empty[stage]);
-  if (c.cn == 2) ptx::mbar_arrive_cluster_stage(&s.empty[stage], c.a_partner());
-  if (c.cm == 2) ptx::mbar_arrive_cluster_stage(&s.empty[stage], c.b_partner());
+  s.ring.consumer_release(stage);
+  if (c.cn == 2) ptx::mbar_arrive_cluster_stage(&s.ring.empty[stage], c.a_partner());
+  if (c.cm == 2) ptx::mbar_arrive_cluster_stage(&s.ring.empty[stage], c.b_partner());
 }
 
 // `partial` (its wgmmas done) into the running sum, in true fp32.
@@ -201,6 +153,165 @@ __device__ __forceinline__ void promote(float (&acc)[ACC], float (&partial)[ACC]
   for (int i = 0; i < ACC; ++i) acc[i] += partial[i];
 }
 
+// Producer (one thread): every unit's K-slices of A and B into the ring. Of a tile shared with a
+// partner, this CTA loads the half given by its place along the other dimension, multicast to both.
+template <int TN, bool STAGED>
+__device__ __forceinline__ void producer_loop(Shared& s, const RingLayout& ring, const Cluster& c,
+                                              const CUtensorMap* map_a, const CUtensorMap* map_b,
+                                              const CUtensorMap* map_c, ptx::TileScheduler u, int k_steps,
+                                              int a_rows) {
+  ptx::tma_prefetch_map(map_a);
+  ptx::tma_prefetch_map(map_b);
+  if constexpr (STAGED) ptx::tma_prefetch_map(map_c);
+  const int a_first = c.rn * (a_rows / c.cn);
+  const int b_rows = TN / c.cm, b_first = c.rm * b_rows;
+  const uint16_t a_mask = static_cast<uint16_t>((1u << c.rank) | (1u << c.a_partner()));
+  const uint16_t b_mask = static_cast<uint16_t>((1u << c.rank) | (1u << c.b_partner()));
+  ptx::RingState at;
+  for (; u.valid(); u.next()) {
+    int um, un;
+    u.coords(um, un);
+    const int tm = um * c.cm + c.rm, tn = un * c.cn + c.rn;
+    for (int k = 0; k < k_steps; ++k) {
+      uint64_t* full = s.ring.producer_acquire(at, ring.stage_bytes);
+      uint8_t* a = ring.a(s, at.stage) + a_first * BK;
+      uint8_t* b = ring.b(s, at.stage) + b_first * BK;
+      if (c.cn == 1) ptx::tma_load_2d(a, map_a, full, k * BK, tm * BM);
+      else ptx::tma_load_2d_multicast(a, map_a, full, k * BK, tm * BM + a_first, a_mask);
+      if (c.cm == 1) ptx::tma_load_2d(b, map_b, full, k * BK, tn * TN);
+      else ptx::tma_load_2d_multicast(b, map_b, full, k * BK, tn * TN + b_first, b_mask);
+      at.advance(ring.stages);
+    }
+  }
+}
+
+// A consumer warpgroup: its 64 rows of the tile, its place in the ring, and the steps of its main
+// loop. Three register sets take turns: the running sum `acc` (true fp32) and two partial sets the
+// tensor cores write, pa and pb; a step issues one stage into one set while the stage before it
+// finishes, then retires that one (releases its ring slot, and promotes its set when sets switch).
+template <int TN>
+struct Consumer {
+  static constexpr int ACC = TN / 2;  // fp32 accumulators per thread in one set
+  Shared& s;
+  const RingLayout& ring;
+  const Cluster& c;
+  const int half;       // which 64 rows of the tile
+  const bool signals;   // one thread per warpgroup releases stages
+  const int M, N;
+  ptx::RingState at;
+  int previous = 0;     // the stage whose wgmmas write the partial to be added next
+
+  // A unit's first stage, into pa.
+  __device__ __forceinline__ void begin(float (&pa)[ACC]) {
+    s.ring.consumer_wait(at);
+    issue_stage<TN>(pa, s, ring, at.stage, half);
+    previous = at.stage;
+    at.advance(ring.stages);
+  }
+  // Issue the next stage into `into`, then retire the previous one, whose partial is in `from`.
+  __device__ __forceinline__ void overlap(float (&acc)[ACC], float (&into)[ACC], float (&from)[ACC]) {
+    s.ring.consumer_wait(at);
+    issue_stage<TN>(into, s, ring, at.stage, half);
+    ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done
+    if (signals) release(s, previous, c);
+    promote(acc, from);
+    previous = at.stage;
+    at.advance(ring.stages);
+  }
+  // Issue the next stage adding into `into`, the set the previous stage wrote (promoted later).
+  __device__ __forceinline__ void keep(float (&into)[ACC]) {
+    s.ring.consumer_wait(at);
+    issue_stage<TN>(into, s, ring, at.stage, half, true);
+    ptx::wgmma_wait<1>();
+    if (signals) release(s, previous, c);
+    previous = at.stage;
+    at.advance(ring.stages);
+  }
+  // The unit's last stage is done: retire it and promote its set.
+  __device__ __forceinline__ void drain(float (&acc)[ACC], float (&from)[ACC]) {
+    ptx::wgmma_wait<0>();
+    if (signals) release(s, previous, c);
+    promote(acc, from);
+  }
+  // The unit's place, and whether this warpgroup has anything of it to compute.
+  __device__ __forceinline__ bool locate(const ptx::TileScheduler& u, int& row0, int& tn) const {
+    int um, un;
+    u.coords(um, un);
+    tn = un * c.cn + c.rn;
+    row0 = (um * c.cm + c.rm) * BM + half * 64;
+    return row0 < M && tn * TN < N;
+  }
+  // Moves `u` to the first unit from it on that this warpgroup computes; the stages of those it passes
+  // over (decode batches, a cluster's tile past the edge) are handed straight back.
+  __device__ __forceinline__ void seek(ptx::TileScheduler& u, int& row0, int& tn, int k_steps) {
+    for (; u.valid() && !locate(u, row0, tn); u.next())
+      for (int k = 0; k < k_steps; ++k) {
+        s.ring.consumer_wait(at);
+        if (signals) release(s, at.stage, c);
+        at.advance(ring.stages);
+      }
+  }
+};
+
+// Consumer main loop: the rest of a unit whose first stage begin() has issued into pa. PROMOTE_EVERY
+// stages add into one partial set before the sets switch; the stage before is retired (its ring slot
+// released) after every issue, its set promoted only at a switch.
+template <int TN>
+__device__ __forceinline__ void consumer_mainloop(Consumer<TN>& w, float (&acc)[TN / 2], float (&pa)[TN / 2],
+                                                  float (&pb)[TN / 2], int k_steps) {
+  int k = 1;
+  for (;;) {
+    for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) w.keep(pa);
+    if (k == k_steps) { w.drain(acc, pa); break; }
+    w.overlap(acc, pb, pa);
+    ++k;
+    for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) w.keep(pb);
+    if (k == k_steps) { w.drain(acc, pb); break; }
+    w.overlap(acc, pa, pb);
+    ++k;
+  }
+}
+
+// Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2: into the
+// staging tile for TMA (once the last tile's store has read it), or straight to global memory. Stored
+// directly, each warp instruction wrote 16 bytes into each of eight rows, and the stores of both
+// consumers at once throttled the load/store unit (ncu: lg_throttle stalls).
+template <int TN, bool STAGED>
+__device__ __forceinline__ void epilogue(const Consumer<TN>& w, const CUtensorMap* map_c,
+                                         __nv_bfloat16* __restrict__ C, const float (&acc)[TN / 2], float scale,
+                                         uint8_t* staging, int row0, int tn) {
+  constexpr int ACC = TN / 2;
+  if constexpr (STAGED) {
+    if (w.signals) ptx::tma_store_wait_read<0>();
+    ptx::named_barrier_sync(1 + w.half, 128);  // this consumer warpgroup
+#pragma unroll
+    for (int i = 0; i < ACC; i += 2) {
+      const int col = ptx::wgmma_acc_col(i);
+      *reinterpret_cast<__nv_bfloat162*>(staging + (col / 64) * 8192 +
+                                         ptx::sw128_offset(ptx::wgmma_acc_row(i), (col % 64) * 2)) =
+          __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
+    }
+    ptx::fence_proxy_async_smem();
+    ptx::named_barrier_sync(1 + w.half, 128);
+    if (w.signals) {
+#pragma unroll
+      for (int box = 0; box < TN / 64; ++box)
+        ptx::tma_store_2d(map_c, staging + box * 8192, tn * TN + box * 64, row0);
+      ptx::tma_store_commit();
+    }
+  } else {
+    const int col0 = tn * TN;
+#pragma unroll
+    for (int i = 0; i < ACC; i += 2) {
+      const int row = row0 + ptx::wgmma_acc_row(i);
+      const int col = col0 + ptx::wgmma_acc_col(i);
+      if (row < w.M && col < w.N)
+        *reinterpret_cast<__nv_bfloat162*>(C + static_cast<size_t>(row) * w.N + col) =
+            __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
+    }
+  }
+}
+
 // Tiles BM x TN (TN: BN, or DECODE_BN for batches of at most 64 rows), stored by TMA if STAGED.
 template <int TN, bool STAGED>
 __global__ void __launch_bounds__(THREADS, 1)
@@ -209,220 +320,61 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
                const float* __restrict__ scale_b,
                __nv_bfloat16* __restrict__ C, int M, int N, int K, int cm, int cn, int a_rows) {
   extern __shared__ uint8_t smem_raw[];
-  Shared& s = *reinterpret_cast<Shared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  Shared& s = *ptx::align_smem<Shared>(smem_raw);
 
   const uint32_t rank = ptx::cluster_ctarank();  // the launch's cluster has cm x cn CTAs
   const Cluster c{cm, cn, rank, static_cast<int>(rank) % cm, static_cast<int>(rank) / cm};
   const int size = cm * cn;
-  const int units_m = ((M + BM - 1) / BM + cm - 1) / cm;
-  const int units_n = ((N + TN - 1) / TN + cn - 1) / cn;
-  const int units = units_m * units_n;
-  const int first_unit = static_cast<int>(blockIdx.x) / size;
-  const int unit_stride = static_cast<int>(gridDim.x) / size;
+  // Units of cm x cn tiles, one per cluster at a time.
+  const ptx::TileScheduler units(((M + BM - 1) / BM + cm - 1) / cm, ((N + TN - 1) / TN + cn - 1) / cn, GROUP_M / cm,
+                                 static_cast<int>(blockIdx.x) / size, static_cast<int>(gridDim.x) / size);
   const int k_steps = K / BK;
   const uint32_t warpgroup = ptx::warpgroup_idx();
-  const Ring ring(a_rows, TN, SMEM_AREA - staging_bytes<TN, STAGED>());
+  const RingLayout ring(a_rows, TN, SMEM_AREA - staging_bytes<TN, STAGED>());
   constexpr int ACC = TN / 2;  // fp32 accumulators per consumer thread in one set
 
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < ring.stages; ++i) {
-      ptx::mbar_init(&s.full[i], 1);  // the producer's arrive (plus the TMA bytes, from partners too)
-      ptx::mbar_init(&s.empty[i], 2 * (1 + (cm == 2) + (cn == 2)));  // each consumer here and in the partners
-    }
-    ptx::mbar_fence_init();
-  }
-  if (size > 1) ptx::cluster_sync();  // the partners' barriers exist before anything lands on them
+  // full: the producer's arrive (plus the TMA bytes, from partners too); empty: each consumer here and in
+  // the partners. The partners' barriers must exist before anything lands on them.
+  if (threadIdx.x == 0) s.ring.init(ring.stages, 2 * (1 + (cm == 2) + (cn == 2)));
+  if (size > 1) ptx::cluster_sync();
   else __syncthreads();
 
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<PRODUCER_REGS>();
-    if (threadIdx.x == 0) {
-      ptx::tma_prefetch_map(&map_a);
-      ptx::tma_prefetch_map(&map_b);
-      if constexpr (STAGED) ptx::tma_prefetch_map(&map_c);
-      // Shared tiles: this CTA loads the half given by its place along the other dimension.
-      const int a_first = c.rn * (a_rows / cn);
-      const int b_rows = TN / cm, b_first = c.rm * b_rows;
-      const uint16_t a_mask = static_cast<uint16_t>((1u << rank) | (1u << c.a_partner()));
-      const uint16_t b_mask = static_cast<uint16_t>((1u << rank) | (1u << c.b_partner()));
-      int stage = 0;
-      uint32_t phase = 0;
-      for (int u = first_unit; u < units; u += unit_stride) {
-        int um, un;
-        ptx::grouped_tile(u, units_m, units_n, GROUP_M / cm, um, un);
-        const int tm = um * cm + c.rm, tn = un * cn + c.rn;
-        for (int k = 0; k < k_steps; ++k) {
-          ptx::mbar_wait(&s.empty[stage], phase ^ 1);  // a fresh barrier counts as released
-          ptx::mbar_arrive_expect_tx(&s.full[stage], ring.stage_bytes);
-          uint8_t* a = ring.a(s, stage) + a_first * BK;
-          uint8_t* b = ring.b(s, stage) + b_first * BK;
-          if (cn == 1) ptx::tma_load_2d(a, &map_a, &s.full[stage], k * BK, tm * BM);
-          else ptx::tma_load_2d_multicast(a, &map_a, &s.full[stage], k * BK, tm * BM + a_first, a_mask);
-          if (cm == 1) ptx::tma_load_2d(b, &map_b, &s.full[stage], k * BK, tn * TN);
-          else ptx::tma_load_2d_multicast(b, &map_b, &s.full[stage], k * BK, tn * TN + b_first, b_mask);
-          if (++stage == ring.stages) { stage = 0; phase ^= 1; }
-        }
-      }
-    }
+    if (threadIdx.x == 0) producer_loop<TN, STAGED>(s, ring, c, &map_a, &map_b, &map_c, units, k_steps, a_rows);
   } else {
     ptx::setmaxnreg_inc<CONSUMER_REGS>();
     const float scale = __ldg(scale_a) * __ldg(scale_b);
-    const int half = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
-    const bool signals = threadIdx.x % 128 == 0;       // one thread per warpgroup releases stages
+    Consumer<TN> w{s, ring, c, static_cast<int>(warpgroup) - 1, threadIdx.x % 128 == 0, M, N};
     float acc[ACC];  // the running sum, in true fp32
     float pa[ACC];   // stage partials from the tensor cores, alternating
     float pb[ACC];
-    int stage = 0;
-    uint32_t phase = 0;
-    int previous = 0;  // the stage whose wgmmas write the partial to be added next
-    auto next = [&]() {
-      if (++stage == ring.stages) { stage = 0; phase ^= 1; }
-    };
-    // A unit's first stage, into pa.
-    auto begin = [&]() {
-      ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage<TN>(pa, s, ring, stage, half);
-      previous = stage;
-      next();
-    };
-    // Issue the next stage into `into`, then retire the previous one, whose partial is in `from`.
-    auto overlap = [&](float (&into)[ACC], float (&from)[ACC]) {
-      ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage<TN>(into, s, ring, stage, half);
-      ptx::wgmma_wait<1>();  // the previous stage's wgmmas are done
-      if (signals) release(s, previous, c);
-      promote(acc, from);
-      previous = stage;
-      next();
-    };
-    // Issue the next stage adding into `into`, the set the previous stage wrote (promoted later).
-    auto keep = [&](float (&into)[ACC]) {
-      ptx::mbar_wait(&s.full[stage], phase);
-      issue_stage<TN>(into, s, ring, stage, half, true);
-      ptx::wgmma_wait<1>();
-      if (signals) release(s, previous, c);
-      previous = stage;
-      next();
-    };
-    auto drain = [&](float (&from)[ACC]) {
-      ptx::wgmma_wait<0>();
-      if (signals) release(s, previous, c);
-      promote(acc, from);
-    };
-    // The unit's place, and whether this warpgroup has anything of it to compute.
-    auto locate = [&](int u, int& row0, int& tn) {
-      int um, un;
-      ptx::grouped_tile(u, units_m, units_n, GROUP_M / cm, um, un);
-      tn = un * cn + c.rn;
-      row0 = (um * cm + c.rm) * BM + half * 64;
-      return row0 < M && tn * TN < N;
-    };
-    // The first unit from `u` on that this warpgroup computes; the stages of those it passes over
-    // (decode batches, a cluster's tile past the edge) are handed straight back.
-    auto next_unit = [&](int u, int& row0, int& tn) {
-      for (; u < units && !locate(u, row0, tn); u += unit_stride)
-        for (int k = 0; k < k_steps; ++k) {
-          ptx::mbar_wait(&s.full[stage], phase);
-          if (signals) release(s, stage, c);
-          next();
-        }
-      return u;
-    };
-    // Epilogue: scale, then registers (i, i+1), adjacent columns of one row, go out as one bf16x2:
-    // into the staging tile for TMA (once the last tile's store has read it), or straight to global
-    // memory. Stored directly, each warp instruction wrote 16 bytes into each of eight rows, and the
-    // stores of both consumers at once throttled the load/store unit (ncu: lg_throttle stalls).
     constexpr uint32_t STAGING = staging_bytes<TN, STAGED>();
-    uint8_t* staging = s.area + SMEM_AREA - STAGING + half * (STAGING / 2);
-    auto store_tile = [&](int row0, int tn) {
-      if constexpr (STAGED) {
-        if (signals) ptx::tma_store_wait_read<0>();
-        ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
-#pragma unroll
-        for (int i = 0; i < ACC; i += 2) {
-          const int col = ptx::wgmma_acc_col(i);
-          *reinterpret_cast<__nv_bfloat162*>(staging + (col / 64) * 8192 +
-                                             ptx::sw128_offset(ptx::wgmma_acc_row(i), (col % 64) * 2)) =
-              __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
-        }
-        ptx::fence_proxy_async_smem();
-        ptx::named_barrier_sync(1 + half, 128);
-        if (signals) {
-#pragma unroll
-          for (int box = 0; box < TN / 64; ++box)
-            ptx::tma_store_2d(&map_c, staging + box * 8192, tn * TN + box * 64, row0);
-          ptx::tma_store_commit();
-        }
-      } else {
-        const int col0 = tn * TN;
-#pragma unroll
-        for (int i = 0; i < ACC; i += 2) {
-          const int row = row0 + ptx::wgmma_acc_row(i);
-          const int col = col0 + ptx::wgmma_acc_col(i);
-          if (row < M && col < N)
-            *reinterpret_cast<__nv_bfloat162*>(C + static_cast<size_t>(row) * N + col) =
-                __floats2bfloat162_rn(acc[i] * scale, acc[i + 1] * scale);
-        }
-      }
-    };
+    uint8_t* staging = s.area + SMEM_AREA - STAGING + w.half * (STAGING / 2);
 #pragma unroll
     for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
     int row0, tn;
-    int u = next_unit(first_unit, row0, tn);
-    // Each unit's first stage is issued before the unit before it stores its tile (deferred
-    // promotion only), so the tensor cores work while the epilogue runs.
-    if (u < units) {
-      if (DEFER_PROMOTION) begin();
+    ptx::TileScheduler u = units;
+    w.seek(u, row0, tn, k_steps);
+    // Each unit's first stage is issued before the unit before it stores its tile, so the tensor cores
+    // work while the epilogue runs.
+    if (u.valid()) {
+      w.begin(pa);
       do {
-        if constexpr (DEFER_PROMOTION) {
-          int k = 1;
-          if constexpr (PROMOTE_EVERY == 1) {
-            for (; k + 1 < k_steps; k += 2) {  // pa and pb alternate: pa is the last issued here
-              overlap(pb, pa);
-              overlap(pa, pb);
-            }
-            if (k < k_steps) {  // one stage left
-              overlap(pb, pa);
-              drain(pb);
-            } else {
-              drain(pa);
-            }
-          } else {
-            // PROMOTE_EVERY stages add into one partial set before the sets switch; the stage before
-            // is retired (its ring slot released) after every issue, its set promoted only at a switch.
-            for (;;) {
-              for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pa);
-              if (k == k_steps) { drain(pa); break; }
-              overlap(pb, pa);
-              ++k;
-              for (int j = 1; j < PROMOTE_EVERY && k < k_steps; ++j, ++k) keep(pb);
-              if (k == k_steps) { drain(pb); break; }
-              overlap(pa, pb);
-              ++k;
-            }
-          }
-        } else {
-          for (int k = 0; k < k_steps; ++k) {
-            ptx::mbar_wait(&s.full[stage], phase);
-            issue_stage<TN>(pa, s, ring, stage, half);
-            ptx::wgmma_wait<0>();
-            if (signals) release(s, stage, c);
-            promote(acc, pa);
-            next();
-          }
-        }
+        consumer_mainloop<TN>(w, acc, pa, pb, k_steps);
         // The next unit's first stage goes to the tensor cores before this unit's epilogue. The loop
         // has two exits, each with its own epilogue, so that wherever two paths meet, partial set pa
         // is either in flight on both or on neither (else ptxas waits for the wgmmas at once).
         int next_row0, next_tn;
-        const int after = next_unit(u + unit_stride, next_row0, next_tn);
-        if (!DEFER_PROMOTION || after >= units) {
-          store_tile(row0, tn);
-          if (after >= units) break;
-        } else {
-          begin();
-          store_tile(row0, tn);
+        ptx::TileScheduler after = u;
+        after.next();
+        w.seek(after, next_row0, next_tn, k_steps);
+        if (!after.valid()) {
+          epilogue<TN, STAGED>(w, &map_c, C, acc, scale, staging, row0, tn);
+          break;
         }
+        w.begin(pa);
+        epilogue<TN, STAGED>(w, &map_c, C, acc, scale, staging, row0, tn);
 #pragma unroll
         for (int i = 0; i < ACC; ++i) acc[i] = 0.0f;
         u = after;
@@ -430,7 +382,7 @@ gemm_fp8_sm90a(const __grid_constant__ CUtensorMap map_a, const __grid_constant_
         tn = next_tn;
       } while (true);
     }
-    if (STAGED && signals) ptx::tma_store_wait_read<0>();  // the staging outlives its reads
+    if (STAGED && w.signals) ptx::tma_store_wait_read<0>();  // the staging outlives its reads
   }
   // No CTA exits while a partner may still arrive on its barriers.
   if (size > 1) {
@@ -452,7 +404,7 @@ int launch(const __nv_fp8_e4m3* A, const __nv_fp8_e4m3* B, const float* scale_a,
   static_assert(!STAGED || stores_by_tma<TN>(), "staged tiles are whole 64-column boxes");
   int cm, cn;
   choose_cluster(M, N, TN, cm, cn);
-  const int a_rows = M <= 64 ? 64 : BM;  // A rows a stage holds (a single tile-row of at most 64: see Ring)
+  const int a_rows = M <= 64 ? 64 : BM;  // A rows a stage holds (a single tile-row of at most 64: see RingLayout)
   CUtensorMap map_a, map_b;
   cudaError_t err = ptx::make_tma_map_2d(&map_a, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, A, M, K, K, a_rows / cn, BK,
                                          CU_TENSOR_MAP_SWIZZLE_128B);

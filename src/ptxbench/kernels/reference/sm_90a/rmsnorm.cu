@@ -52,15 +52,11 @@ __host__ __device__ constexpr uint32_t smem_bytes(uint32_t pitch, uint32_t stage
   return (stages + 1) * pitch + 8 * (kMaxStages + 1) + 4 * kWarps;
 }
 
-// bf16 -> fp32 is a 16-bit shift: the low and high element of a packed pair.
-__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-
 __device__ __forceinline__ float sum_squares(const uint4& r, float acc) {
   const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float lo = bf16_lo(w[i]), hi = bf16_hi(w[i]);
+    const float lo = ptx::bf16_lo(w[i]), hi = ptx::bf16_hi(w[i]);
     acc = fmaf(lo, lo, acc);
     acc = fmaf(hi, hi, acc);
   }
@@ -73,7 +69,8 @@ __device__ __forceinline__ uint4 scale_row_chunk(const uint4& x, const uint4& w,
   uint32_t o[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    o[i] = ptx::pack_bf16x2(bf16_lo(xs[i]) * inv_rms * bf16_lo(ws[i]), bf16_hi(xs[i]) * inv_rms * bf16_hi(ws[i]));
+    o[i] = ptx::pack_bf16x2(ptx::bf16_lo(xs[i]) * inv_rms * ptx::bf16_lo(ws[i]),
+                            ptx::bf16_hi(xs[i]) * inv_rms * ptx::bf16_hi(ws[i]));
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
 
@@ -81,6 +78,7 @@ __global__ void __launch_bounds__(kThreads)
 rmsnorm_bulk_kernel(const __nv_bfloat16* __restrict__ X, const __nv_bfloat16* __restrict__ W,
                     __nv_bfloat16* __restrict__ Y, int64_t T, int Hd, int stages) {
   extern __shared__ __align__(128) uint8_t smem[];
+  ptx::RingState at;  // the consumers' place: local row k is in stage k % stages, of parity (k / stages) & 1
   const uint32_t row_bytes = uint32_t(Hd) * 2u;
   const uint32_t pitch = row_pitch(row_bytes);
   uint8_t* const ring = smem;
@@ -120,12 +118,10 @@ rmsnorm_bulk_kernel(const __nv_bfloat16* __restrict__ X, const __nv_bfloat16* __
 
   const int nvec = Hd / 8;  // 16-byte chunks per row
   const uint4* const w4 = reinterpret_cast<const uint4*>(wbuf);
-  int s = 0;           // stage of local row k: k % stages
-  uint32_t phase = 0;  // parity of the stage's phase for row k: (k / stages) & 1
   for (int64_t k = 0; k < my_rows; ++k) {
     const int64_t row = first_row + k * grid;
-    const uint4* const x4 = reinterpret_cast<const uint4*>(ring + uint32_t(s) * pitch);
-    ptx::mbar_wait(&full[s], phase);  // the row has landed
+    const uint4* const x4 = reinterpret_cast<const uint4*>(ring + uint32_t(at.stage) * pitch);
+    ptx::mbar_wait(&full[at.stage], at.phase);  // the row has landed
 
     // Pass 1: sum of squares. Lane-contiguous 16-byte reads: a warp reads 512 contiguous bytes, no
     // bank conflicts.
@@ -147,11 +143,8 @@ rmsnorm_bulk_kernel(const __nv_bfloat16* __restrict__ X, const __nv_bfloat16* __
     for (int v = tid; v < nvec; v += kThreads) y4[v] = scale_row_chunk(x4[v], w4[v], inv_rms);
 
     __syncthreads();  // (B) no thread reads stage s (or `red`) any more: the stage is empty
-    if (tid == 0 && k + stages < my_rows) issue_row(k + stages, s);  // refill it S rows ahead
-    if (++s == stages) {
-      s = 0;
-      phase ^= 1;
-    }
+    if (tid == 0 && k + stages < my_rows) issue_row(k + stages, at.stage);  // refill it S rows ahead
+    at.advance(stages);
   }
 }
 

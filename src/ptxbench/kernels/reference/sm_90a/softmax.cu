@@ -83,40 +83,6 @@ constexpr uint32_t kTailBytes = 8 * kMaxStages + 8 * 2 + 8 * 2 * kMaxCluster + 8
 __host__ __device__ constexpr uint32_t slice_pitch(uint32_t slice_bytes) { return (slice_bytes + 127u) & ~127u; }
 __host__ __device__ constexpr uint32_t smem_bytes(uint32_t pitch, uint32_t stages) { return stages * pitch + kTailBytes; }
 
-__device__ __forceinline__ float fast_exp2(float x) {  // MUFU.EX2; 2^-large -> +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Like ptx::mbar_wait, but with acquire at CLUSTER scope: the phase is completed by other CTAs'
-// mbarrier.arrive.release.cluster (ptx::mbar_arrive_cluster), and what they wrote into this CTA's
-// shared memory before arriving must be visible after the wait.
-__device__ __forceinline__ void mbar_wait_cluster(uint64_t* bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\n"
-      "WAIT_LOOP:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT_LOOP;\n}\n"
-      ::"r"(ptx::smem_u32(bar)), "r"(parity) : "memory");
-}
-
-// st.async: store two floats into a peer CTA's shared memory (a shared::cluster address from mapa) and
-// complete 8 bytes of transactions on the peer's mbarrier (also a shared::cluster address) when they have
-// landed. No fence and no arrive are needed on the sending side; the receiver's barrier phase completes
-// when its own expect_tx arrival and all announced bytes are in.
-__device__ __forceinline__ void st_async_v2_f32(uint32_t remote_addr, float a, float b, uint32_t remote_bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
-               ::"r"(remote_addr), "f"(a), "f"(b), "r"(remote_bar) : "memory");
-}
-
-__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
 __device__ __forceinline__ __nv_bfloat162 as_bf162(uint32_t u) {
   __nv_bfloat162 v;
   memcpy(&v, &u, sizeof(v));
@@ -129,7 +95,7 @@ __device__ __forceinline__ float2 warp_merge(float m, float s) {
   float M = m;
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
-  float t = (m == -INFINITY) ? 0.f : s * fast_exp2((m - M) * kLog2e);
+  float t = (m == -INFINITY) ? 0.f : s * ptx::ex2_approx((m - M) * kLog2e);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(0xffffffffu, t, off);
   return make_float2(M, t);
@@ -139,6 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 softmax_bulk_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restrict__ Y, int64_t R, int64_t C,
                     int slice_elems, int stages) {
   extern __shared__ __align__(128) uint8_t smem[];
+  ptx::RingState at;  // the consumers' place: local row k is in stage k % stages, of parity (k / stages) & 1
   const uint32_t pitch = slice_pitch(uint32_t(slice_elems) * 2u);
   uint8_t* const ring = smem;
   uint64_t* const full = reinterpret_cast<uint64_t*>(smem + uint32_t(stages) * pitch);
@@ -176,12 +143,10 @@ softmax_bulk_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
     for (int s = 0; s < prologue; ++s) issue_slice(s, s);
   }
 
-  int s = 0;           // k % stages
-  uint32_t phase = 0;  // (k / stages) & 1
   for (int64_t k = 0; k < my_rows; ++k) {
     const int64_t row = cluster + k * nclusters;
-    const uint4* const x4 = reinterpret_cast<const uint4*>(ring + uint32_t(s) * pitch);
-    ptx::mbar_wait(&full[s], phase);
+    const uint4* const x4 = reinterpret_cast<const uint4*>(ring + uint32_t(at.stage) * pitch);
+    ptx::mbar_wait(&full[at.stage], at.phase);
 
     // A1: this thread's max, on packed bf16 pairs (exact: max never rounds).
     __nv_bfloat162 mx2 = as_bf162(0xFF80FF80u);  // (-inf, -inf)
@@ -201,7 +166,8 @@ softmax_bulk_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
       const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        sum += fast_exp2(fmaf(bf16_lo(w[i]), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(w[i]), kLog2e, -mL));
+        sum += ptx::ex2_approx(fmaf(ptx::bf16_lo(w[i]), kLog2e, -mL)) +
+               ptx::ex2_approx(fmaf(ptx::bf16_hi(w[i]), kLog2e, -mL));
     }
 
     // CTA-wide (m, s): warps, then the kWarps partials (read by every warp, merged by its lanes).
@@ -220,13 +186,13 @@ softmax_bulk_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
       if (tid == 0) ptx::mbar_arrive_expect_tx(&xbar[b], 8u * csize);
       if (tid < int(csize)) {  // lane p of warp 0 pushes our pair into slot [rank] of CTA p (p = rank too)
         const uint32_t p = uint32_t(tid);
-        st_async_v2_f32(ptx::map_to_rank(&slots[rank], p), part.x, part.y, ptx::map_to_rank(&xbar[b], p));
+        ptx::st_async_v2_f32(ptx::map_to_rank(&slots[rank], p), part.x, part.y, ptx::map_to_rank(&xbar[b], p));
       }
-      mbar_wait_cluster(&xbar[b], uint32_t(k >> 1) & 1u);  // phase (k >> 1) of xbar[b]
+      ptx::mbar_wait_cluster(&xbar[b], uint32_t(k >> 1) & 1u);  // phase (k >> 1) of xbar[b]
       const float2 q = lane < int(csize) ? slots[lane] : make_float2(-INFINITY, 0.f);
       part = warp_merge(q.x, q.y);
     }
-    const float bias = fmaf(part.x, kLog2e, fast_log2(part.y));  // M log2e + log2 S; S >= 1
+    const float bias = fmaf(part.x, kLog2e, ptx::lg2_approx(part.y));  // M log2e + log2 S; S >= 1
 
     // B: y = 2^(x log2e - bias) = exp(x - M) / S; 16-byte stores, 512 contiguous bytes per warp.
     uint4* const y4 = reinterpret_cast<uint4*>(Y + row * C + col0);
@@ -237,17 +203,14 @@ softmax_bulk_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
       uint32_t o[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        o[i] = ptx::pack_bf16x2(fast_exp2(fmaf(bf16_lo(w[i]), kLog2e, -bias)),
-                                fast_exp2(fmaf(bf16_hi(w[i]), kLog2e, -bias)));
+        o[i] = ptx::pack_bf16x2(ptx::ex2_approx(fmaf(ptx::bf16_lo(w[i]), kLog2e, -bias)),
+                                ptx::ex2_approx(fmaf(ptx::bf16_hi(w[i]), kLog2e, -bias)));
       y4[v] = make_uint4(o[0], o[1], o[2], o[3]);
     }
 
     __syncthreads();  // (B) stage s and `red` are no longer read
-    if (tid == 0 && k + stages < my_rows) issue_slice(k + stages, s);
-    if (++s == stages) {
-      s = 0;
-      phase ^= 1;
-    }
+    if (tid == 0 && k + stages < my_rows) issue_slice(k + stages, at.stage);
+    at.advance(stages);
   }
   if (csize > 1) ptx::cluster_sync();  // no CTA exits while a peer may still write its slots
 }
@@ -277,6 +240,7 @@ __global__ void __launch_bounds__(kWarpMaxWarps * 32, 1)
 softmax_warp_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restrict__ Y, int64_t R, int C,
                     int stages) {
   extern __shared__ __align__(128) uint8_t smem[];
+  ptx::RingState at;  // this warp's place in its ring: local row k is in stage k % stages
   const int nwarps = int(blockDim.x) >> 5;
   const uint32_t row_bytes = uint32_t(C) * 2u;
   const uint32_t pitch = slice_pitch(row_bytes);
@@ -308,12 +272,10 @@ softmax_warp_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
   // copy is ever pending into the shared memory of an exited CTA.
 
   const int nvec = C / 8;  // 16-byte chunks per row
-  int s = 0;           // k % stages
-  uint32_t phase = 0;  // (k / stages) & 1
   for (int64_t k = 0; k < my_rows; ++k) {
     const int64_t row = first_row + k * gwarps;
-    const uint4* const x4 = reinterpret_cast<const uint4*>(ring + uint32_t(s) * pitch);
-    ptx::mbar_wait(&full[s], phase);
+    const uint4* const x4 = reinterpret_cast<const uint4*>(ring + uint32_t(at.stage) * pitch);
+    ptx::mbar_wait(&full[at.stage], at.phase);
 
     // Max (exact on packed bf16 pairs), then over the warp.
     __nv_bfloat162 mx2 = as_bf162(0xFF80FF80u);  // (-inf, -inf)
@@ -331,15 +293,19 @@ softmax_warp_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
 #pragma unroll 4
     for (int v = lane; v < nvec; v += 32) {
       const uint4 r = x4[v];
-      s0 += fast_exp2(fmaf(bf16_lo(r.x), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.x), kLog2e, -mL));
-      s1 += fast_exp2(fmaf(bf16_lo(r.y), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.y), kLog2e, -mL));
-      s0 += fast_exp2(fmaf(bf16_lo(r.z), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.z), kLog2e, -mL));
-      s1 += fast_exp2(fmaf(bf16_lo(r.w), kLog2e, -mL)) + fast_exp2(fmaf(bf16_hi(r.w), kLog2e, -mL));
+      s0 += ptx::ex2_approx(fmaf(ptx::bf16_lo(r.x), kLog2e, -mL)) +
+            ptx::ex2_approx(fmaf(ptx::bf16_hi(r.x), kLog2e, -mL));
+      s1 += ptx::ex2_approx(fmaf(ptx::bf16_lo(r.y), kLog2e, -mL)) +
+            ptx::ex2_approx(fmaf(ptx::bf16_hi(r.y), kLog2e, -mL));
+      s0 += ptx::ex2_approx(fmaf(ptx::bf16_lo(r.z), kLog2e, -mL)) +
+            ptx::ex2_approx(fmaf(ptx::bf16_hi(r.z), kLog2e, -mL));
+      s1 += ptx::ex2_approx(fmaf(ptx::bf16_lo(r.w), kLog2e, -mL)) +
+            ptx::ex2_approx(fmaf(ptx::bf16_hi(r.w), kLog2e, -mL));
     }
     float sum = s0 + s1;
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const float bias = mL + fast_log2(sum);  // M log2e + log2 S; S >= 1
+    const float bias = mL + ptx::lg2_approx(sum);  // M log2e + log2 S; S >= 1
 
     uint4* const y4 = reinterpret_cast<uint4*>(Y + row * C);
 #pragma unroll 4
@@ -349,17 +315,14 @@ softmax_warp_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restri
       uint32_t o[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i)
-        o[i] = ptx::pack_bf16x2(fast_exp2(fmaf(bf16_lo(w[i]), kLog2e, -bias)),
-                                fast_exp2(fmaf(bf16_hi(w[i]), kLog2e, -bias)));
+        o[i] = ptx::pack_bf16x2(ptx::ex2_approx(fmaf(ptx::bf16_lo(w[i]), kLog2e, -bias)),
+                                ptx::ex2_approx(fmaf(ptx::bf16_hi(w[i]), kLog2e, -bias)));
       y4[v] = make_uint4(o[0], o[1], o[2], o[3]);
     }
 
     __syncwarp();  // no lane reads stage s any more
-    if (lane == 0 && k + stages < my_rows) issue_row(k + stages, s);
-    if (++s == stages) {
-      s = 0;
-      phase ^= 1;
-    }
+    if (lane == 0 && k + stages < my_rows) issue_row(k + stages, at.stage);
+    at.advance(stages);
   }
 }
 
@@ -375,7 +338,7 @@ softmax_plain_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restr
     for (int64_t i = threadIdx.x; i < C; i += kThreads) m = fmaxf(m, __bfloat162float(x[i]));
     float sum = 0.f;
     if (m != -INFINITY)
-      for (int64_t i = threadIdx.x; i < C; i += kThreads) sum += fast_exp2((__bfloat162float(x[i]) - m) * kLog2e);
+      for (int64_t i = threadIdx.x; i < C; i += kThreads) sum += ptx::ex2_approx((__bfloat162float(x[i]) - m) * kLog2e);
     float2 part = warp_merge(m, sum);
     if (lane == 0) red[warp] = part;
     __syncthreads();
@@ -383,7 +346,7 @@ softmax_plain_kernel(const __nv_bfloat16* __restrict__ X, __nv_bfloat16* __restr
     part = warp_merge(part.x, part.y);
     const float inv = 1.f / part.y;
     for (int64_t i = threadIdx.x; i < C; i += kThreads)
-      Y[row * C + i] = __float2bfloat16(fast_exp2((__bfloat162float(x[i]) - part.x) * kLog2e) * inv);
+      Y[row * C + i] = __float2bfloat16(ptx::ex2_approx((__bfloat162float(x[i]) - part.x) * kLog2e) * inv);
     __syncthreads();  // `red` is rewritten by the next row
   }
 }

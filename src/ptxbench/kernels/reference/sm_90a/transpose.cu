@@ -52,22 +52,12 @@ constexpr int kGroup = 8;                             // tile-rows per raster gr
 template <int STAGES>
 constexpr uint32_t smem_bytes() { return (STAGES + kOutBufs) * kTileBytes + 8 * STAGES + 1024; }  // + alignment slack
 
-// ldmatrix with .trans (the header has the plain form): lane 8i + r gives the 16-byte-aligned address of
-// row r of matrix i; register i receives, in thread t, row t/4 (elements 2(t%4), 2(t%4)+1) of the
-// TRANSPOSE of matrix i, which is the fragment layout stmatrix (ptx::stmatrix_x4) stores.
-__device__ __forceinline__ void ldmatrix_x4_trans(const void* row_addr, uint32_t& r0, uint32_t& r1, uint32_t& r2,
-                                                  uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(ptx::smem_u32(row_addr))
-               : "memory");
-}
-
 template <int STAGES>
 __global__ void __launch_bounds__(kThreads)
 transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, int n_rt,
                      int n_ct) {
   extern __shared__ uint8_t smem_raw[];
+  ptx::RingState at;  // local tile i is in stage i % STAGES, of parity (i / STAGES) & 1
   // SWIZZLE_128B needs 1024-byte aligned tiles (the swizzle is a function of address bits 7-9).
   uint8_t* const base = smem_raw + ((1024u - (ptx::smem_u32(smem_raw) & 1023u)) & 1023u);
   uint8_t* const in = base;                          // STAGES input tiles   [X row][X col]
@@ -100,14 +90,13 @@ transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_con
 
   // Lane roles in ldmatrix/stmatrix x4: lanes 8m..8m+7 address rows 0..7 of matrix m.
   const int m = lane >> 3, k = lane & 7;
-  int s = 0, ob = 0;
-  uint32_t phase = 0;
+  int ob = 0;
   for (int i = 0; i < my_tiles; ++i) {
     int rt, ct;
     ptx::grouped_tile(int(blockIdx.x) + i * grid, n_rt, n_ct, kGroup, rt, ct);
-    const uint8_t* const src = in + s * kTileBytes;
+    const uint8_t* const src = in + at.stage * kTileBytes;
     uint8_t* const dst = out + ob * kTileBytes;
-    ptx::mbar_wait(&full[s], phase);
+    ptx::mbar_wait(&full[at.stage], at.phase);
 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -115,7 +104,7 @@ transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_con
       const int bi = b >> 3, bj = b & 7;     // X rows 8bi.., X columns 8bj..
       uint32_t r0, r1, r2, r3;
       // Row k of block (bi, bj): tile row 8bi + k, logical chunk bj, swizzled to chunk bj ^ k.
-      ldmatrix_x4_trans(src + (8 * bi + k) * 128 + ((bj ^ k) << 4), r0, r1, r2, r3);
+      ptx::ldmatrix_x4_trans(src + (8 * bi + k) * 128 + ((bj ^ k) << 4), r0, r1, r2, r3);
       // Row k of the transposed block: output row 8bj + k (= X column), chunk bi (= X rows), swizzled.
       ptx::stmatrix_x4(dst + (8 * bj + k) * 128 + ((bi ^ k) << 4), r0, r1, r2, r3);
     }
@@ -127,12 +116,9 @@ transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_con
     if (tid == 0) {
       ptx::tma_store_2d(&map_y, dst, rt * kTile, ct * kTile);  // Y {column = X row, row = X column}
       ptx::tma_store_commit();
-      if (i + STAGES < my_tiles) issue_tile(i + STAGES, s);  // stage s has been read by every warp
+      if (i + STAGES < my_tiles) issue_tile(i + STAGES, at.stage);  // the stage has been read by every warp
     }
-    if (++s == STAGES) {
-      s = 0;
-      phase ^= 1;
-    }
+    at.advance(STAGES);
     if (++ob == kOutBufs) ob = 0;
   }
   if (tid == 0) ptx::tma_store_wait_all<0>();  // the last stores are done before the CTA (and its smem) ends
