@@ -2,9 +2,12 @@
 every workload, time against the vendor library measured in the same run, share of the roofline, and
 the executed-feature evidence from Nsight Compute.
 
-Targets (reference-kernel issue, H200): bf16 GEMM >= 95 % of cuBLAS, fp8 GEMM >= 90 % of cuBLASLt,
-memory-bound tasks >= 85 % of the measured device copy bandwidth, every required feature executed.
-Writes reference_kernels_<gpu>.{json,md} into --out (default benchmarks/results).
+Targets (expert-reference issue, H200), each workload judged against the best baseline of the same run:
+attention forward and backward >= the library at hd128-s4096 and >= 95 % of it elsewhere; bf16 GEMM >= 103 %
+at 8192^3 and >= 100 % elsewhere; fp8 GEMM >= 100 %; memory-bound kernels >= 95 % of the measured copy
+bandwidth on workloads that do not fit in L2 and never behind the library; every required feature executed.
+A missed target is reported with its shortfall. Writes reference_kernels_<gpu>.{json,md} into --out
+(default benchmarks/results).
 
     python benchmarks/reference_kernels.py [--tasks gemm_bf16 ...] [--budget-ms 300] [--run DIR]
 """
@@ -20,8 +23,34 @@ from ptxbench.kernels import reference_folder
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results"
-TARGET_PCT = {"gemm_bf16": ("of cuBLAS", 95.0), "gemm_fp8": ("of cuBLASLt", 90.0)}
-MEMORY_TARGET_PCT = 85.0  # of the measured device copy bandwidth
+COMPUTE_TARGETS = {  # task: (% of the best library on every workload, {workload: a stricter % there})
+    "attention_fwd": (95.0, {"hd128-s4096": 100.0}),
+    "attention_bwd": (95.0, {"hd128-s4096": 100.0, "hd128-s4096-causal": 100.0}),
+    "gemm_bf16": (100.0, {"square-8192": 103.0}),
+    "gemm_fp8": (100.0, {}),
+}
+MEMORY_TARGET_PCT = 95.0  # of the measured device copy bandwidth, where the data does not fit in L2
+L2_BYTES = 50 * 2**20  # the H200's L2: a workload moving less than this is timed from L2, not memory
+
+
+def target(task: str, row: dict) -> dict:
+    """The workload's target, whether the kernel met it, and by how many points it fell short."""
+    vendor = row["pct_of_vendor"]
+    if task in COMPUTE_TARGETS:
+        floor, stricter = COMPUTE_TARGETS[task]
+        need = stricter.get(row["workload"], floor)
+        wanted = [("vendor", need)]
+    else:  # memory-bound: never behind the library, and near copy bandwidth where memory is what is timed
+        moved = (row["gbps"] or 0.0) * 1e9 * row["ms"] * 1e-3
+        wanted = [("vendor", 100.0)] + ([("roofline", MEMORY_TARGET_PCT)] if moved >= L2_BYTES else [])
+    text, misses = [], []
+    for kind, need in wanted:
+        have = vendor if kind == "vendor" else row["pct_of_roofline"]
+        text.append(f">= {need:g} % of {'the library' if kind == 'vendor' else 'copy bandwidth'}")
+        if have is None or have < need:
+            misses.append(f"{'library' if kind == 'vendor' else 'bandwidth'} "
+                          + ("not measured" if have is None else f"{need - have:.1f} points short"))
+    return {"target": "; ".join(text), "met": not misses, "miss": "; ".join(misses) or None}
 
 
 def _rows(evaluation) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -55,14 +84,15 @@ def _markdown(result: dict) -> str:
     for task in result["tasks"]:
         lines += [f"## {task['task']}: {task['status']}", "", task["message"], ""]
         if task["timings"]:
-            lines += ["| workload | ms | TFLOP/s | GB/s | vendor | vendor ms | % of vendor | % of roofline |",
-                      "|---|---|---|---|---|---|---|---|"]
+            lines += ["| workload | ms | TFLOP/s | GB/s | vendor | vendor ms | % of vendor | % of roofline | target | met |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             for row in task["timings"]:
                 def fmt(value: float | None, spec: str) -> str:
                     return format(value, spec) if value is not None else "–"
                 lines.append(f"| {row['workload']} | {row['ms']:.4f} | {fmt(row['tflops'], '.1f')} | "
                              f"{fmt(row['gbps'], '.0f')} | {row['baseline'] or '–'} | {fmt(row['baseline_ms'], '.4f')} | "
-                             f"{fmt(row['pct_of_vendor'], '.1f')} | {fmt(row['pct_of_roofline'], '.1f')} |")
+                             f"{fmt(row['pct_of_vendor'], '.1f')} | {fmt(row['pct_of_roofline'], '.1f')} | "
+                             f"{row['target']} | {'yes' if row['met'] else 'no: ' + str(row['miss'])} |")
             lines.append("")
         if task["features"]:
             lines += ["| requirement | executed (ncu, timed workload) | share of FLOPs | satisfied |", "|---|---|---|---|"]
@@ -104,13 +134,16 @@ def main() -> None:
         header = RunDir.load(run_dir).header
     environment = dict(header.environment)
     tasks = [{"task": e.task, "status": e.status.value if e.status else f"infra: {e.infra_failure.value if e.infra_failure else None}",
-              "message": e.message, "timings": _rows(e), "features": _features(e)} for e in evaluations]
+              "message": e.message, "timings": [{**row, **target(e.task, row)} for row in _rows(e)],
+              "features": _features(e)} for e in evaluations]
     result = {"date": header.created, "arch": arch.value, "git_revision": header.git_revision,
               "command": "python benchmarks/reference_kernels.py " + " ".join(
                   f"--{k.replace('_', '-')} {v}" for k, v in (("budget_ms", args.budget_ms), ("trials", args.trials))),
               "environment": environment, "toolchain": header.toolchain, "targets": {
-                  **{k: f">= {v[1]:g} % {v[0]}" for k, v in TARGET_PCT.items()},
-                  "memory-bound": f">= {MEMORY_TARGET_PCT:g} % of the measured copy bandwidth"},
+                  **{k: f">= {floor:g} % of the best library" + "".join(f", >= {v:g} % at {w}" for w, v in strict.items())
+                     for k, (floor, strict) in COMPUTE_TARGETS.items()},
+                  "memory-bound": f">= 100 % of the best library; >= {MEMORY_TARGET_PCT:g} % of the measured copy "
+                                  f"bandwidth where a workload moves {L2_BYTES >> 20} MiB or more"},
               "tasks": tasks}
     slug = str(environment.get("name") or "no_gpu").replace("NVIDIA ", "").replace(" ", "_").lower()
     args.out.mkdir(parents=True, exist_ok=True)
