@@ -11,6 +11,9 @@
 # --llm adds the OpenAI SDK and the parts of its stack that machine lacks, for the GPU tests that put a
 # scripted teacher behind a local OpenAI-compatible server (tests/gpu/test_fixit_gpu.py).
 #
+# --serve adds FastAPI, uvicorn and httpx with their pure-Python stack, for `ptxbench serve` and its
+# throughput benchmark (benchmarks/serve_throughput.py) on the GPU machine.
+#
 # --baselines adds Liger-Kernel (pure Python, under 1 MiB; its Triton kernels need the torch and triton
 # that machine has, so no dependency is fetched) for the "liger" vendor-baseline variants of rmsnorm and
 # softmax (benchmarks/baselines.py); without it those variants are skipped with a reason.
@@ -22,12 +25,14 @@ cd "$(dirname "$0")/.."
 ray=0
 llm=0
 baselines=0
+serve=0
 for arg in "$@"; do
     case "$arg" in
         --ray) ray=1 ;;
         --llm) llm=1 ;;
         --baselines) baselines=1 ;;
-        *) echo "usage: $0 [--ray] [--llm] [--baselines]" >&2; exit 2 ;;
+        --serve) serve=1 ;;
+        *) echo "usage: $0 [--ray] [--llm] [--baselines] [--serve]" >&2; exit 2 ;;
     esac
 done
 staging=$(mktemp -d .whl.new.XXXXXX)
@@ -42,6 +47,11 @@ download pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.8.0 typing-in
 if [ "$llm" = 1 ]; then
     download openai==3.57.0 jiter==0.19.0 sniffio==1.3.1 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 \
         anyio==4.16.0 h11==0.16.0
+fi
+if [ "$serve" = 1 ]; then
+    download fastapi==0.165.0 starlette==1.10.0 annotated-doc==0.0.7 opentelemetry-api==1.45.2 uvicorn==0.55.0 \
+        click==8.5.1 h11==0.16.0 httpx==0.29.0 httpcore==1.0.9 anyio==4.16.0 sniffio==1.3.1 idna==3.20 \
+        certifi==2026.10.19.post1
 fi
 if [ "$baselines" = 1 ]; then
     download liger-kernel==0.8.5
