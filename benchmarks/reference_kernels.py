@@ -10,6 +10,10 @@ A missed target is reported with its shortfall. Writes reference_kernels_<gpu>.{
 (default benchmarks/results).
 
     python benchmarks/reference_kernels.py [--tasks gemm_bf16 ...] [--budget-ms 300] [--run DIR]
+    python benchmarks/reference_kernels.py --from-run DIR [--tasks ...]   # report a run already made
+
+The tasks measured replace their entries in an existing results file; the others stay, each with its own
+date, revision and command.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ def target(task: str, row: dict) -> dict:
         text.append(f">= {need:g} % of {'the library' if kind == 'vendor' else 'copy bandwidth'}")
         if have is None or have < need:
             misses.append(f"{'library' if kind == 'vendor' else 'bandwidth'} "
-                          + ("not measured" if have is None else f"{need - have:.1f} points short"))
+                          + ("not measured" if have is None else f"{need - have:.2f} points short"))
     return {"target": "; ".join(text), "met": not misses, "miss": "; ".join(misses) or None}
 
 
@@ -83,6 +87,9 @@ def _markdown(result: dict) -> str:
              ""]
     for task in result["tasks"]:
         lines += [f"## {task['task']}: {task['status']}", "", task["message"], ""]
+        if "measured" in task:
+            m = task["measured"]
+            lines += [f"Measured {m['date']} at {str(m['git_revision'])[:12]}: `{m['command']}`", ""]
         if task["timings"]:
             lines += ["| workload | ms | TFLOP/s | GB/s | vendor | vendor ms | % of vendor | % of roofline | target | met |",
                       "|---|---|---|---|---|---|---|---|---|---|"]
@@ -108,7 +115,7 @@ def main() -> None:
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.evaluator import EvalOptions
     from ptxbench.evaluate.fleet.run import candidate_from_file, evaluate_candidates
-    from ptxbench.records.rundir import RunDir
+    from ptxbench.records.rundir import RunDir, load_result
     from ptxbench.tasks.loader import get_task
 
     parser = argparse.ArgumentParser()
@@ -118,27 +125,41 @@ def main() -> None:
     parser.add_argument("--budget-ms", type=float, default=300.0, help="measured time per workload and side")
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--run", type=Path, help="run directory to keep (default: a temporary one)")
+    parser.add_argument("--from-run", type=Path, help="report a finished or cut-short run directory; evaluate nothing")
+    parser.add_argument("--git-revision", help="the commit of the tree measured, where the machine reports "
+                                               "another (a lent machine's copy of the working tree)")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
 
     arch = Arch(args.arch)
-    folder = args.folder or reference_folder(arch.value)
-    files = sorted(folder.glob("*.cu"))
-    if args.tasks:
-        files = [f for f in files if f.stem in args.tasks]
-    candidates = [candidate_from_file(f, get_task(f.stem)) for f in files]
-    options = EvalOptions(trials=args.trials, timing_budget_ms=args.budget_ms)
-    with tempfile.TemporaryDirectory() as scratch:
-        run_dir = args.run or Path(scratch) / "run"
-        evaluations = evaluate_candidates(candidates, arch, run_dir, options)
-        header = RunDir.load(run_dir).header
+    if args.from_run is not None:
+        header = RunDir.load(args.from_run).header
+        evaluations = [load_result(path, header) for path in RunDir.load(args.from_run).results()]
+        evaluations = [e for e in evaluations if not args.tasks or e.task in args.tasks]
+    else:
+        folder = args.folder or reference_folder(arch.value)
+        files = sorted(folder.glob("*.cu"))
+        if args.tasks:
+            files = [f for f in files if f.stem in args.tasks]
+        candidates = [candidate_from_file(f, get_task(f.stem)) for f in files]
+        options = EvalOptions(trials=args.trials, timing_budget_ms=args.budget_ms)
+        with tempfile.TemporaryDirectory() as scratch:
+            run_dir = args.run or Path(scratch) / "run"
+            evaluations = evaluate_candidates(candidates, arch, run_dir, options)
+            header = RunDir.load(run_dir).header
     environment = dict(header.environment)
+    options_used = header.config.get("options", {}) if args.from_run else {}
+    budget_ms = options_used.get("timing_budget_ms", args.budget_ms)
+    trials = options_used.get("trials", args.trials)
+    measured = {"date": header.created, "git_revision": args.git_revision or header.git_revision,
+                "command": f"python benchmarks/reference_kernels.py --budget-ms {budget_ms} --trials {trials}"
+                           + (f" --tasks {' '.join(sorted(e.task for e in evaluations))}" if args.tasks else "")}
     tasks = [{"task": e.task, "status": e.status.value if e.status else f"infra: {e.infra_failure.value if e.infra_failure else None}",
-              "message": e.message, "timings": [{**row, **target(e.task, row)} for row in _rows(e)],
+              "message": e.message, "measured": measured,
+              "timings": [{**row, **target(e.task, row)} for row in _rows(e)],
               "features": _features(e)} for e in evaluations]
-    result = {"date": header.created, "arch": arch.value, "git_revision": header.git_revision,
-              "command": "python benchmarks/reference_kernels.py " + " ".join(
-                  f"--{k.replace('_', '-')} {v}" for k, v in (("budget_ms", args.budget_ms), ("trials", args.trials))),
+    result = {"date": header.created, "arch": arch.value, "git_revision": measured["git_revision"],
+              "command": measured["command"],
               "environment": environment, "toolchain": header.toolchain, "targets": {
                   **{k: f">= {floor:g} % of the best library" + "".join(f", >= {v:g} % at {w}" for w, v in strict.items())
                      for k, (floor, strict) in COMPUTE_TARGETS.items()},
@@ -147,10 +168,31 @@ def main() -> None:
               "tasks": tasks}
     slug = str(environment.get("name") or "no_gpu").replace("NVIDIA ", "").replace(" ", "_").lower()
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"reference_kernels_{slug}.json").write_text(json.dumps(result, indent=2) + "\n")
+    path = args.out / f"reference_kernels_{slug}.json"
+    result = merged(path, result)
+    path.write_text(json.dumps(result, indent=2) + "\n")
     text = _markdown(result)
     (args.out / f"reference_kernels_{slug}.md").write_text(text + "\n")
     print(text)
+
+
+def merged(path: Path, result: dict) -> dict:
+    """``result`` with the tasks of an earlier file at ``path`` that it did not measure (same target), each kept
+    with its own provenance, so kernels can be measured in separate runs."""
+    if not path.is_file():
+        return result
+    earlier = json.loads(path.read_text())
+    if earlier.get("arch") != result["arch"]:
+        return result
+    fresh = {task["task"] for task in result["tasks"]}
+    kept = []
+    for task in earlier.get("tasks", []):
+        if task["task"] in fresh:
+            continue
+        task.setdefault("measured", {"date": earlier.get("date"), "git_revision": earlier.get("git_revision"),
+                                     "command": earlier.get("command")})
+        kept.append({**task, "timings": [{**row, **target(task["task"], row)} for row in task["timings"]]})
+    return {**result, "tasks": sorted(kept + result["tasks"], key=lambda task: task["task"])}
 
 
 if __name__ == "__main__":

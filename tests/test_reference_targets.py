@@ -17,7 +17,7 @@ def row(workload: str, pct_of_vendor: float | None, pct_of_roofline: float | Non
 
 
 def test_the_gemm_must_beat_the_library_by_three_percent_at_8192() -> None:
-    assert reference_kernels.target("gemm_bf16", row("square-8192", 102.4))["miss"] == "library 0.6 points short"
+    assert reference_kernels.target("gemm_bf16", row("square-8192", 102.4))["miss"] == "library 0.60 points short"
     assert reference_kernels.target("gemm_bf16", row("square-4096", 100.0))["met"]
     assert not reference_kernels.target("gemm_fp8", row("square-4096", 99.9))["met"]
 
@@ -32,6 +32,6 @@ def test_memory_bound_kernels_need_copy_bandwidth_only_where_memory_is_timed() -
     big = row("t16384-h4096", 101.0, pct_of_roofline=90.0, gbps=4000.0, ms=0.07)  # 280 MB moved
     small = row("t32-h4096-decode", 101.0, pct_of_roofline=20.0, gbps=500.0, ms=0.005)  # 2.5 MB: from L2
     judged = reference_kernels.target("rmsnorm", big)
-    assert not judged["met"] and judged["miss"] == "bandwidth 5.0 points short"
+    assert not judged["met"] and judged["miss"] == "bandwidth 5.00 points short"
     assert reference_kernels.target("rmsnorm", small)["met"]
     assert reference_kernels.target("softmax", row("r4-c201088", None))["miss"] == "library not measured"
