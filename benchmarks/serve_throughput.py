@@ -19,13 +19,14 @@ import argparse
 import datetime
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
-from ptxbench.client import Client
+from ptxbench.client import Client, ServerError
 from ptxbench.kernels import reference_folder
 from ptxbench.records.evaluation import Evaluation
-from ptxbench.serve.models import CandidateRequest, JobOptions
+from ptxbench.serve.models import CandidateRequest, JobOptions, JobView
 
 
 def _candidates(source: Path, count: int, workdir: Path, tag: str) -> list[tuple[str, str]]:
@@ -51,6 +52,23 @@ def _stage_delta(before: dict, after: dict) -> dict:
     return delta
 
 
+def collect(client: Client, job_ids: list[str], deadline_s: float) -> list[JobView]:
+    """Each job's final view; past the deadline each one as it stands, the unfinished ones then cancelled (the
+    rate counts the finished ones)."""
+    deadline = time.monotonic() + deadline_s
+    views = []
+    for job_id in job_ids:
+        left = deadline - time.monotonic()
+        try:
+            views.append(client.wait(job_id, timeout_s=left) if left > 0 else client.get(job_id))
+        except ServerError:
+            views.append(client.get(job_id))
+    for view in views:
+        if not view.state.finished:
+            client.cancel(view.id)
+    return views
+
+
 def compare(result_file: Path, run: Path) -> dict:
     """Each served verdict against the one ``eval`` gave the same file (items by file name)."""
     served = json.loads(result_file.read_text())["verdicts_by_candidate"]
@@ -71,6 +89,11 @@ def main() -> int:
     parser.add_argument("--source", type=Path, default=reference_folder("sm_90a") / "gemm_bf16.cu")
     parser.add_argument("--task", default="gemm_bf16")
     parser.add_argument("--profile", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--timing-budget-ms", type=float, default=None,
+                        help="each job's measured time per workload and side (default: eval's)")
+    parser.add_argument("--trials", type=int, default=None, help="each job's correctness trials (default: eval's)")
+    parser.add_argument("--deadline-s", type=float, default=24 * 3600.0,
+                        help="stop waiting after this long; the rate is then over the candidates finished")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/serve-candidates"))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--compare-only", type=Path, default=None, help="an eval run of --workdir's files")
@@ -82,7 +105,8 @@ def main() -> int:
         print(json.dumps(results["same_verdicts_as_eval"], indent=1))
         return 0
 
-    options = JobOptions(profile=args.profile)
+    chosen = {"timing_budget_ms": args.timing_budget_ms, "trials": args.trials}
+    options = JobOptions(profile=args.profile, **{k: v for k, v in chosen.items() if v is not None})
     tag = datetime.datetime.now().strftime("%H%M%S")
     with Client(args.server, args.token, timeout_s=600) as client:
         health = client.health()
@@ -95,16 +119,19 @@ def main() -> int:
         batch = _candidates(args.source, args.count, args.workdir, f"b{tag}_")
         jobs = client.submit([CandidateRequest(source=body, task=args.task, options=options, name=name)
                               for name, body in batch], max_wait_s=24 * 3600)
-        views = [client.wait(job.id) for job in jobs]
+        views = collect(client, [job.id for job in jobs], args.deadline_s)
         after = client.metrics().model_dump()["stage_seconds"]
+    finished = [v for v in views if v.finished_at is not None]
     started = min(v.submitted_at for v in views)
-    ended = max(v.finished_at or started for v in views)
+    ended = max((v.finished_at for v in finished), default=started)
     verdicts = {name: v.evaluation.verdict if v.evaluation else v.state.value for (name, _), v in zip(batch, views)}
     results = {
         "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv), "server": args.server,
         "server_version": health.version, "gpu_slots": health.gpus, "profile": args.profile,
-        "candidates": args.count, "source": str(args.source), "seconds": round(ended - started, 1),
-        "candidates_per_minute": round(60 * args.count / (ended - started), 2) if ended > started else None,
+        "job_options": options.model_dump(),
+        "candidates": args.count, "finished": len(finished), "source": str(args.source),
+        "seconds": round(ended - started, 1),
+        "candidates_per_minute": round(60 * len(finished) / (ended - started), 2) if ended > started else None,
         "verdicts": dict(Counter(verdicts.values())), "stage_seconds": _stage_delta(before, after),
         "verdicts_by_candidate": verdicts,
     }
