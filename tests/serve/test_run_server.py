@@ -33,14 +33,15 @@ from .test_server import VARYING
 
 SOFTMAX = (EXAMPLES / "softmax.cu").read_text()  # correct, without the features (the static check says so)
 REFERENCE = reference_folder("sm_90a")  # correct, with the features: passes the static check
+BROKEN = SOFTMAX + "\nthis line is not C++;\n"  # the entry point is there: extracted, then fails to build
+FAST = EvalOptions(trials=1, time=False, profile=False, call_timeout_s=60)
 
 
 def reference(task: str) -> str:
-    """A reference kernel as a model would answer it: whole, its ``#include "ptx_wrappers.cuh"`` written out (the
-    server inlines that header in every source it is sent, the refinement loop does not; see the report)."""
+    """A reference kernel as a model would answer it: one whole file, its ``#include "ptx_wrappers.cuh"`` written
+    out. (The server inlines that header into every source it is sent; the refinement loop's extraction does not,
+    so an answer that includes it builds there and not here: a divergence outside this test's subject.)"""
     return inline_wrapper_header((REFERENCE / f"{task}.cu").read_text())
-BROKEN = SOFTMAX + "\nthis line is not C++;\n"  # the entry point is there: extracted, then fails to build
-FAST = EvalOptions(trials=1, time=False, profile=False, call_timeout_s=60)
 
 
 @pytest.fixture(autouse=True)

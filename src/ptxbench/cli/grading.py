@@ -24,7 +24,8 @@ def server_static_note(url: str) -> str:
             "correctness and speed are not measured and no verdict is marked GPU-verified")
 
 
-def grader_for_refinement(server: str | None = None, token: str | None = None) -> StaticGrader | GpuGrader | ServerGrader:
+def grader_for_refinement(server: str | None = None, token: str | None = None
+                          ) -> StaticGrader | GpuGrader | ServerGrader:
     """The one choice of where candidates are evaluated, made here and passed down: a running server where
     ``--server`` names one, else the GPU grader where a GPU is visible, else the static grader (and say so)."""
     from ptxbench.refine.graders import StaticGrader, grader_for_this_machine

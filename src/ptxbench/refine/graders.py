@@ -2,9 +2,10 @@
 
 A grader is one method: task, target and source in, ``Feedback`` out. ``StaticGrader`` builds the candidate
 and reads its PTX/SASS (no GPU); ``GpuGrader`` runs the full GPU evaluation; ``client.ServerGrader`` has a
-running ``ptxbench serve`` do either (what the server can), told back through the same two functions. The feedback text is what a
-kernel engineer would want: the first compiler error with its context, the class of failure, and for each
-required feature where it got lost; its record is the grader's evaluation, the one ``eval`` makes.
+running ``ptxbench serve`` do what it can of the two, told back in the same words (``static_feedback``,
+``gpu_feedback``). The feedback text is what a kernel engineer would want: the first compiler error with its
+context, the class of failure, and for each required feature where it got lost; its record is the grader's
+evaluation, the one ``eval`` makes.
 """
 
 from __future__ import annotations
