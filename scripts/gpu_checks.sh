@@ -19,7 +19,7 @@
 #                the baselines they timed (on an H200: about 230 s of examples, then the run in about 170 s)
 #   gold         tests/gpu/test_reference_gpu.py and the wrapper header's GPU test, 150 s
 #   fixit        tests/gpu/test_fixit_gpu.py (needs the --llm wheels), 80 s
-#   serve        tests/gpu/test_serve_gpu.py: a batch through a real `ptxbench serve` (needs the --serve wheels), 200 s
+#   serve        tests/gpu/test_serve_gpu.py: a batch and a Fixit repair through a real `ptxbench serve` (needs the --serve wheels), 360 s
 #   scaleout     tests/gpu/test_scaleout_gpu.py (the Ray part needs the --ray wheels), 240 s
 # and the benchmarks:
 #   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
@@ -82,7 +82,7 @@ for section in "${sections[@]}"; do
                      -k "(test_examples_pass_with_timings and (gemm_bf16 or rmsnorm or softmax or transpose)) or hostile" ;;
         gold) run_pytest gold 150 tests/gpu/test_reference_gpu.py tests/context/test_wrappers_gpu.py ;;
         fixit) run_pytest fixit 80 tests/gpu/test_fixit_gpu.py ;;
-        serve) run_pytest serve 200 tests/gpu/test_serve_gpu.py ;;
+        serve) run_pytest serve 360 tests/gpu/test_serve_gpu.py ;;
         scaleout) run_pytest scaleout 240 tests/gpu/test_scaleout_gpu.py ;;
         refs) timeout "$(limit 240)" python3 benchmarks/reference_kernels.py --out "$work/refs" > "$work/refs.log" 2>&1
               echo "refs: exit $?"; grep -E "^## " "$work/refs.log" ;;

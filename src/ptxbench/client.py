@@ -13,7 +13,9 @@ with Client("http://127.0.0.1:8765") as client:
 Every failure is a ``ServerError`` with one line (the server's own reason where it gave one). A full queue
 (429) is waited out, as the server's ``Retry-After`` says, unless ``submit(..., wait_when_full=False)``. A
 stream cut short is resumed where it stopped (``Last-Event-ID``). ``evaluate_on_server`` is what
-``ptxbench eval --server`` runs: the same run directory and output as a local ``eval``, evaluated there.
+``ptxbench eval --server`` runs: the same run directory and output as a local ``eval``, evaluated there;
+``ServerGrader`` is the grader ``run --server`` and Fixit's ``--server`` refine with. Both first check that the
+server runs this version of ptxbench (``server_health``).
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ if TYPE_CHECKING:
 
     from ptxbench.arch.registry import Arch
     from ptxbench.records.evaluation import Evaluation
+    from ptxbench.records.trajectory import Feedback
     from ptxbench.serve.evaluation import Candidate, EvalOptions
+    from ptxbench.tasks.model import Task
 
 EXTRA_MISSING = "the ptxbench client needs httpx (the 'serve' extra): pip install 'ptxbench[serve]'"
 BATCH = 200  # candidates per submission
@@ -196,6 +200,8 @@ def _refusal(url: str, response: "httpx.Response") -> ServerError:
         reason = json.loads(response.content)["error"]
     except (ValueError, KeyError, TypeError):
         reason = response.text.strip().splitlines()[0] if response.text.strip() else response.reason_phrase
+    if response.status_code == 401:
+        reason += " (give the server's token: --server-token, or PTXBENCH_SERVE_TOKEN)"
     retry = response.headers.get("retry-after")
     return ServerError(f"{url}: {response.status_code} {reason}", response.status_code,
                        float(retry) if retry and retry.replace(".", "", 1).isdigit() else None)
@@ -218,6 +224,32 @@ def request_for(candidate: "Candidate", arch: "Arch", options: "EvalOptions") ->
                             name=candidate.origin, generation=candidate.generation)
 
 
+def server_health(client: Client) -> Health:
+    """The server's health, once it is known to run this version of ptxbench: an evaluation made by another
+    version is not mixed into this one's records unnoticed."""
+    from ptxbench import __version__
+
+    health = client.health()
+    if health.version != __version__:
+        raise ServerError(f"{client.url} runs ptxbench {health.version}, this client is {__version__}: their records "
+                          "would mix two versions of the harness; use one version on both sides")
+    return health
+
+
+def _finished(client: Client, job: Accepted, candidate: "Candidate") -> tuple["Evaluation", str | None]:
+    """The evaluation of a submitted job once it is done, under this candidate's name (a job the server answered
+    from an identical earlier one carries that one's name), and the GPU slot that ran it (None: none did)."""
+    slots: list[str] = []
+    view = client.wait(job.id, on_event=lambda e: slots.append(str(e.data.get("slot"))) if e.stage == "gpu" else None)
+    if view.evaluation is None:
+        raise ServerError(f"{client.url}: job {job.id} ({candidate.origin}) ended {view.state.value} without an "
+                          "evaluation; every result before it is recorded, run the command again")
+    evaluation = view.evaluation
+    if evaluation.candidate != candidate.origin:
+        evaluation = evaluation.model_copy(update={"candidate": candidate.origin})
+    return evaluation, slots[-1] if slots else None
+
+
 def evaluate_on_server(candidates: list["Candidate"], arch: "Arch", out: Path | str, options: "EvalOptions",
                        client: Client, *, on_done: Callable[["Evaluation"], None] | None = None) -> list["Evaluation"]:
     """``ptxbench eval --server``: the candidates evaluated by the server, recorded into the run directory
@@ -225,26 +257,50 @@ def evaluate_on_server(candidates: list["Candidate"], arch: "Arch", out: Path | 
     server answered from an identical earlier one carries this candidate's name, as a local result would."""
     from ptxbench.serve.evaluation import evaluate_elsewhere
 
-    health = client.health()
+    health = server_health(client)
 
     def remote(sent: list["Candidate"]) -> Iterator[tuple[int, "Evaluation", dict]]:
         jobs: list[Accepted] = []
         for start in range(0, len(sent), BATCH):
             jobs += client.submit([request_for(c, arch, options) for c in sent[start:start + BATCH]])
         for position, (candidate, job) in enumerate(zip(sent, jobs)):
-            slots: list[str] = []
-            view = client.wait(job.id, on_event=lambda e: slots.append(str(e.data.get("slot")))
-                               if e.stage == "gpu" else None)
-            if view.evaluation is None:
-                raise ServerError(f"{client.url}: job {job.id} ({candidate.origin}) ended {view.state.value} without "
-                                  "an evaluation; every result before it is recorded, run the command again")
-            evaluation = view.evaluation
-            if evaluation.candidate != candidate.origin:
-                evaluation = evaluation.model_copy(update={"candidate": candidate.origin})
+            evaluation, slot = _finished(client, job, candidate)
             yield position, evaluation, {"backend": "server", "server": client.url, "job": job.id,
-                                         "duplicate": job.duplicate, "slot": slots[-1] if slots else None}
+                                         "duplicate": job.duplicate, "slot": slot}
 
     environment = {"backend": "server", "server": client.url, "server_version": health.version,
                    "gpus": health.gpus, "on_gpus": health.on_gpus}
     return evaluate_elsewhere(candidates, arch, out, options, remote, environment, on_gpus=health.on_gpus,
                               on_done=on_done)
+
+
+# -- ptxbench run --server, fixit repair --server ----------------------------------------------------------
+
+class ServerGrader:
+    """Refinement's grader through a running server (``run --server``, Fixit's ``--server``): each turn's candidate
+    is evaluated there as ``GpuGrader`` evaluates it here, and told back in the same words; a server without GPUs
+    builds and reads it, told back as ``StaticGrader`` tells it. The feedback's record is the server's evaluation,
+    so the run directory holds what a local run writes. The server is asked once, here, whether it answers and
+    runs this version, so a wrong URL or token fails before any model is asked anything."""
+
+    def __init__(self, client: Client, options: "EvalOptions | None" = None) -> None:
+        from ptxbench.serve.evaluation import EvalOptions
+
+        self.client = client
+        self.options = options or EvalOptions()
+        self.health = server_health(client)
+
+    def grade(self, task: "Task", arch: "Arch", source: str) -> "Feedback":
+        from ptxbench.refine.graders import gpu_feedback, static_feedback
+        from ptxbench.serve.evaluation import Candidate
+
+        candidate = Candidate(task=task, item="candidate", source=source, origin="candidate.cu")  # GpuGrader's name
+        (job,) = self.client.submit(request_for(candidate, arch, self.options))
+        evaluation, _ = _finished(self.client, job, candidate)
+        if not self.health.on_gpus and evaluation.build is not None:
+            return static_feedback(evaluation)
+        return gpu_feedback(evaluation, task)
+
+    def close(self) -> None:
+        """Close the connection (the server and its GPUs stay as they are)."""
+        self.client.close()

@@ -5,7 +5,6 @@ The command checks what it was given and says so in one line; the evaluation its
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -14,7 +13,7 @@ from rich.table import Table
 
 from ptxbench.arch.registry import Arch
 from ptxbench.cli.files import candidates_in
-from ptxbench.cli.options import TargetArch, benchmark_arch
+from ptxbench.cli.options import Server, ServerToken, TargetArch, benchmark_arch, server_token
 from ptxbench.cli.output import console, fail, run_directory
 from ptxbench.errors import PtxbenchError
 from ptxbench.kernels import reference_folder
@@ -52,10 +51,8 @@ def evaluate(
     lanes: Annotated[Optional[int], typer.Option("--lanes", min=1, max=16, help="Candidates evaluated at once on "
                                                  "each GPU (default 2): their untimed stages overlap, timing "
                                                  "always runs alone")] = None,
-    server: Annotated[Optional[str], typer.Option("--server", help="Evaluate on a running `ptxbench serve` (its "
-                                                  "URL); the run directory is written here as without it")] = None,
-    token: Annotated[Optional[str], typer.Option("--token", envvar="PTXBENCH_SERVE_TOKEN", show_envvar=True,
-                                                 help="With --server: its access token")] = None,
+    server: Server = None,
+    token: ServerToken = None,
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
     arch = benchmark_arch(arch)
@@ -67,8 +64,7 @@ def evaluate(
         _server_fits(gpus, backend, address, regrade, lanes)
         chosen = None
     else:
-        if token is not None and token != os.environ.get("PTXBENCH_SERVE_TOKEN"):
-            fail("--token is the access token of a --server: give --server URL with it")
+        server_token(server, token)
         chosen = _chosen_gpus(gpus, backend, address, regrade)
     if gold:
         if paths:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ptxbench.cli.grading import grader_for_refinement
-from ptxbench.cli.options import BaseUrl, MaxTokens, Samples, Seed, Turns
+from ptxbench.cli.options import BaseUrl, MaxTokens, Samples, Seed, Server, ServerToken, Turns, server_token
 from ptxbench.cli.output import console
 
 app = typer.Typer(no_args_is_help=True,
@@ -44,14 +44,19 @@ def fixit_repair(failures: Annotated[Path, typer.Argument()], teacher: _Teacher,
                  out: Annotated[Path, typer.Option("--out")] = Path("fixit/pairs.jsonl"),
                  work: Annotated[Path, typer.Option("--work", help="Run directory of the repair turns")
                                  ] = Path("fixit/repairs"),
-                 turns: Turns = 3, base_url: BaseUrl = None) -> None:
+                 turns: Turns = 3, base_url: BaseUrl = None, server: Server = None, token: ServerToken = None) -> None:
     """A teacher model fixes each failure through the refinement loop; only fixes that pass are kept."""
     from ptxbench._io import read_jsonl, write_jsonl
     from ptxbench.fixit.mine import FailureCase
     from ptxbench.fixit.repair import repair
 
-    pairs = repair(read_jsonl(failures, FailureCase), teacher, work, grader_for_refinement(), turns=turns,
-                   base_url=base_url)
+    server_token(server, token)
+    cases = read_jsonl(failures, FailureCase)
+    grader = grader_for_refinement(server, token)
+    try:
+        pairs = repair(cases, teacher, work, grader, turns=turns, base_url=base_url)
+    finally:
+        grader.close()
     write_jsonl(out, pairs)
     verified = sum(p.verified for p in pairs)
     console.print(f"{len(pairs)} repairs kept ({verified} verified on a GPU) → {out}", highlight=False)
@@ -112,12 +117,18 @@ def fixit_eval(base: Annotated[str, typer.Option("--base", help="Base model path
                adapter: Annotated[Path, typer.Option("--adapter")],
                tasks: Annotated[str, typer.Option("--tasks")],
                out: Annotated[Path, typer.Option("--out")] = Path("fixit/eval"), samples: Samples = 1,
-               turns: Turns = 1, max_tokens: MaxTokens = 4096) -> None:
+               turns: Turns = 1, max_tokens: MaxTokens = 4096, server: Server = None, token: ServerToken = None
+               ) -> None:
     """The benchmark with the base model and with the adapter; prints the paired comparison."""
     from ptxbench.fixit.evaluate import evaluate_adapter
 
-    _, _, table = evaluate_adapter(base, adapter, list(_listed(tasks)), out, samples=samples, turns=turns,
-                                   grader=grader_for_refinement(), max_tokens=max_tokens)
+    server_token(server, token)
+    grader = grader_for_refinement(server, token)
+    try:
+        _, _, table = evaluate_adapter(base, adapter, list(_listed(tasks)), out, samples=samples, turns=turns,
+                                       grader=grader, max_tokens=max_tokens)
+    finally:
+        grader.close()
     print(table)
 
 
@@ -125,12 +136,18 @@ def fixit_eval(base: Annotated[str, typer.Option("--base", help="Base model path
 def fixit_ablation(config: Annotated[Path, typer.Argument(help="Ablation config (.toml), e.g. "
                                                           "experiments/fixit_diversity_vs_volume.toml")],
                    build_only: Annotated[bool, typer.Option("--build-only", help="Only build both arms' data sets")
-                                         ] = False) -> None:
+                                         ] = False, server: Server = None, token: ServerToken = None) -> None:
     """Diversity vs volume: train on a varied set and on an equally large unvaried one, evaluate both, compare."""
     from ptxbench.fixit.ablation import load_ablation, run_ablation
 
-    summary = run_ablation(load_ablation(config), grader=None if build_only else grader_for_refinement(),
-                           build_only=build_only)
+    server_token(server, token)
+    settings = load_ablation(config)
+    grader = None if build_only else grader_for_refinement(server, token)
+    try:
+        summary = run_ablation(settings, grader=grader, build_only=build_only)
+    finally:
+        if grader is not None:
+            grader.close()
     for arm, facts in summary["arms"].items():
         console.print(f"{arm}: {facts['records']} records over {facts['cells']} family/class/task cells "
                       f"→ {facts['data']}", highlight=False)

@@ -5,6 +5,7 @@ A check runs while the command line is parsed, so bad input fails with one line 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -44,6 +45,12 @@ def one_shot_spec(value: Optional[str]) -> Optional[str]:
     return value
 
 
+def server_token(server: Optional[str], token: Optional[str]) -> None:
+    """A token typed on the command line without ``--server`` has nothing to open (one in the environment may)."""
+    if server is None and token is not None and token != os.environ.get("PTXBENCH_SERVE_TOKEN"):
+        fail("--server-token is the access token of a --server: give --server URL with it")
+
+
 TargetArch = Annotated[Arch, typer.Option("--arch",
                                           metavar="<" + "|".join(a.value for a in Arch if a.is_arch_specific) + ">")]
 """A benchmark target (sm_90a, sm_100a); each command passes it through ``benchmark_arch`` first, which refuses
@@ -70,3 +77,10 @@ BaseUrl = Annotated[Optional[str], typer.Option("--base-url")]
 Adapter = Annotated[Optional[str], typer.Option("--adapter")]
 DryRun = Annotated[bool, typer.Option("--dry-run", help="Print what would be sent and its cost; send nothing")]
 Seed = Annotated[int, typer.Option("--seed")]
+
+# eval, run and fixit: evaluate on a running `ptxbench serve` instead of this machine
+Server = Annotated[Optional[str], typer.Option("--server", help="Evaluate on a running `ptxbench serve` (its URL) "
+                                               "instead of this machine; the run directory is written here as "
+                                               "without it")]
+ServerToken = Annotated[Optional[str], typer.Option("--server-token", "--token", envvar="PTXBENCH_SERVE_TOKEN",
+                                                    show_envvar=True, help="With --server: its access token")]

@@ -1,9 +1,11 @@
 """Graders: what refinement sends back to a model after each turn, from the check or the GPU evaluator.
 
 A grader is one method: task, target and source in, ``Feedback`` out. ``StaticGrader`` builds the candidate
-and reads its PTX/SASS (no GPU); ``GpuGrader`` runs the full GPU evaluation. The feedback text is what a
-kernel engineer would want: the first compiler error with its context, the class of failure, and for each
-required feature where it got lost; its record is the grader's evaluation, the one ``eval`` makes.
+and reads its PTX/SASS (no GPU); ``GpuGrader`` runs the full GPU evaluation; ``client.ServerGrader`` has a
+running ``ptxbench serve`` do what it can of the two, told back in the same words (``static_feedback``,
+``gpu_feedback``). The feedback text is what a kernel engineer would want: the first compiler error with its
+context, the class of failure, and for each required feature where it got lost; its record is the grader's
+evaluation, the one ``eval`` makes.
 """
 
 from __future__ import annotations
@@ -82,8 +84,7 @@ class StaticGrader:
 
     def grade(self, task: Task, arch: Arch, source: str) -> Feedback:
         report = check_source(source, arch, task, timeout_s=self.timeout_s)
-        passed, stage, text = render_check_feedback(report)
-        return Feedback(passed=passed, stage=stage, text=text, record=static_verdict(report, task.content_hash))
+        return static_feedback(static_verdict(report, task.content_hash))
 
     def close(self) -> None:
         """Nothing to release (the GPU grader's workers are)."""
@@ -146,6 +147,22 @@ def _evaluation_text(evaluation: Evaluation) -> tuple[bool, Stage, str]:
     return status is Status.PASSED, "gpu", "\n".join(lines)
 
 
+def static_feedback(evaluation: Evaluation) -> Feedback:
+    """What the static grader tells the model, from an evaluation made without running the candidate (its build
+    and static report): one text whether the check ran here or on a server without GPUs."""
+    report = CheckReport(candidate=evaluation.candidate, source_sha256="", arch=evaluation.arch, task=evaluation.task,
+                         build=evaluation.build, static=evaluation.static, duration_s=0.0)
+    passed, stage, text = render_check_feedback(report)
+    return Feedback(passed=passed, stage=stage, text=text, record=evaluation)
+
+
+def gpu_feedback(evaluation: Evaluation, task: Task) -> Feedback:
+    """What the GPU grader tells the model, from a GPU evaluation made here or by a server."""
+    passed, stage, text = render_evaluation_feedback(evaluation, task)
+    return Feedback(passed=passed, stage=stage, text=text, verified_on_gpu=evaluation.status is not None,
+                    record=evaluation)
+
+
 class GpuGrader:
     """Refinement's grader on a GPU machine: the full evaluation, told back to the model."""
 
@@ -153,10 +170,7 @@ class GpuGrader:
         self.evaluator = evaluator
 
     def grade(self, task: Task, arch: Arch, source: str) -> Feedback:
-        evaluation = self.evaluator.evaluate(task, arch, source)
-        passed, stage, text = render_evaluation_feedback(evaluation, task)
-        return Feedback(passed=passed, stage=stage, text=text, verified_on_gpu=evaluation.status is not None,
-                        record=evaluation)
+        return gpu_feedback(self.evaluator.evaluate(task, arch, source), task)
 
     def close(self) -> None:
         """Stop the GPU evaluator's worker processes."""
