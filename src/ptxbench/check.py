@@ -69,8 +69,11 @@ def report_for(path: str, source: str, arch: Arch, task: Task | None, result: Bu
 def check_source(source: str, arch: Arch, task: Task | None = None, name: str = "candidate.cu", *,
                  timeout_s: float = DEFAULT_TIMEOUT_S, cache_dir: Path | None = None,
                  use_cache: bool = True) -> CheckReport:
-    """Build ``source`` and read its binary: the static path every evaluator starts from."""
+    """Build ``source`` and read its binary: the static path every evaluator starts from. The wrapper header's
+    ``#include`` is pasted in here (idempotent: a file ``read_candidate`` read already has it), so a model's
+    answer graded by ``run``, the same answer saved and given to ``eval``, and a server's job build alike."""
     started = time.monotonic()
+    source = inline_wrapper_header(source)
     result = build(build_request(source, arch, task), cache_dir=cache_dir, timeout_s=timeout_s, use_cache=use_cache)
     return report_for(name, source, arch, task, result, started)
 

@@ -60,3 +60,21 @@ def test_a_one_shot_example_is_shown_without_line_directives(tmp_path) -> None: 
     example.write_text('#include "ptx_wrappers.cuh"\nint x;\n')
     shown = load_one_shot(f"rmsnorm:{example}")
     assert shown is not None and "namespace ptx {" in shown.source and "#line" not in shown.source
+
+
+def test_every_path_builds_an_answer_that_includes_the_header_alike(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A model's answer graded by ``run`` (its text), the same answer saved and given to ``eval`` (its file) and
+    a server's job build one and the same source: the include is pasted in once, wherever it is read."""
+    from ptxbench.check import check_file, check_source
+    from ptxbench.kernels import reference_folder
+    from ptxbench.tasks.loader import get_task
+
+    answer = (reference_folder("sm_90a") / "transpose.cu").read_text()
+    assert '#include "ptx_wrappers.cuh"' in answer
+    saved = tmp_path / "candidate.cu"
+    saved.write_text(answer)
+    task = get_task("transpose")
+    as_text, as_file = check_source(answer, Arch.SM_90A, task), check_file(saved, Arch.SM_90A, task)
+    assert as_text.build.ok, as_text.build.diagnosis
+    assert as_text.source_sha256 == as_file.source_sha256
+    assert inline_wrapper_header(inline_wrapper_header(answer)) == inline_wrapper_header(answer)

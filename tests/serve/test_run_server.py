@@ -39,8 +39,7 @@ FAST = EvalOptions(trials=1, time=False, profile=False, call_timeout_s=60)
 
 def reference(task: str) -> str:
     """A reference kernel as a model would answer it: one whole file, its ``#include "ptx_wrappers.cuh"`` written
-    out. (The server inlines that header into every source it is sent; the refinement loop's extraction does not,
-    so an answer that includes it builds there and not here: a divergence outside this test's subject.)"""
+    out (an answer that includes the header builds alike everywhere: tests/context/test_wrappers.py)."""
     return inline_wrapper_header((REFERENCE / f"{task}.cu").read_text())
 
 
