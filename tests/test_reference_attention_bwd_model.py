@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 from ptxbench.kernels import reference_folder
-from tests.test_reference_attention_model import Ring, _LANE, _WARP, a_fragment_matrix, acc_cols, acc_rows, bf16, \
-    parity_wait, to_acc
+from tests.test_reference_attention_model import Ring, a_fragment_matrix, acc_cols, acc_rows, bf16, parity_wait, \
+    to_acc
 
 KERNEL = reference_folder("sm_90a") / "attention_bwd.cu"
 LOG2E = np.float32(1.4426950408889634)
@@ -199,3 +199,66 @@ def test_a_wrong_mask_is_caught() -> None:
     for a, b in zip(masked, unmasked):
         assert not np.isnan(a).any() and not np.isnan(b).any()
         assert np.abs(a - b).max() > 0.1
+
+
+# ---- the rings: producers and consumers against the mbarriers ---------------------------------------
+
+
+def fill(ring: Ring, steps: int):  # type: ignore[no-untyped-def]
+    """A producer (TMA thread or the row warp): wait for each stage's release, then complete its full phase."""
+    for j in range(steps):
+        stage, use = j % ring.stages, j // ring.stages
+        while use > 0 and not parity_wait(ring.empty[stage], use - 1):  # a fresh stage counts as released
+            yield
+        ring.full[stage] += 1
+
+
+def drain(rings: list[Ring], steps: int):  # type: ignore[no-untyped-def]
+    """A consumer warpgroup: each step waits for every ring's stage in turn, then releases them all."""
+    for j in range(steps):
+        stage = j % rings[0].stages
+        for ring in rings:
+            while not parity_wait(ring.full[stage], j // ring.stages):
+                yield
+        for ring in rings:
+            ring.release(stage)
+
+
+def run_agents(agents: list, order: list[int]) -> list[bool]:  # type: ignore[type-arg]
+    done = [False] * len(agents)
+    for _ in range(100_000):
+        for a in order:
+            if not done[a]:
+                done[a] = next(agents[a], StopIteration) is StopIteration
+        if all(done):
+            break
+    return done
+
+
+ORDERS = ([0, 1, 2, 3], [3, 2, 1, 0], [1, 2, 3, 0], [0, 0, 0, 1, 2, 3], [2, 2, 2, 3, 0, 1], [3, 3, 3, 1, 0, 2])
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("S", [2, 64, 200, 1000])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_the_rings_never_deadlock_or_alias_a_phase(D: int, S: int, causal: int) -> None:
+    _, bn, _ = key_tiles(D)
+    bq, stages = KEY["bq"], KEY["stages"][D]
+    for k_tile in range(-(-S // bn)):  # dK/dV: the TMA thread, the row warp, two consumers walking every tile
+        q_tiles = -(-S // bq) - ((k_tile * bn) // bq if causal else 0)
+        for order in ORDERS:
+            qdo, row = Ring(stages, 2), Ring(stages, 2)
+            done = run_agents([fill(qdo, q_tiles), fill(row, q_tiles), drain([qdo, row], q_tiles),
+                               drain([qdo, row], q_tiles)], order)
+            assert all(done), f"dK/dV deadlock: key tile {k_tile}, order {order}, done {done}"
+            assert qdo.empty == qdo.full == row.full == row.empty and sum(qdo.full) == q_tiles
+    bm, bnq, stages = QUERY["bm"], QUERY["bn"][D], QUERY["stages"][D]
+    for q_tile in range(-(-S // bm)):  # dQ: the TMA thread and two consumers, each its own tiles then the rest
+        q0 = q_tile * bm
+        kv_tiles = -(-(min(S, q0 + bm) if causal else S) // bnq)
+        for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0], [0, 0, 0, 1, 2], [2, 2, 2, 0, 1]):
+            kv = Ring(stages, 2)
+            # Own tiles and skipped ones wait and release alike: the ring sees kv_tiles steps from each.
+            done = run_agents([fill(kv, kv_tiles), drain([kv], kv_tiles), drain([kv], kv_tiles)], order)
+            assert all(done), f"dQ deadlock: query tile {q_tile}, order {order}, done {done}"
+            assert kv.empty == kv.full and sum(kv.full) == kv_tiles
