@@ -90,46 +90,33 @@ __global__ void __launch_bounds__(256) swizzled_rows(const uint32_t* in, uint32_
 }
 
 // A persistent producer/consumer ring: warp 1 streams rows of `in` (bulk copies) into a 4-stage ring for
-// the tiles this CTA walks, and its 32 lanes write a per-tile offset into a second ring with ordinary stores
-// (producer_wait / producer_commit, 32 producer arrivals); warp 0 waits for each stage, transposes 8x8 blocks
-// of it through ldmatrix .trans / stmatrix, reduces exp(x) over it and releases both.
+// the tiles this CTA walks; warp 0 waits for each stage, transposes 8x8 blocks of it through ldmatrix
+// .trans / stmatrix, reduces exp(x) over it and releases it.
 __global__ void __launch_bounds__(64) ring_pipeline(const float* in, float* out, int tiles_m, int tiles_n) {
   constexpr int kStages = 4;
   struct Shared {
     float rows[kStages][256];
     uint16_t block[8 * 8];
-    float offsets[kStages][32];
     ptx::RingBarriers<kStages> ring;
-    ptx::RingBarriers<kStages> offset_ring;
   };
   extern __shared__ uint8_t raw[];
   Shared& s = *ptx::align_smem<Shared>(raw);
-  if (threadIdx.x == 0) {
-    s.ring.init(kStages, 1);
-    s.offset_ring.init(kStages, 1, 32);  // full: the 32 lanes of warp 1
-  }
+  if (threadIdx.x == 0) s.ring.init(kStages, 1);
   __syncthreads();
   ptx::RingState at;
   const ptx::TileScheduler schedule(tiles_m, tiles_n, 2, blockIdx.x, gridDim.x);
-  if (threadIdx.x >= 32) {
+  if (threadIdx.x == 32) {
     for (ptx::TileScheduler t = schedule; t.valid(); t.next()) {
       int tm, tn;
       t.coords(tm, tn);
-      if (threadIdx.x == 32) {
-        uint64_t* full = s.ring.producer_acquire(at, sizeof(s.rows[0]));
-        ptx::bulk_load(s.rows[at.stage], in + (tm * tiles_n + tn) * 256, sizeof(s.rows[0]), full);
-      }
-      s.offset_ring.producer_wait(at);
-      s.offsets[at.stage][threadIdx.x - 32] = static_cast<float>(tm - tn);
-      s.offset_ring.producer_commit(at.stage);
+      uint64_t* full = s.ring.producer_acquire(at, sizeof(s.rows[0]));
+      ptx::bulk_load(s.rows[at.stage], in + (tm * tiles_n + tn) * 256, sizeof(s.rows[0]), full);
       at.advance(kStages);
     }
-  } else {
+  } else if (threadIdx.x < 32) {
     float total = 0.f;
     for (ptx::TileScheduler t = schedule; t.valid(); t.next()) {
       s.ring.consumer_wait(at);
-      s.offset_ring.consumer_wait(at);
-      total += s.offsets[at.stage][threadIdx.x];
       for (int i = threadIdx.x; i < 256; i += 32) total += ptx::ex2_approx(s.rows[at.stage][i] * 1.4426950f);
       if (threadIdx.x < 16) s.block[threadIdx.x] = static_cast<uint16_t>(s.rows[at.stage][threadIdx.x]);
       __syncwarp();
@@ -139,10 +126,7 @@ __global__ void __launch_bounds__(64) ring_pipeline(const float* in, float* out,
       ptx::stmatrix_x4(s.block + (threadIdx.x % 8) * 8, r0, r1, r2, r3);
       total += ptx::bf16_lo(r0 ^ r3) + ptx::bf16_hi(r1 ^ r2);
       __syncwarp();
-      if (threadIdx.x == 0) {
-        s.ring.consumer_release(at.stage);
-        s.offset_ring.consumer_release(at.stage);
-      }
+      if (threadIdx.x == 0) s.ring.consumer_release(at.stage);
       at.advance(kStages);
     }
     out[blockIdx.x * 32 + threadIdx.x] = ptx::lg2_approx(total);

@@ -177,11 +177,9 @@ struct RingBarriers {
   uint64_t empty[kMaxStages];
 
   // One thread, then the barrier that publishes them (__syncthreads, or cluster_sync when peers arrive).
-  // `producers` arrivals complete a full phase: 1 for a TMA producer, more for threads that fill a stage
-  // with ordinary stores (each arrives after its own, see producer_commit).
-  __device__ __forceinline__ void init(int stages, uint32_t consumers, uint32_t producers = 1) {
+  __device__ __forceinline__ void init(int stages, uint32_t consumers) {
     for (int i = 0; i < stages; ++i) {
-      mbar_init(&full[i], producers);
+      mbar_init(&full[i], 1);
       mbar_init(&empty[i], consumers);
     }
     mbar_fence_init();
@@ -194,11 +192,6 @@ struct RingBarriers {
     mbar_arrive_expect_tx(&full[at.stage], bytes);
     return &full[at.stage];
   }
-  // Producer filling the stage with ordinary stores (e.g. a warp copying a few values per step): wait until
-  // the stage is released, store, then every one of the `producers` threads calls producer_commit. The
-  // arrive releases the thread's own stores to whoever waits on the full barrier.
-  __device__ __forceinline__ void producer_wait(const RingState& at) { mbar_wait(&empty[at.stage], at.phase ^ 1); }
-  __device__ __forceinline__ void producer_commit(int stage) { mbar_arrive(&full[stage]); }
   // Consumer: wait until the stage's data has landed.
   __device__ __forceinline__ void consumer_wait(const RingState& at) { mbar_wait(&full[at.stage], at.phase); }
   // Consumer: one of the `consumers` arrivals that hand `stage` back to the producer.

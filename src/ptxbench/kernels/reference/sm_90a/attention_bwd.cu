@@ -8,20 +8,21 @@
 //
 // The harness gives no scratch memory, so there is no fp32 dQ accumulator for the key-tile CTAs to add into
 // (FlashAttention-2/3's atomics). Instead three kernels on the given stream, each writing its outputs once:
-//   1. delta:  delta_i = rowsum(dO_i ⊙ O_i) in fp32, parked in the dQ output's bytes (4 bytes a row of 2·D);
+//   1. delta:  delta_i = rowsum(dO_i ⊙ O_i) in fp32, parked in the dQ output (4 bytes of a 2·D-byte row);
 //   2. dK, dV: one CTA per (key tile, batch x head) walks the query tiles: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (wgmma,
 //              both operands from shared memory), Pᵀ = 2^(Sᵀ·scale·log2 e − LSE·log2 e), dSᵀ = Pᵀ ⊙ (dPᵀ − delta),
 //              then dV += Pᵀ·dO and dK += dSᵀ·Q with Pᵀ and dSᵀ packed to bf16 as the register A operand and
 //              dO, Q read MN-major from the same shared tiles;
 //   3. dQ:     one CTA per (128 queries, batch x head) walks the key tiles: S = Q·Kᵀ, dP = dO·Vᵀ, the same P and
-//              dS, dQ += dS·K (K MN-major). It computes its rows' delta itself (from O and dO, once), since
-//              it overwrites the parked values.
-// So S and dP are computed twice (7 GEMMs of the 5 a fused kernel needs, ~1.4x the tensor work): the price of
-// no workspace and no atomics. Both main kernels are warp-specialised like the forward: warpgroup 0 produces
-// (one thread issues the TMA loads into rings of stages with full/empty mbarriers; in the dK/dV kernel a second
-// warp copies each query tile's LSE·log2 e and delta into a small ring of its own), warpgroups 1 and 2 consume
-// (setmaxnreg 32 / 240: 128 x (32 + 2 x 240) = 65536). Per step a consumer issues its two score GEMMs back to back, turns the first into P
-// while the second runs, and issues the first accumulation (dV) before it forms dS.
+//              dS, dQ += dS·K (K MN-major). It computes its rows' delta itself (from O and dO, once), since it
+//              overwrites the parked values.
+// So S and dP are computed twice (7 GEMMs of the 5 a fused kernel needs, 1.4x the tensor work): the price of no
+// workspace and no atomics. Both main kernels are warp-specialised like the forward: warpgroup 0 produces (one
+// thread issues the TMA loads into rings of stages with full/empty mbarriers; in the dK/dV kernel a second warp
+// copies each query tile's LSE·log2 e and delta into a small ring of its own, whose full barrier counts its 32
+// lanes), warpgroups 1 and 2 consume (setmaxnreg 32 / 240: 128 x (32 + 2 x 240) = 65536). Per step a consumer
+// issues its two score GEMMs back to back, turns the first into P while the second runs, and issues the first
+// accumulation (dV) before it forms dS.
 //
 // Tiles (shared memory <= 227 KB, one CTA per SM):
 //   dK/dV: 64 queries a step; D = 64, 128: 128 keys a CTA, each consumer warpgroup owns 64 keys and all D
@@ -179,7 +180,7 @@ struct KeyShared {
   float lse2[C::STAGES][C::BQ];    // LSE · log2 e of the step's queries (+inf past S)
   float delta[C::STAGES][C::BQ];   // delta of the step's queries (0 past S)
   ptx::RingBarriers<C::STAGES> qdo_ring;  // full: producer arrive + TMA bytes of Q and dO
-  ptx::RingBarriers<C::STAGES> row_ring;  // full: the 32 lanes of the row warp
+  ptx::RingBarriers<C::STAGES> row_ring;  // full: the 32 lanes of the row warp (initialised by hand)
   uint64_t kv_full;
 };
 
@@ -242,14 +243,14 @@ __device__ __forceinline__ void key_rows(KeyShared<D>& s, const float* __restric
   ptx::RingState at;
   for (int t = 0; t < w.q_tiles; ++t) {
     const int q0 = (w.q_first + t) * C::BQ;
-    s.row_ring.producer_wait(at);
+    ptx::mbar_wait(&s.row_ring.empty[at.stage], at.phase ^ 1);  // released (a fresh stage counts as released)
 #pragma unroll
     for (int r = lane; r < C::BQ; r += 32) {
       const int row = q0 + r;
       s.lse2[at.stage][r] = row < S ? LSE[head_row + row] * LOG2E : INFINITY;
       s.delta[at.stage][r] = row < S ? delta[head_row + row] : 0.0f;
     }
-    s.row_ring.producer_commit(at.stage);  // every lane arrives (release): its writes are seen by the waiters
+    ptx::mbar_arrive(&s.row_ring.full[at.stage]);  // every lane arrives (release): its stores reach the waiters
     at.advance(C::STAGES);
   }
 }
@@ -292,10 +293,9 @@ __device__ __forceinline__ void key_consumer(KeyShared<D>& s, const CUtensorMap*
       sacc[i] = ptx::ex2_approx(x);
     }
     pack_a(sacc, pa);
-    issue_accumulate<C::COLS, STEPS>(dv, pa, s.dout[at.stage] + (col0 / 64) * C::BQ * 64, C::BQ * 128);  // dV += Pᵀ dO
-    // dPᵀ is done; dV may still run, except at D = 256 where its A fragments must be free for dSᵀ's (spills).
-    if constexpr (C::SPLIT) ptx::wgmma_wait<0>();
-    else ptx::wgmma_wait<1>();
+    // dV += Pᵀ dO
+    issue_accumulate<C::COLS, STEPS>(dv, pa, s.dout[at.stage] + (col0 / 64) * C::BQ * 64, C::BQ * 128);
+    ptx::wgmma_wait<1>();  // dPᵀ is done (dV may still run)
     ptx::wgmma_fence_acc(dpacc);
 #pragma unroll
     for (int i = 0; i < C::BQ / 2; ++i) dpacc[i] = sacc[i] * (dpacc[i] - delta[ptx::wgmma_acc_col(i)]);
@@ -346,8 +346,11 @@ attention_bwd_dkdv_sm90a(const __grid_constant__ CUtensorMap map_q, const __grid
   const uint32_t warpgroup = ptx::warpgroup_idx();
 
   if (threadIdx.x == 0) {
-    s.qdo_ring.init(C::STAGES, 2);      // empty: one arrive per consumer warpgroup
-    s.row_ring.init(C::STAGES, 2, 32);  // full: the row warp's 32 lanes
+    s.qdo_ring.init(C::STAGES, 2);  // empty: one arrive per consumer warpgroup
+    for (int i = 0; i < C::STAGES; ++i) {  // the row ring: full after the row warp's 32 lanes arrive
+      ptx::mbar_init(&s.row_ring.full[i], 32);
+      ptx::mbar_init(&s.row_ring.empty[i], 2);
+    }
     ptx::mbar_init(&s.kv_full, 1);
     ptx::mbar_fence_init();
   }
