@@ -28,7 +28,7 @@
 //   dK/dV: 64 queries a step; D = 64, 128: 128 keys a CTA, each consumer warpgroup owns 64 keys and all D
 //          columns of their dK and dV (2 x D/2 fp32 registers); D = 256: 64 keys a CTA and each warpgroup owns
 //          half the columns of dK and dV (2 x 64 registers: 2 x 128 would not fit), both computing the same Sᵀ
-//          and dPᵀ. Stages of Q + dO: 4 (D = 64, 96 KB), 3 (D = 128, 160 KB), 2 (D = 256, 192 KB).
+//          and dPᵀ (so at D = 256 the three kernels do 9 GEMMs' work of 5, not 7). Stages of Q + dO: 4 (D = 64, 96 KB), 3 (D = 128, 160 KB), 2 (D = 256, 192 KB).
 //   dQ:    128 queries a CTA (64 a warpgroup), keys 64 a step (32 at D = 256: dQ alone is 128 registers);
 //          stages of K + V: 4 (D = 64, 96 KB), 3 (D = 128, 160 KB), 2 (D = 256, 192 KB).
 //
@@ -42,11 +42,12 @@
 //
 // What ncu should show (to be checked on the H200): HGMMA.64x64x16 (Sᵀ, dPᵀ), HGMMA.64xDx16 with a register A
 // operand (dV, dK; at D = 256 64x128), in the dQ kernel HGMMA.64x64x16 / 64x32x16 and 64xDx16 register-A,
-// UTMALDG for Q, K, V, dO, UTMASTG for the outputs, SYNCS, USETMAXREG. Expected at hd128-s4096 roughly 3-3.5 ms
-// against cuDNN's 2.58 (the 1.4x recomputation, one 64-query step at a time with no overlap of a step's
-// exponentials with the previous step's accumulations, not persistent); the next steps are an fp32 dQ
-// workspace (if the harness grants one) with red.global.add from the dK/dV kernel, and two-stage pipelining of
-// the score GEMMs.
+// UTMALDG for Q, K, V, dO, UTMASTG for the outputs, SYNCS, USETMAXREG. Expected at hd128-s4096: 1.92e12 FLOPs of
+// tensor work (1.4 x the task's 1.37e12) at 400-550 TFLOP/s, i.e. 3.5-5 ms against cuDNN's 2.58: behind it, by
+// the recomputation and by one 64-query step at a time per warpgroup (a step's exponentials do not overlap the
+// previous step's accumulations; only the other warpgroup fills the gap), and no persistent scheduling. The
+// next steps: an fp32 dQ workspace (if the harness grants one) with red.global.add from the dK/dV kernel, which
+// removes the dQ kernel's S and dP, then software pipelining of the score GEMMs one step ahead.
 #include <cmath>
 
 #include "ptx_wrappers.cuh"
