@@ -20,9 +20,11 @@
 // workspace and no atomics. Both main kernels are warp-specialised like the forward: warpgroup 0 produces (one
 // thread issues the TMA loads into rings of stages with full/empty mbarriers; in the dK/dV kernel a second warp
 // copies each query tile's LSE·log2 e and delta into a small ring of its own, whose full barrier counts its 32
-// lanes), warpgroups 1 and 2 consume (setmaxnreg 32 / 240: 128 x (32 + 2 x 240) = 65536). Per step a consumer
-// issues its two score GEMMs back to back, turns the first into P while the second runs, and issues the first
-// accumulation (dV) before it forms dS.
+// lanes), warpgroups 1 and 2 consume. setmaxnreg 24 / 240: 128 x (24 + 2 x 240) = 64512 = 384 x 168, exactly
+// the registers the CTA is launched with (more would leave the consumers' increase waiting forever); the
+// producers fit in 24 with their slab loops rolled, the consumers use up to R232 (D = 128 and 256). Per step a
+// consumer issues its two score GEMMs back to back, turns the first into P while the second runs, and issues
+// the first accumulation (dV) before it forms dS.
 //
 // Tiles (shared memory <= 227 KB, one CTA per SM):
 //   dK/dV: 64 queries a step; D = 64, 128: 128 keys a CTA, each consumer warpgroup owns 64 keys and all D
@@ -225,7 +227,7 @@ __device__ __forceinline__ void key_producer(KeyShared<D>& s, const CUtensorMap*
   for (int t = 0; t < w.q_tiles; ++t) {
     const int q0 = (w.q_first + t) * C::BQ;
     uint64_t* full = s.qdo_ring.producer_acquire(at, 2 * C::STEP_BYTES);
-#pragma unroll 1  // rolled: unrolled, the stages' slab addresses outgrow the producer's 32 registers at D = 256
+#pragma unroll 1  // rolled: unrolled, the stages' slab addresses outgrow the producer's 24 registers at D = 256
     for (int slab = 0; slab < C::SLABS; ++slab) {
       ptx::tma_load_3d(s.q[at.stage] + slab * C::BQ * 64, map_q, full, slab * 64, q0, w.head);
       ptx::tma_load_3d(s.dout[at.stage] + slab * C::BQ * 64, map_do, full, slab * 64, q0, w.head);
@@ -358,7 +360,7 @@ attention_bwd_dkdv_sm90a(const __grid_constant__ CUtensorMap map_q, const __grid
   __syncthreads();
 
   if (warpgroup == 0) {
-    ptx::setmaxnreg_dec<32>();
+    ptx::setmaxnreg_dec<24>();
     const uint32_t warp = ptx::warp_idx();
     if (warp == 0 && threadIdx.x == 0) key_producer<D>(s, &map_k, &map_v, &map_q, &map_do, w);
     if (warp == 1) key_rows<D>(s, LSE, delta, w, S);
@@ -579,7 +581,7 @@ attention_bwd_dq_sm90a(const __grid_constant__ CUtensorMap map_q, const __grid_c
   __syncthreads();
 
   if (warpgroup == 0) {
-    ptx::setmaxnreg_dec<32>();
+    ptx::setmaxnreg_dec<24>();
     if (threadIdx.x == 0) query_producer<D>(s, &map_q, &map_do, &map_k, &map_v, w, S);
     return;
   }
