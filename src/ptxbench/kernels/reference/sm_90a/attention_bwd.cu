@@ -30,7 +30,8 @@
 //   dK/dV: 64 queries a step; D = 64, 128: 128 keys a CTA, each consumer warpgroup owns 64 keys and all D
 //          columns of their dK and dV (2 x D/2 fp32 registers); D = 256: 64 keys a CTA and each warpgroup owns
 //          half the columns of dK and dV (2 x 64 registers: 2 x 128 would not fit), both computing the same Sᵀ
-//          and dPᵀ (so at D = 256 the three kernels do 9 GEMMs' work of 5, not 7). Stages of Q + dO: 4 (D = 64, 96 KB), 3 (D = 128, 160 KB), 2 (D = 256, 192 KB).
+//          and dPᵀ (so at D = 256 the three kernels do 9 GEMMs' work of 5, not 7). Stages of Q + dO: 4 (D = 64,
+//          96 KB), 3 (D = 128, 160 KB), 2 (D = 256, 192 KB).
 //   dQ:    128 queries a CTA (64 a warpgroup), keys 64 a step (32 at D = 256: dQ alone is 128 registers);
 //          stages of K + V: 4 (D = 64, 96 KB), 3 (D = 128, 160 KB), 2 (D = 256, 192 KB).
 //
