@@ -95,3 +95,19 @@ def test_attention_reference_is_right_at_every_tile_edge(evaluator) -> None:  # 
     print(f"attention_fwd on {len(named)} edge lengths: {evaluation.status} {evaluation.message}")
     assert evaluation.status is Status.PASSED, evaluation.message
     assert len({t.workload for t in evaluation.trials}) == len(named)
+
+
+def test_attention_bwd_reference_is_right_at_every_tile_edge(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """Lengths at and either side of the backward kernels' edges: the dK/dV kernel's 64-query steps and key tiles
+    (128 keys, 64 a warpgroup; 64 keys at D = 256, the second warpgroup's keys wholly past S when S <= 64), the dQ
+    kernel's 128-query CTAs (a second warpgroup wholly past S) and key steps (64, 32 at D = 256), causal and not,
+    at each head dimension. Not S = 1: there every dS is zero but for rounding (O = V), so dQ is noise that the
+    task's tolerance, scaled by |dS|, cannot accept from any kernel (tests/test_reference_attention_bwd_model.py)."""
+    named = {f"d{d}-s{s}-c{c}": {"B": 1, "H": 3, "S": s, "D": d, "causal": c}
+             for d in (64, 128, 256) for s in (2, 17, 31, 33, 63, 64, 65, 127, 128, 129, 192, 255, 385)
+             for c in (0, 1)}
+    evaluation = evaluator.evaluate(task_on_sizes("attention_bwd", named), Arch.SM_90A,
+                                    read_candidate(REFERENCE / "attention_bwd.cu"), "attention_bwd.cu")
+    print(f"attention_bwd on {len(named)} edge lengths: {evaluation.status} {evaluation.message}")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert len({t.workload for t in evaluation.trials}) == len(named)
