@@ -55,7 +55,7 @@ def test_a_batch_through_the_server_gets_evals_verdicts(tmp_path: Path) -> None:
             assert view.evaluation.status == want, view.evaluation.message
             stages = [event.stage for event in view.events]
             assert "build" in stages and "gpu" in stages
-            stored = Path(view.run_dir) / view.item / "result.json"
+            stored = server.state / view.run_dir / "items" / view.task / view.item / "result.json"
             assert Evaluation.model_validate_json(stored.read_text()) == view.evaluation
         metrics = client.metrics()
         assert metrics.queue_depth == 0 and metrics.jobs.get("done", 0) >= 4
