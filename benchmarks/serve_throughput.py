@@ -142,4 +142,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except ServerError as exc:  # no server, a refused token, a job that failed: one line, not a traceback
+        sys.exit(f"error: {exc}")

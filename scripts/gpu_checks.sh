@@ -25,6 +25,9 @@
 #   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
 #   multigpu   benchmarks/multi_gpu_throughput.py (1 GPU vs all visible), 300 s
+#   servebench benchmarks/serve_throughput.py against a warm `ptxbench serve --lanes 4` on GPU 0: 100 GEMM candidates
+#              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
+#              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 560 s
 #
 # Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm] [--baselines] [--serve])
 # are installed from .whl/ first when that folder exists: every wheel there, without dependencies, so
@@ -92,6 +95,25 @@ for section in "${sections[@]}"; do
         multigpu) timeout "$(limit 300)" python3 benchmarks/multi_gpu_throughput.py --out "$work/multigpu" \
                       > "$work/multigpu.log" 2>&1
                   echo "multigpu: exit $?"; tail -12 "$work/multigpu.log" ;;
-        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu)" >&2 ;;
+        servebench)
+            python3 -m ptxbench serve --gpus 0 --lanes 4 --state "$work/serve-state" --port 8765 > "$work/server.log" 2>&1 &
+            server=$!
+            for _ in $(seq 90); do
+                python3 -c "import httpx; httpx.get('http://127.0.0.1:8765/v1/health', timeout=2).raise_for_status()" \
+                    2>/dev/null && break
+                sleep 1
+            done
+            budget=()
+            [ -n "${PTXBENCH_SERVE_BUDGET_MS:-}" ] && budget=(--timing-budget-ms "$PTXBENCH_SERVE_BUDGET_MS")
+            share=$(limit 250)
+            for profile in no-profile profile; do
+                timeout $((share + 60)) python3 benchmarks/serve_throughput.py --count 100 "--$profile" "${budget[@]}" \
+                    --deadline-s "$share" --workdir "$work/candidates-$profile" --out "$work/serve_$profile.json" \
+                    > "$work/servebench_$profile.log" 2>&1
+                echo "servebench $profile: exit $?"
+                grep -E '"(finished|seconds|candidates_per_minute)"' "$work/servebench_$profile.log"
+            done
+            kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
+        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu servebench)" >&2 ;;
     esac
 done
