@@ -3,6 +3,11 @@
 // softmax (expert reference, sm_90a): Y[r, :] = exp(X[r, :] - max) / sum(exp(X[r, :] - max)) for every row of a
 // bf16 X [R, C], fp32 arithmetic, bf16 Y.
 //
+// Measured on the H200 (benchmarks/results/reference_kernels_h200.md, 2026-12-04, the best baseline timed in the
+// same run): ahead of the library on the long and vocabulary rows (r8192-c32768 120 % of Liger's, the 151936-wide
+// Qwen rows 200 % of torch.compile's), behind Liger on r16384-c4096 (0.0719 against 0.0660 ms, 92 %); 84-90 % of
+// the measured copy bandwidth on these workloads, all beyond L2 (target: 95 %).
+//
 // Memory-bound: the minimum traffic is one read of X and one write of Y, and that is only possible if
 // a row stays on chip between the reduction (max, sum) and the normalisation. The kernel therefore
 // keeps every row in shared memory, and when a row is too long for one SM (vocabulary-sized rows:
