@@ -11,8 +11,9 @@
 // 128-byte lines in address order, and costs the threads only shared stores (STS.128, no global queue).
 // Transpose writes this way (TMA stores) and softmax/rmsnorm do not, and all three reach ~3.7 TB/s, so
 // this is a test of the store path rather than a sure win; the same-size copy reaches 4.28 TB/s.
-// Shared traffic per row: +8 KB of thread writes and +8 KB read by the copy engine (about 48 KB of the
-// ~128 KB per SM the row's time allows, at three CTAs per SM).
+// Shared traffic per row: 48 KB instead of 32 KB (the load's 8 KB, x read twice, W once, plus now 8 KB of
+// thread writes and 8 KB read by the store). A row's time on one SM at copy speed is ~880 cycles (16 KB of
+// HBM traffic at 4.28 TB/s over 132 SMs), in which shared memory moves ~112 KB (128 B per cycle).
 //
 // Ring: stage s is refilled only after the store that reads it has finished reading shared memory. Thread
 // 0 stores row k and then refills the stage of row k - 1 (after cp.async.bulk.wait_group.read 1: all but

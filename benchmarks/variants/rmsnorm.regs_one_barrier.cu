@@ -6,8 +6,7 @@
 // What changes, per row (256 threads, Hd = 4096: 512 16-byte chunks, 2 per thread):
 // - pass 1 loads the thread's chunks (v = tid + j * kThreads, j < kMaxVec) into registers while summing
 //   squares; pass 2 scales those registers with W's chunks, which were loaded into registers once per
-//   CTA (the same v every row). Shared reads per row: 8 KB instead of 16 KB (x twice, W once), i.e.
-//   24 KB instead of 48 KB per SM per 3 rows (one row per CTA at 3 CTAs per SM).
+//   CTA (the same v every row). Shared reads per row: 8 KB (x once) instead of 24 KB (x twice, W once).
 // - barrier (A) (partial sums visible) also proves that no thread reads the stage any more (its chunks
 //   are in registers), so thread 0 refills it with the row S ahead right after (A): the copy is issued
 //   one normalise-and-store phase earlier than after the reference's barrier (B).
@@ -16,11 +15,12 @@
 //   reaches only after reading slot (k & 1) for row k. The slots live in the W buffer, free once every
 //   thread holds its W chunks in registers (one __syncthreads after that copy, once per CTA).
 // Why it should be faster: the measured knobs say the consumer's per-row latency is on the critical
-// path (1 CTA per SM: 0.0858 ms, 1.2 us per row; 128 threads instead of 256: 0.0690 against 0.0712 ms;
-// 512 threads: 0.0745). The reference's chain per row is wait -> 2 shared reads -> 5 shuffles -> (A)
-// -> 8 shared reads -> rsqrt -> 2 x 2 shared reads -> stores -> (B) -> refill; here it is wait -> 1
-// shared read -> 5 shuffles -> (A) + refill -> 2 shared reads (the two slots' floats as float4s) ->
-// rsqrt -> stores. Registers: kMaxVec x 8 (x and W chunks) = 32 at 256 threads, 64 at 128 threads.
+// path (1 CTA per SM: 0.0858 ms, i.e. ~1.2 us per row and CTA; 128 threads instead of 256: 0.0690 against
+// 0.0712 ms; 512 threads: 0.0745; kernel_variants_h200.md). The reference's chain per row is wait -> x
+// from shared -> 5 shuffles -> (A) -> 8 partial sums from shared -> rsqrt -> x and W from shared ->
+// stores -> (B) -> refill; here it is wait -> x from shared -> 5 shuffles -> (A) + refill -> 8 partial
+// sums -> rsqrt -> stores from registers. Registers: kMaxVec x 8 for the x and W chunks (32 of the 64
+// ptxas allows at 256 threads, no spills; 128 registers at 128 threads).
 // Rows longer than kRegRowElems (16 KB; no task workload) take the reference's path inside the same
 // kernel: the chunks beyond the registers are re-read from shared memory and barrier (B) releases the
 // stage, as before.

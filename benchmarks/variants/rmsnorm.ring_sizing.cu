@@ -5,11 +5,13 @@
 // 1. Bytes in flight. The reference asks for 64 KB per CTA and as many CTAs as fit: 3 per SM at Hd = 4096
 //    (9 x 8 KB of shared memory each), i.e. 192 KB of X requested ahead per SM, 25 MB over the GPU. Little's
 //    law needs far less: the reads are half of ~4.3 TB/s, 16 GB/s per SM, and at a loaded latency of
-//    ~1-1.5 us that is 16-24 KB per SM; 6x that is still 192 KB. Every bulk-copy kernel of this suite
-//    (rmsnorm, softmax, transpose) tops out at 3.6-3.9 TB/s while a same-size copy reaches 4.28 TB/s, and
-//    the knobs measured so far point the same way: a 32 KB ring (5 CTAs, 160 KB per SM) 0.0703 ms against
-//    0.0712. Here the ring is kRingBytesPerSm / kCtasPerSm per CTA (at least 2 stages), and the grid is
-//    capped at kCtasPerSm CTAs per SM, so the two can be swept apart:
+//    ~1-1.5 us that is 16-24 KB per SM; 192 KB is 8-12x that. Every bulk-copy kernel of this suite
+//    (rmsnorm, softmax, transpose) tops out at 3.6-3.9 TB/s while a copy of the same bytes reaches ~4.3
+//    TB/s, and the one knob that lowered the bytes in flight without losing consumers was faster: a 32 KB
+//    ring (5 CTAs, 160 KB per SM) 0.0703 ms against 0.0712. (A 128 KB ring at one CTA per SM was much
+//    slower, 0.0858: one consumer per SM. The reference couples the two; this variant does not.) Here the
+//    ring is kRingBytesPerSm / kCtasPerSm per CTA (at least 2 stages), and the grid is capped at
+//    kCtasPerSm CTAs per SM, so the two can be swept apart:
 //      kRingBytesPerSm = 64 KB, kCtasPerSm = 4 -> 2 stages of 8 KB per CTA, 4 CTAs (64 KB per SM).
 //    kRingBytesPerSm = 0 keeps the reference's sizing (only item 2 then changes anything).
 // 2. Decode. With T rows over at most T CTAs (t32-h4096-decode: 32 CTAs, one row each), the reference
