@@ -140,7 +140,7 @@ def _grouped_tile(t: int, rows: int, cols: int, group: int) -> tuple[int, int]:
 def test_the_warps_take_every_tile_once(r, c):
     text = (VARIANTS / "transpose.warp_tiles.cu").read_text()
     assert "const int first = warp * int(gridDim.x) + int(blockIdx.x);" in text
-    assert "const int64_t needed = (tiles + kThreads / 32 - 1) / (kThreads / 32);" in text
+    assert "const int64_t needed = (tiles + kWarps - 1) / kWarps;" in text
     n_rt, n_ct = -(-r // 64), -(-c // 64)
     tiles = n_rt * n_ct
     grid = min(-(-tiles // 4), 132)

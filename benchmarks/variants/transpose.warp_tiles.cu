@@ -27,7 +27,8 @@
 //   python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/transpose.cu \
 //       --variant "warps:@transpose.warp_tiles.cu" --variant "warps5:@transpose.warp_tiles.cu;kWarpStages=5"
 //
-// The definitions below (the kernel, device_facts, the entry point) replace the reference's definitions that start with the same lines.
+// The definitions below (the kernel, device_facts, the entry point) replace the reference's definitions
+// that start with the same lines.
 
 transpose_tma_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_y, int n_rt,
                      int n_ct) {
@@ -130,8 +131,9 @@ extern "C" int transpose(
     cudaStream_t stream) {
   constexpr int kWarpStages = 3;    // input tiles per warp
   constexpr int kWarpOutBufs = 2;   // must equal the kernel's (it traps if its shared memory is short)
+  constexpr int kWarps = kThreads / 32;
   constexpr uint32_t kSmem =
-      uint32_t((kThreads / 32) * (kWarpStages + kWarpOutBufs)) * kTileBytes + 8u * (kThreads / 32) * kWarpStages + 1024u;
+      uint32_t(kWarps * (kWarpStages + kWarpOutBufs)) * kTileBytes + 8u * kWarps * kWarpStages + 1024u;
   if (R <= 0 || C <= 0) return (int)cudaGetLastError();
   const int64_t n_rt = (R + kTile - 1) / kTile, n_ct = (C + kTile - 1) / kTile;
   bool fast = (reinterpret_cast<uintptr_t>(X) % 16 == 0) && (reinterpret_cast<uintptr_t>(Y) % 16 == 0) &&
@@ -160,7 +162,7 @@ extern "C" int transpose(
   if (fast) {
     // As many CTAs as are resident, but no more than the tiles need (4 warps = 4 tiles at a time per CTA).
     const int64_t tiles = n_rt * n_ct;
-    const int64_t needed = (tiles + kThreads / 32 - 1) / (kThreads / 32);
+    const int64_t needed = (tiles + kWarps - 1) / kWarps;
     const int64_t resident = int64_t(dev->sms) * dev->blocks_per_sm;
     const unsigned grid = unsigned(needed < resident ? needed : resident);
     transpose_tma_kernel<kWarpStages><<<grid, kThreads, kSmem, stream>>>(map_x, map_y, int(n_rt), int(n_ct));
