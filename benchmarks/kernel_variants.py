@@ -73,16 +73,22 @@ def parse_variant(text: str) -> Variant:
     return Variant(name, overrides, tuple(sources))
 
 
+def _closes(line: str) -> bool:
+    """A definition's closing line: ``}`` for a function, ``};`` for a class (e.g. a templated tile
+    configuration, whose constants the file may spell twice and so cannot be overridden by name)."""
+    return line.rstrip() in ("}", "};")
+
+
 def replacement_blocks(text: str) -> list[list[str]]:
     """The definitions of a variant source: each from a line that starts in column 0 (not a comment,
-    not ``template <...>``) through the next line that is exactly ``}``. Comments and blank lines
-    between them are notes for the reader."""
+    not ``template <...>``) through the next line that is exactly ``}`` or ``};``. Comments and blank
+    lines between them are notes for the reader."""
     blocks: list[list[str]] = []
     current: list[str] | None = None
     for number, line in enumerate(text.splitlines(), 1):
         if current is not None:
             current.append(line)
-            if line.rstrip() == "}":
+            if _closes(line):
                 blocks.append(current)
                 current = None
         elif line.strip() and not line.startswith(("//", " ", "\t")):
@@ -90,7 +96,7 @@ def replacement_blocks(text: str) -> list[list[str]]:
                 raise ValueError(f"line {number}: start a replacement at the declarator line, after its template head")
             current = [line]
     if current is not None:
-        raise ValueError(f"the definition starting {current[0]!r} has no closing line '}}'")
+        raise ValueError(f"the definition starting {current[0]!r} has no closing line '}}' or '}};'")
     if not blocks:
         raise ValueError("no definition to replace")
     return blocks
@@ -98,15 +104,15 @@ def replacement_blocks(text: str) -> list[list[str]]:
 
 def apply_replacements(source: str, variant_text: str) -> str:
     """``source`` with each definition of ``variant_text`` in place of the one whose first line is the
-    same (exactly one must be), through that definition's closing ``}`` line."""
+    same (exactly one must be), through that definition's closing ``}`` (or ``};``) line."""
     lines = source.split("\n")
     for block in replacement_blocks(variant_text):
         starts = [i for i, line in enumerate(lines) if line.rstrip() == block[0].rstrip()]
         if len(starts) != 1:
             raise ValueError(f"{block[0].strip()!r}: found {len(starts)} definitions starting so, expected exactly one")
-        end = next((i for i in range(starts[0], len(lines)) if lines[i].rstrip() == "}"), None)
+        end = next((i for i in range(starts[0], len(lines)) if _closes(lines[i])), None)
         if end is None:
-            raise ValueError(f"{block[0].strip()!r}: its definition has no closing line '}}'")
+            raise ValueError(f"{block[0].strip()!r}: its definition has no closing line '}}' or '}};'")
         lines[starts[0]:end + 1] = block
     return "\n".join(lines)
 
