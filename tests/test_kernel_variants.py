@@ -185,3 +185,38 @@ def test_the_worst_error_ratio_is_kept_per_workload_over_trials_and_outputs():
               "variants": [{"name": "as-is", "overrides": {}, "status": "FAILED", "timings": {}, "error_ratio": ratios}]}
     text = kernel_variants._markdown(result)
     assert "| as-is | 0.500 | 1.500 |" in text and "2 input set(s)" in text
+
+
+def _attention_kernels(spec: str) -> dict[str, dict[str, int]]:
+    """The SASS histogram of each instantiation (64, 128, 256) of attention_fwd with the variant ``spec``
+    applied (as-is when empty), built as the evaluator builds it: no spills, no ptxas warnings."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    variant = kernel_variants.parse_variant(f"v:{spec}") if spec else kernel_variants.AS_IS
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "attention_fwd.cu", [variant])[0]
+    report = check_source(source, Arch.SM_90A, get_task("attention_fwd"), "attention_fwd.cu")
+    assert report.build.ok, report.build.diagnosis
+    assert report.static is not None and not report.static.warnings, report.static and report.static.warnings
+    assert all(k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0 for k in report.static.kernels)
+    kernels = {}
+    for kernel in report.static.kernels:
+        width = next(d for d in ("<64>", "<128>", "<256>") if d in kernel.demangled)
+        kernels[width] = kernel.sass
+    return kernels
+
+
+@pytest.mark.parametrize("spec, hgmma, barrier_arrivals", [
+    ("@attention_fwd.d64_wide_kv.cu;D64_BKV=160", "HGMMA.64x160x16.F32.BF16", False),
+    ("@attention_fwd.d64_wide_kv.cu;D64_BKV=176", "HGMMA.64x176x16.F32.BF16", False),
+    ("@attention_fwd.d64_wide_kv.cu;@attention_fwd.d64_pingpong.cu", "HGMMA.64x192x16.F32.BF16", True),
+])
+def test_the_head_dim_64_attention_variants_change_only_head_dim_64(spec, hgmma, barrier_arrivals):
+    """The wide-tile variant's own wgmma widths reach the SASS of the D = 64 kernel (and the ping-pong's
+    bar.arrive), while the D = 128 and 256 kernels compile to exactly the reference's SASS."""
+    reference = _attention_kernels("")
+    variant = _attention_kernels(spec)
+    assert variant["<64>"].get(hgmma, 0) > 0 and hgmma not in reference["<64>"]
+    assert (variant["<64>"].get("BAR.ARV", 0) > 0) == barrier_arrivals
+    assert variant["<128>"] == reference["<128>"] and variant["<256>"] == reference["<256>"]
