@@ -7,13 +7,14 @@
 // MUFU.EX2 and 4 D = 256 FLOPs of QK and PV; an H100/H200 SM does 16 EX2 per clock against about 4096 dense
 // bf16 FLOPs (989 TFLOP/s over 132 SMs at 1.83 GHz), i.e. 253 FLOPs per EX2. Per 64 x 128 step of a warpgroup
 // that is 8192 EX2 = 512 MUFU clocks against 2.1 MFLOP = 512 tensor clocks: the kernel can only approach the
-// tensor-core bound if every exponential of one warpgroup runs under the other's GEMMs. The reference leaves
-// that to chance (both warpgroups usually issue at once and then both wait on MUFU; ncu's view at D = 128
-// showed MUFU.EX2 and FMNMX between the GEMMs only partly hidden). Here the issue order is forced: warpgroup
-// 0 issues S_j and P_{j-1} · V_{j-1}, then warpgroup 1 may issue its pair, then warpgroup 0 its next one, so
-// the tensor queue holds one warpgroup's work while the other computes its softmax. At D = 128 the EX2 are
-// half the tensor time and hide without help (the reference is at 101.6 % of cuDNN there), so only D = 64
-// takes turns.
+// tensor-core bound if every exponential of one warpgroup runs under the other's GEMMs. In the reference
+// nothing keeps the two warpgroups out of phase: when both issue their GEMMs together, both then wait on MUFU
+// together while the tensor cores idle (its design note suspects this for the 17 % gap to cuDNN at D = 64:
+// hd64-s2048 is 0.376 ms, the tensor bound and the MUFU bound are each about 0.14 ms, their sum 0.28 ms).
+// Here the issue order is forced: warpgroup 0 issues S_j and P_{j-1} · V_{j-1}, then warpgroup 1 may issue
+// its pair, then warpgroup 0 its next one, so the tensor queue holds one warpgroup's work while the other
+// computes its softmax. At D = 128 the EX2 are half the tensor time and hide without help (the reference is
+// at 101.6 % of cuDNN there), so only D = 64 takes turns.
 //
 // The turns: issue slot 0 is S_0, slot j (1 <= j < tiles) is S_j with P_{j-1} · V_{j-1}, slot `tiles` is the
 // last P · V. Barrier 3 + h is "warpgroup h may issue" (256 threads: the waiting warpgroup's bar.sync and the
