@@ -92,6 +92,26 @@ def test_a_variant_source_replaces_a_templated_class_through_its_closing_brace_a
     assert "static constexpr int WIDE = 160;" in kernel_variants.apply_overrides(out, {"WIDE": "160"})
 
 
+def test_a_variant_source_may_name_the_line_it_replaces():
+    """A definition whose first line changes (a kernel's launch bounds) names the reference's first line."""
+    variant = ("// replaces: __device__ __forceinline__ void other() {\n"
+               "__device__ __noinline__ void other() {\n  return;\n}\n")
+    out = kernel_variants.apply_replacements(REFERENCE_SOURCE, variant)
+    assert "__noinline__ void other() {\n  return;\n}" in out and "__forceinline__ void other()" not in out
+    assert "if (true) {" not in out and "d[0] += 1.f;" in out
+
+
+@pytest.mark.parametrize("variant, message", [
+    ("// replaces: __device__ void missing() {\n__device__ void missing() {\n}\n", "found 0"),
+    ("// replaces: __device__ __forceinline__ void other() {\n\n__device__ void other() {\n}\n", "right above"),
+    ("__device__ __forceinline__ void other() {\n}\n// replaces: __device__ __forceinline__ void other() {\n",
+     "no definition follows"),
+])
+def test_a_misplaced_replaces_line_is_an_error(variant, message):
+    with pytest.raises(ValueError, match=message):
+        kernel_variants.apply_replacements(REFERENCE_SOURCE, variant)
+
+
 @pytest.mark.parametrize("variant, message", [
     ("__device__ void missing() {\n}\n", "found 0"),
     ("template <int N>\n__device__ void step() {\n}\n", "declarator line"),
