@@ -207,8 +207,8 @@ def test_the_worst_error_ratio_is_kept_per_workload_over_trials_and_outputs():
     assert "| as-is | 0.500 | 1.500 |" in text and "2 input set(s)" in text
 
 
-def _attention_kernels(spec: str) -> dict[str, dict[str, int]]:
-    """The SASS histogram of each instantiation (64, 128, 256) of attention_fwd with the variant ``spec``
+def _attention_kernels(spec: str):  # type: ignore[no-untyped-def]
+    """The static report of each instantiation (64, 128, 256) of attention_fwd with the variant ``spec``
     applied (as-is when empty), built as the evaluator builds it: no spills, no ptxas warnings."""
     from ptxbench.arch.registry import Arch
     from ptxbench.check import check_source
@@ -220,11 +220,8 @@ def _attention_kernels(spec: str) -> dict[str, dict[str, int]]:
     assert report.build.ok, report.build.diagnosis
     assert report.static is not None and not report.static.warnings, report.static and report.static.warnings
     assert all(k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0 for k in report.static.kernels)
-    kernels = {}
-    for kernel in report.static.kernels:
-        width = next(d for d in ("<64>", "<128>", "<256>") if d in kernel.demangled)
-        kernels[width] = kernel.sass
-    return kernels
+    return {next(d for d in ("<64>", "<128>", "<256>") if d in kernel.demangled): kernel
+            for kernel in report.static.kernels}
 
 
 @pytest.mark.parametrize("spec, hgmma, barrier_arrivals", [
@@ -237,6 +234,15 @@ def test_the_head_dim_64_attention_variants_change_only_head_dim_64(spec, hgmma,
     bar.arrive), while the D = 128 and 256 kernels compile to exactly the reference's SASS."""
     reference = _attention_kernels("")
     variant = _attention_kernels(spec)
-    assert variant["<64>"].get(hgmma, 0) > 0 and hgmma not in reference["<64>"]
-    assert (variant["<64>"].get("BAR.ARV", 0) > 0) == barrier_arrivals
-    assert variant["<128>"] == reference["<128>"] and variant["<256>"] == reference["<256>"]
+    assert variant["<64>"].sass.get(hgmma, 0) > 0 and hgmma not in reference["<64>"].sass
+    assert (variant["<64>"].sass.get("BAR.ARV", 0) > 0) == barrier_arrivals
+    assert variant["<128>"].sass == reference["<128>"].sass and variant["<256>"].sass == reference["<256>"].sass
+
+
+def test_the_three_consumer_variant_runs_512_threads_at_head_dim_64_only():
+    """Launch bounds of 512 threads cap the D = 64 kernel at 65536 / 512 = 128 registers before setmaxnreg
+    (168 for 384 threads); D = 128 and 256 compile to exactly the reference's SASS."""
+    reference = _attention_kernels("")
+    variant = _attention_kernels("@attention_fwd.d64_three_consumers.cu")
+    assert reference["<64>"].resources.registers == 168 and variant["<64>"].resources.registers == 128
+    assert variant["<128>"].sass == reference["<128>"].sass and variant["<256>"].sass == reference["<256>"].sass

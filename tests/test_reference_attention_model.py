@@ -95,9 +95,9 @@ class Work:
     kv_tiles: int
 
 
-def cta_work(q_tile: int, S: int, causal: bool, bkv: int) -> Work:
-    q0 = q_tile * BM
-    last_key = min(S, q0 + BM) if causal else S
+def cta_work(q_tile: int, S: int, causal: bool, bkv: int, rows: int = BM) -> Work:
+    q0 = q_tile * rows
+    last_key = min(S, q0 + rows) if causal else S
     return Work(q0, -(-last_key // bkv))
 
 
@@ -126,10 +126,11 @@ def pack_p(acc: np.ndarray) -> np.ndarray:
     return bf16(acc).reshape(128, acc.shape[1] // 8, 4, 2)
 
 
-def model_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
-               bkv: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def model_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool, bkv: int | None = None,
+               consumers: int = 2) -> tuple[np.ndarray, np.ndarray]:
     """O (bf16 values as float32) and LSE of one head, following the kernel's CTAs and warpgroups, with the
-    kernel's key tile width for D or, for a variant's tiling, ``bkv``."""
+    kernel's key tile width for D and two consumer warpgroups or, for a variant's tiling, ``bkv`` keys per
+    tile and ``consumers`` warpgroups of 64 query rows per CTA."""
     S, D = q.shape
     bkv = bkv or TILES[D][0]
     scale_log2 = np.float32(1.4426950408889634 / math.sqrt(D))
@@ -141,9 +142,9 @@ def model_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
         box[: max(0, min(count, S - first))] = x[first:first + count]
         return box
 
-    for q_tile in range(-(-S // BM)):
-        work = cta_work(q_tile, S, causal, bkv)
-        for half in range(2):
+    for q_tile in range(-(-S // (64 * consumers))):
+        work = cta_work(q_tile, S, causal, bkv, 64 * consumers)
+        for half in range(consumers):
             q0w = work.q0 + 64 * half
             if q0w >= S:  # a warpgroup with every row past S computes nothing
                 continue
@@ -194,8 +195,9 @@ CASES = [(64, 1, 0), (64, 17, 1), (64, 200, 0), (64, 257, 1), (128, 130, 0), (12
          (256, 64, 1), (256, 150, 0), (256, 193, 1)]
 
 
-def assert_model_passes(D: int, S: int, causal: int, bkv: int | None = None) -> None:
-    """The model (at the kernel's tiles, or a variant's ``bkv``) on the task's inputs passes its comparison."""
+def assert_model_passes(D: int, S: int, causal: int, bkv: int | None = None, consumers: int = 2) -> None:
+    """The model (at the kernel's tiles, or a variant's ``bkv`` and ``consumers``) on the task's inputs passes
+    its comparison."""
     torch = pytest.importorskip("torch")
     from ptxbench.evaluate.compare import compare_outputs
     from ptxbench.tasks.loader import get_task
@@ -208,7 +210,7 @@ def assert_model_passes(D: int, S: int, causal: int, bkv: int | None = None) -> 
     O = np.empty((1, 2, S, D), dtype=np.float32)
     LSE = np.empty((1, 2, S), dtype=np.float32)
     for head in range(2):
-        O[0, head], LSE[0, head] = model_head(q[0, head], k[0, head], v[0, head], bool(causal), bkv)
+        O[0, head], LSE[0, head] = model_head(q[0, head], k[0, head], v[0, head], bool(causal), bkv, consumers)
     actual = {"O": torch.from_numpy(O).to(torch.bfloat16), "LSE": torch.from_numpy(LSE)}
     for comparison in compare_outputs(task, actual, run_reference(task, dict(inputs), sizes)):
         assert comparison.passed, comparison
@@ -327,20 +329,29 @@ def consumer(k_ring: Ring, v_ring: Ring, tiles: int, mine: int, turns: Turns | N
         v_ring.release(j % stages)
 
 
-def run_rings(S: int, causal: bool, bkv: int, stages: int, ping_pong: bool = False) -> None:
-    """Every CTA of a head: producer and both consumers against the rings, under schedules that favour each
-    side in turn (every interleaving cannot be tried); with ``ping_pong``, the consumers of a CTA whose two
-    warpgroups compute alike also take turns as the variant has them."""
-    for q_tile in range(-(-S // BM)):
-        work = cta_work(q_tile, S, causal, bkv)
-        mine = [warpgroup_tiles(work, q0w, S, causal, bkv) if q0w < S else 0 for q0w in (work.q0, work.q0 + 64)]
+def schedules(agents: int) -> list[list[int]]:
+    """Round-robin orders that favour each agent in turn: forwards, backwards, rotated, and each agent
+    stepping three times before the others (every interleaving cannot be tried)."""
+    ring = list(range(agents))
+    return [ring, ring[::-1], ring[1:] + ring[:1]] + [[a] * 3 + ring[a + 1:] + ring[:a] for a in ring]
+
+
+def run_rings(S: int, causal: bool, bkv: int, stages: int, ping_pong: bool = False, consumers: int = 2) -> None:
+    """Every CTA of a head: producer and consumers against the rings, under schedules that favour each side
+    in turn; with ``ping_pong``, the two consumers of a CTA whose warpgroups compute alike also take turns as
+    the variant has them. ``consumers`` warpgroups of 64 query rows per CTA (two in the reference)."""
+    assert not (ping_pong and consumers != 2), "the ping-pong is written for two consumer warpgroups"
+    for q_tile in range(-(-S // (64 * consumers))):
+        work = cta_work(q_tile, S, causal, bkv, 64 * consumers)
+        mine = [warpgroup_tiles(work, work.q0 + 64 * half, S, causal, bkv) if work.q0 + 64 * half < S else 0
+                for half in range(consumers)]
         takes_turns = ping_pong and work.q0 + 64 < S and mine[0] == mine[1]
-        for order in ([0, 1, 2], [2, 1, 0], [1, 2, 0], [0, 0, 0, 1, 2], [1, 1, 1, 2, 0], [2, 2, 2, 0, 1]):
-            k_ring, v_ring = Ring(stages, 2), Ring(stages, 2)
+        for order in schedules(1 + consumers):
+            k_ring, v_ring = Ring(stages, consumers), Ring(stages, consumers)
             turns = Turns() if takes_turns else None
             agents = [producer(k_ring, v_ring, work.kv_tiles)] + [
-                consumer(k_ring, v_ring, work.kv_tiles, mine[half], turns, half) for half in range(2)]
-            done = [False] * 3
+                consumer(k_ring, v_ring, work.kv_tiles, mine[half], turns, half) for half in range(consumers)]
+            done = [False] * len(agents)
             for _ in range(100_000):
                 for a in order:
                     if not done[a]:
@@ -427,3 +438,36 @@ def test_the_ping_pong_turns_never_deadlock_and_leave_no_phase_open(bkv: int, st
     """At the reference's tiles and, combined with the wide variant, at its tiles (where causal warpgroups
     may compute different counts and then do not take turns)."""
     run_rings(S, bool(causal), bkv, stages, ping_pong=True)
+
+
+def _three_consumer_tiles() -> tuple[int, int, int]:
+    """Consumer warpgroups, BKV and stages at D = 64 of the three-consumer variant, as its Config spells them."""
+    source = THREE.read_text()
+    consumers = re.search(r"int CONSUMERS = D == 64 \? (\d+) : 2;", source)
+    bkv = re.search(r"int BKV = D == 256 \? 64 : (\d+);", source)
+    stages = re.search(r"int STAGES = D == 64 \? (\d+) : 2;", source)
+    assert consumers and bkv and stages, "the three-consumer variant's Config changed form: update this model"
+    return int(consumers[1]), int(bkv[1]), int(stages[1])
+
+
+THREE = VARIANTS / "attention_fwd.d64_three_consumers.cu"
+THREE_CONSUMERS, THREE_BKV, THREE_STAGES = _three_consumer_tiles()
+THREE_CASES = [(1, 0), (17, 1), (150, 0), (193, 1), (300, 1), (577, 0)]
+
+
+def test_the_schedules_are_the_ones_the_reference_model_always_ran() -> None:
+    assert schedules(3) == [[0, 1, 2], [2, 1, 0], [1, 2, 0], [0, 0, 0, 1, 2], [1, 1, 1, 2, 0], [2, 2, 2, 0, 1]]
+
+
+@pytest.mark.parametrize(("S", "causal"), THREE_CASES, ids=[f"s{s}-c{c}" for s, c in THREE_CASES])
+def test_the_three_consumer_variant_gives_the_tasks_answer(S: int, causal: int) -> None:
+    """192 query rows per CTA at D = 64: CTAs whose last one or two warpgroups lie past S (S = 150, 193, 577),
+    and causal CTAs whose warpgroups compute different numbers of 128-key tiles (S = 300: 1, 1 and 2 at
+    q0 = 0; 2, 3 and none at q0 = 192)."""
+    assert_model_passes(64, S, causal, THREE_BKV, THREE_CONSUMERS)
+
+
+@pytest.mark.parametrize("S", [1, 64, 129, 193, 577, 1000])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_the_three_consumer_variants_rings_never_deadlock_or_alias_a_phase(S: int, causal: int) -> None:
+    run_rings(S, bool(causal), THREE_BKV, THREE_STAGES, consumers=THREE_CONSUMERS)
