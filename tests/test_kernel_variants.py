@@ -246,3 +246,15 @@ def test_the_three_consumer_variant_runs_512_threads_at_head_dim_64_only():
     variant = _attention_kernels("@attention_fwd.d64_three_consumers.cu")
     assert reference["<64>"].resources.registers == 168 and variant["<64>"].resources.registers == 128
     assert variant["<128>"].sass == reference["<128>"].sass and variant["<256>"].sass == reference["<256>"].sass
+
+
+def test_the_ping_pong_refuses_to_build_with_three_consumer_warpgroups():
+    """Its turns are written for two warpgroups: the pair would hang on the GPU, so it must not build."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    variant = kernel_variants.parse_variant("v:@attention_fwd.d64_three_consumers.cu;@attention_fwd.d64_pingpong.cu")
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "attention_fwd.cu", [variant])[0]
+    report = check_source(source, Arch.SM_90A, get_task("attention_fwd"), "attention_fwd.cu")
+    assert not report.build.ok and "two consumer warpgroups" in report.build.log

@@ -24,7 +24,8 @@
 // both compute the same number of tiles (both have rows < S; at BKV = 128 the causal tile counts of the two
 // halves are always equal); otherwise each runs the reference's loop. Barriers 1 and 2 stay the epilogue's.
 // Registers and shared memory as in the reference (no new state but the flag). Own asm: the wrapper header
-// has named_barrier_sync but no bar.arrive, so this file issues that itself.
+// has named_barrier_sync but no bar.arrive, so this file issues that itself. Not combinable with
+// attention_fwd.d64_three_consumers.cu (a static_assert refuses to build that pair).
 //
 // Not yet measured. Run it with
 //   python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/attention_fwd.cu \
@@ -38,6 +39,7 @@ __device__ __forceinline__ void consumer_mainloop(Shared<D>& s, const Work& w, i
                                                   float scale_log2, bool signals, float (&o)[Config<D>::O_ACC],
                                                   float (&m)[2], float (&l)[2]) {
   using C = Config<D>;
+  static_assert(sizeof(s.q) == BM * D * 2, "the turns are written for two consumer warpgroups of 64 rows");
   const int tiles = warpgroup_tiles(w, q0w, S, causal, C::BKV);
   // The other warpgroup's rows: both sides compute the same flag, so both take turns or neither does.
   const int other_q0w = w.q0 + (1 - half) * 64;
