@@ -13,7 +13,8 @@
 // Tile quantisation: keys computed per row at S = 2048: 2112 (192, 176), 2080 (160), 2048 (128); at S = 577:
 // 768 (192), 704 (176), 640 (160 and 128): 192 does 20 % more work than 128 at S = 577, 160 none, hence the knob.
 // Registers per consumer thread (setmaxnreg 240): S 96 + P 48 + O 32 = 176 at 192 (128 at the reference's
-// 128; D = 128 uses 64 + 32 + 64 = 160). Shared memory: Q 16 KB + 2 x 4 x 24 KB = 208 KB at 192 (<= 227 KB).
+// 128; D = 128 uses 64 + 32 + 64 = 160). Shared memory: Q 16 KB + 2 x 4 x 24 KB = 208 KB at 192 (<= 227 KB);
+// the rings hold 4 x 48 KB = 192 KB of K and V (768 keys ahead) against the reference's 128 KB (512 keys).
 // TMA boxes of 192 rows (<= 256) and the MN-major V descriptor (one 64-column slab at D = 64) are unchanged in
 // form; P · V takes BKV / 16 = 12 k16 steps.
 // Own asm: the wrapper header has no m64n160/176/192k16 bf16 wgmma (its widths are 8 ... 256 in powers of two),
@@ -22,7 +23,9 @@
 // Not yet measured. Run it with
 //   python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/attention_fwd.cu \
 //       --variant "kv192:@attention_fwd.d64_wide_kv.cu" --variant "kv160:@attention_fwd.d64_wide_kv.cu;D64_BKV=160"
-// The NumPy model (tests/test_reference_attention_model.py) runs these tiles too.
+// D64_BKV=128 builds exactly the reference's SASS (a control for the timing noise). Combines with
+// attention_fwd.d64_pingpong.cu (list this file first). The NumPy model (tests/test_reference_attention_model.py)
+// runs these tiles too.
 //
 // The definitions below replace the reference's definitions that start with the same line.
 
