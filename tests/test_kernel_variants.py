@@ -260,3 +260,10 @@ def test_the_ping_pong_refuses_to_build_with_three_consumer_warpgroups():
     source = kernel_variants.variant_sources(reference_folder("sm_90a") / "attention_fwd.cu", [variant])[0]
     report = check_source(source, Arch.SM_90A, get_task("attention_fwd"), "attention_fwd.cu")
     assert not report.build.ok and "two consumer warpgroups" in report.build.log
+
+
+def test_the_wide_tile_variant_at_128_keys_is_the_reference():
+    """D64_BKV=128 is the timing-noise control its note offers: every kernel's SASS is the reference's."""
+    reference = _attention_kernels("")
+    control = _attention_kernels("@attention_fwd.d64_wide_kv.cu;D64_BKV=128")
+    assert {d: k.sass for d, k in control.items()} == {d: k.sass for d, k in reference.items()}

@@ -24,7 +24,7 @@
 //   python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/attention_fwd.cu \
 //       --variant "kv192:@attention_fwd.d64_wide_kv.cu" --variant "kv160:@attention_fwd.d64_wide_kv.cu;D64_BKV=160"
 // D64_BKV=128 builds exactly the reference's SASS (a control for the timing noise). Combines with
-// attention_fwd.d64_pingpong.cu (list this file first). The NumPy model (tests/test_reference_attention_model.py)
+// attention_fwd.d64_pingpong.cu (in either order). The NumPy model (tests/test_reference_attention_model.py)
 // runs these tiles too.
 //
 // The definitions below replace the reference's definitions that start with the same line.
