@@ -9,7 +9,10 @@ the wgmma accumulator layout, rows are reduced over quads of lanes, and P goes t
 A-fragment layout, so a slip in those index formulas shows as a wrong answer. A second model runs the producer
 and both consumer warpgroups against the mbarrier rings and checks that they finish (no deadlock) and that every
 wait is on a phase its parity names unambiguously. What it cannot show: descriptors, swizzles and TMA boxes,
-which only a GPU run checks (`ptxbench eval --gold`)."""
+which only a GPU run checks (`ptxbench eval --gold`).
+
+The same models run the kernel's variants in benchmarks/variants/ at their own tiles (wider key tiles, three
+consumer warpgroups per CTA) and the ping-pong variant's named-barrier turns against the rings."""
 
 from __future__ import annotations
 
@@ -371,7 +374,6 @@ def run_rings(S: int, causal: bool, bkv: int, stages: int, ping_pong: bool = Fal
 def test_the_rings_never_deadlock_or_alias_a_phase(D: int, S: int, causal: int) -> None:
     bkv, stages = TILES[D]
     run_rings(S, bool(causal), bkv, stages)
-
 
 
 def test_the_turns_model_catches_a_second_arrival_in_one_phase() -> None:
