@@ -10,14 +10,15 @@
 // at D = 64 one score costs one MUFU.EX2 per 256 tensor FLOPs, about what the H200 does of each per clock
 // (16 EX2 against ~4096 FLOPs per SM), so whenever one warpgroup is in its exponentials two others can have
 // GEMMs queued (with two, only one). Fewer CTAs too: hd64-s2048 1408 instead of 2048 (10.7 against 15.5
-// waves on 132 SMs), each with one Q load, barrier setup and epilogue fewer per row.
+// waves on 132 SMs), so a third fewer CTA set-ups (barrier init, tensor-map prefetch, Q wait) per row.
 // Costs: registers per consumer thread drop from 240 to 160 (128 x (24 + 3 x 160) = 64512 <= 65536): O 32 +
 // S 64 + P 32 = 128 live at once, so BKV stays 128 (192 would need 176 for those alone). A last query tile with
 // fewer than 192 rows idles one or two warpgroups (hd64-s577: rows 576-767 hold one valid row, so that CTA
 // runs one warpgroup; the work per row is the same as the reference's). Shared memory: Q 24 KB + K, V 4 x 16 KB
 // each = 152 KB.
 // Not combinable with attention_fwd.d64_pingpong.cu (its turns are written for two warpgroups and it uses
-// barrier 3, which the third warpgroup's epilogue takes here) nor with d64_wide_kv (both replace Config).
+// barrier 3, which the third warpgroup's epilogue takes here; a static_assert there refuses the pair) nor
+// with d64_wide_kv (both replace Config; the later file's wins).
 //
 // Not yet measured. Run it with
 //   python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/attention_fwd.cu \
