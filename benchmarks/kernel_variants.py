@@ -73,40 +73,65 @@ def parse_variant(text: str) -> Variant:
     return Variant(name, overrides, tuple(sources))
 
 
-def replacement_blocks(text: str) -> list[list[str]]:
+def _closes(line: str) -> bool:
+    """A definition's closing line: ``}`` for a function, ``};`` for a class (e.g. a templated tile
+    configuration, whose constants the file may spell twice and so cannot be overridden by name)."""
+    return line.rstrip() in ("}", "};")
+
+
+REPLACES = "// replaces: "
+
+
+class Replacement(NamedTuple):
+    """One definition of a variant source and the first line of the definition it replaces."""
+
+    target: str
+    lines: list[str]
+
+
+def replacement_blocks(text: str) -> list[Replacement]:
     """The definitions of a variant source: each from a line that starts in column 0 (not a comment,
-    not ``template <...>``) through the next line that is exactly ``}``. Comments and blank lines
-    between them are notes for the reader."""
-    blocks: list[list[str]] = []
+    not ``template <...>``) through the next line that is exactly ``}`` or ``};``. Each replaces the
+    definition whose first line is the same, or the one a ``// replaces: <first line>`` comment right
+    above it names (for a first line that itself changes, e.g. a kernel's launch bounds). Other comments
+    and blank lines between them are notes for the reader."""
+    blocks: list[Replacement] = []
     current: list[str] | None = None
+    target: str | None = None
     for number, line in enumerate(text.splitlines(), 1):
         if current is not None:
             current.append(line)
-            if line.rstrip() == "}":
-                blocks.append(current)
-                current = None
+            if _closes(line):
+                blocks.append(Replacement(target or current[0], current))
+                current, target = None, None
+        elif line.startswith(REPLACES):
+            target = line[len(REPLACES):]
         elif line.strip() and not line.startswith(("//", " ", "\t")):
             if line.startswith("template"):
                 raise ValueError(f"line {number}: start a replacement at the declarator line, after its template head")
             current = [line]
+        elif target is not None:
+            raise ValueError(f"line {number}: {REPLACES.strip()} must stand right above the definition it names")
     if current is not None:
-        raise ValueError(f"the definition starting {current[0]!r} has no closing line '}}'")
+        raise ValueError(f"the definition starting {current[0]!r} has no closing line '}}' or '}};'")
+    if target is not None:
+        raise ValueError(f"{REPLACES}{target}: no definition follows it")
     if not blocks:
         raise ValueError("no definition to replace")
     return blocks
 
 
 def apply_replacements(source: str, variant_text: str) -> str:
-    """``source`` with each definition of ``variant_text`` in place of the one whose first line is the
-    same (exactly one must be), through that definition's closing ``}`` line."""
+    """``source`` with each definition of ``variant_text`` in place of the one whose first line is its
+    target (exactly one must be), through that definition's closing ``}`` (or ``};``) line."""
     lines = source.split("\n")
-    for block in replacement_blocks(variant_text):
-        starts = [i for i, line in enumerate(lines) if line.rstrip() == block[0].rstrip()]
+    for target, block in replacement_blocks(variant_text):
+        starts = [i for i, line in enumerate(lines) if line.rstrip() == target.rstrip()]
         if len(starts) != 1:
-            raise ValueError(f"{block[0].strip()!r}: found {len(starts)} definitions starting so, expected exactly one")
-        end = next((i for i in range(starts[0], len(lines)) if lines[i].rstrip() == "}"), None)
+            raise ValueError(f"{target.strip()!r}: found {len(starts)} definitions starting so, expected exactly one")
+        end = next((i for i in range(starts[0], len(lines)) if _closes(lines[i])), None)
         if end is None:
-            raise ValueError(f"{block[0].strip()!r}: its definition has no closing line '}}'")
+            raise ValueError(f"{target.strip()!r}: its definition has no closing line '}}' or '}};'")
         lines[starts[0]:end + 1] = block
     return "\n".join(lines)
 
