@@ -25,6 +25,8 @@
 #   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
 #   multigpu   benchmarks/multi_gpu_throughput.py (1 GPU vs all visible), 300 s
+#   variants   benchmarks/kernel_variants.py on the prepared variants of the references that miss their targets
+#              (attention_fwd at D = 64, rmsnorm, transpose; benchmarks/variants/), 540 s
 #   servebench benchmarks/serve_throughput.py against a warm `ptxbench serve --lanes 4` on GPU 0: 100 GEMM candidates
 #              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
 #              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 560 s
@@ -95,6 +97,26 @@ for section in "${sections[@]}"; do
         multigpu) timeout "$(limit 300)" python3 benchmarks/multi_gpu_throughput.py --out "$work/multigpu" \
                       > "$work/multigpu.log" 2>&1
                   echo "multigpu: exit $?"; tail -12 "$work/multigpu.log" ;;
+        variants)
+            R=src/ptxbench/kernels/reference/sm_90a
+            run_variants() {  # name, seconds, kernel_variants.py arguments...
+                local name=$1 seconds=$2
+                shift 2
+                timeout "$(limit "$seconds")" python3 benchmarks/kernel_variants.py "$@" --trials 2 --out "$work/$name" \
+                    > "$work/variants_$name.log" 2>&1
+                echo "variants $name: exit $?"; tail -25 "$work/variants_$name.log" | grep -E "^\|" | head -25
+            }
+            run_variants attention_d64 240 $R/attention_fwd.cu \
+                --variant "kv160:@attention_fwd.d64_wide_kv.cu;D64_BKV=160" --variant "kv192:@attention_fwd.d64_wide_kv.cu" \
+                --variant "pingpong:@attention_fwd.d64_pingpong.cu" \
+                --variant "kv160-pp:@attention_fwd.d64_wide_kv.cu;@attention_fwd.d64_pingpong.cu;D64_BKV=160" \
+                --variant "wg3:@attention_fwd.d64_three_consumers.cu"
+            run_variants rmsnorm 170 $R/rmsnorm.cu --budget-ms 100 --variant "t128:kThreads=128" \
+                --variant "regs:@rmsnorm.regs_one_barrier.cu" --variant "regs128:@rmsnorm.regs_one_barrier.cu;kThreads=128" \
+                --variant "bulkstore:@rmsnorm.bulk_store.cu" --variant "lean:@rmsnorm.ring_sizing.cu" \
+                --variant "regs-decode:@rmsnorm.regs_one_barrier.cu;@rmsnorm.ring_sizing.cu;kRingBytesPerSm=0"
+            run_variants transpose 130 $R/transpose.cu --budget-ms 100 --variant "warps:@transpose.warp_tiles.cu" \
+                --variant "g16:kGroup=16" --variant "d16:kDeepStages=16" ;;
         servebench)
             python3 -m ptxbench serve --gpus 0 --lanes 4 --state "$work/serve-state" --port 8765 > "$work/server.log" 2>&1 &
             server=$!
@@ -114,6 +136,6 @@ for section in "${sections[@]}"; do
                 grep -E '"(finished|seconds|candidates_per_minute)"' "$work/servebench_$profile.log"
             done
             kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
-        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu servebench)" >&2 ;;
+        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu variants servebench)" >&2 ;;
     esac
 done
