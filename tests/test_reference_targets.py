@@ -35,3 +35,21 @@ def test_memory_bound_kernels_need_copy_bandwidth_only_where_memory_is_timed() -
     assert not judged["met"] and judged["miss"] == "bandwidth 5.00 points short"
     assert reference_kernels.target("rmsnorm", small)["met"]
     assert reference_kernels.target("softmax", row("r4-c201088", None))["miss"] == "library not measured"
+
+
+def test_a_partial_run_replaces_its_tasks_and_keeps_the_others_with_their_provenance(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    earlier = {"arch": "sm_90a", "date": "d1", "git_revision": "aaa", "command": "c1", "tasks": [
+        {"task": "rmsnorm", "timings": [row("t16384-h4096", 101.0, 96.0, gbps=4000.0, ms=0.07)]},
+        {"task": "gemm_bf16", "timings": [row("square-8192", 102.0)]}]}
+    path = tmp_path / "reference_kernels_h200.json"
+    path.write_text(json.dumps(earlier))
+    fresh = {"arch": "sm_90a", "tasks": [{"task": "gemm_bf16", "measured": {"date": "d2"},
+                                          "timings": [row("square-8192", 104.0)]}]}
+    merged = reference_kernels.merged(path, fresh)
+    by_task = {task["task"]: task for task in merged["tasks"]}
+    assert by_task["gemm_bf16"]["measured"] == {"date": "d2"}
+    assert by_task["rmsnorm"]["measured"] == {"date": "d1", "git_revision": "aaa", "command": "c1"}
+    assert by_task["rmsnorm"]["timings"][0]["met"]  # judged again against today's targets
+    assert reference_kernels.merged(path, {**fresh, "arch": "sm_100a"})["tasks"] == fresh["tasks"]
