@@ -287,3 +287,42 @@ def test_the_variants_gpu_checks_times_are_spelled_right() -> None:
         sources = kernel_variants.variant_sources(reference_folder("sm_90a") / kernel,
                                                   [kernel_variants.parse_variant(spec) for spec in specs])
         assert len(set(sources)) == len(sources), f"{kernel}: two variants give the same source"
+
+
+def _attention_bwd_kernels(spec: str):  # type: ignore[no-untyped-def]
+    """Each kernel of attention_bwd (name without its template argument -> its static report, per head dim)
+    with the variant ``spec`` applied (as-is when empty): builds, no spills, no ptxas warnings (a serialised
+    wgmma pipeline, C7512/C7515, would undo what the variants are for)."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    variant = kernel_variants.parse_variant(f"v:{spec}") if spec else kernel_variants.AS_IS
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "attention_bwd.cu", [variant])[0]
+    report = check_source(source, Arch.SM_90A, get_task("attention_bwd"), "attention_bwd.cu")
+    assert report.build.ok, report.build.diagnosis
+    assert report.static is not None and not report.static.warnings, report.static and report.static.warnings
+    assert all(k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0
+               for k in report.static.kernels)
+    kernels = {}
+    for kernel in report.static.kernels:
+        name = next(n for n in ("delta", "dq", "dkdv") if f"attention_bwd_{n}" in kernel.demangled)
+        d = next(d for d in (64, 128, 256) if f"<{d}>" in kernel.demangled)
+        kernels[name, d] = kernel
+    assert len(kernels) == 9
+    return kernels
+
+
+def test_the_attention_bwd_scores_ahead_variants_change_only_their_own_loops():
+    """dq_scores_ahead rewrites the dQ kernel at every head dim (its score GEMMs are issued twice in the
+    source: the peeled first step and the loop); dkdv_scores_ahead only the D = 64 dK/dV kernel. Every other
+    kernel keeps the reference's SASS instruction counts."""
+    reference = _attention_bwd_kernels("")
+    dq = _attention_bwd_kernels("@attention_bwd.dq_scores_ahead.cu")
+    dkdv = _attention_bwd_kernels("@attention_bwd.dkdv_scores_ahead.cu")
+    for key, kernel in reference.items():
+        assert (dq[key].sass != kernel.sass) == (key[0] == "dq"), key
+        assert (dkdv[key].sass != kernel.sass) == (key == ("dkdv", 64)), key
+    hgmma = "HGMMA.64x64x16.F32.BF16"
+    assert dq["dq", 128].sass[hgmma] == 2 * reference["dq", 128].sass[hgmma]
+    assert dkdv["dkdv", 64].sass[hgmma] == 2 * reference["dkdv", 64].sass[hgmma]

@@ -4,7 +4,7 @@
 //
 // Only at D = 64 (the reference's weakest case, 77.6 % of cuDNN at hd64-s2048): at D = 128 and 256 the
 // reordered loop spills (8 and 148 bytes, ptxas), so those instantiations keep the reference's loop verbatim
-// and compile to its exact SASS (tests/test_kernel_variants.py checks).
+// and compile to its SASS (tests/test_kernel_variants.py compares the instruction counts).
 //
 // Why it should be faster: the dK/dV kernel does 4 of the 7 GEMMs (57 % of the tensor work). In the reference
 // a warpgroup's step is S, dP | exponentials beside dP | dV | dS beside dV | dK | wait for dV and dK, then the
@@ -14,11 +14,12 @@
 // Its 2 x 64 x 64 = 8192 exponentials take 8192 / 16 MUFU results a clock = 512 clocks, ~0.28 us at ~1.8 GHz,
 // before their FMAs, masks and bf16 packs: about a third of the GEMM time (a sixth at D = 128, where the GEMMs
 // are twice as long), which is why D = 64 trails most. Ahead, those exponentials overlap dP(t) and dK(t-1) (two
-// GEMMs instead of one) and no step waits for its own last GEMM before issuing the next. No register array is added: Sᵀ and dPᵀ of step t-1 are dead once dSᵀ(t-1) is
-// packed to bf16, so step t's accumulators reuse them. Live at the new issue point: dV, dK (2 x 32), Sᵀ, dPᵀ
-// (2 x 32), Pᵀ and dSᵀ as bf16 (2 x 16) = 160 registers at D = 64, far under the consumers' 240 (at D = 128
-// and 256 the same is 224 plus addresses: spills). A Q/dO stage and its row stage are released one step later,
-// once dK(t-1) is known done: the producer runs 3 stages ahead instead of 4 (3 x 16 KB of Q + dO ahead).
+// GEMMs instead of one) and no step waits for its own last GEMM before issuing the next. No register array is
+// added: Sᵀ and dPᵀ of step t-1 are dead once dSᵀ(t-1) is packed to bf16, so step t's accumulators reuse them.
+// Live at the new issue point: dV, dK (2 x 32), Sᵀ, dPᵀ (2 x 32), Pᵀ and dSᵀ as bf16 (2 x 16) = 160 registers
+// at D = 64, far under the consumers' 240 (at D = 128 and 256 the same is 224 plus addresses: spills). A Q/dO
+// stage and its row stage are released one step later, once dK(t-1) is known done: the producer runs 3 stages
+// ahead instead of 4 (3 x 16 KB of Q + dO).
 //
 // Correctness by construction: the same arithmetic per step, each dK and dV element accumulating the same
 // products in the same order; only the issue order across steps and the release point change. Wait counts
@@ -27,8 +28,9 @@
 // the pending ones are dP(t), dK(t-1), dV(t), so wgmma_wait<1> leaves dP(t) and dK(t-1) done (dS may be
 // repacked, the stage of t-1 released). Step 0 and the last dK are peeled: every path issues the same wgmmas
 // (a conditionally issued wgmma makes ptxas serialise the pipeline, C7515). The tiling is unchanged, so the
-// NumPy model (tests/test_reference_attention_bwd_model.py) still covers the arithmetic; its ring model
-// covers the later release.
+// NumPy model (tests/test_reference_attention_bwd_model.py) still covers the arithmetic;
+// tests/test_attention_bwd_variant_schedules.py runs this loop's issues, waits and releases against a model
+// of wgmma commit groups and of the rings.
 //
 // Not yet measured.
 __device__ __forceinline__ void key_consumer(KeyShared<D>& s, const CUtensorMap* map_dk, const CUtensorMap* map_dv,
@@ -75,7 +77,8 @@ __device__ __forceinline__ void key_consumer(KeyShared<D>& s, const CUtensorMap*
 #pragma unroll
       for (int i = 0; i < C::BQ / 2; ++i) dpacc[i] = sacc[i] * (dpacc[i] - delta[ptx::wgmma_acc_col(i)]);
       pack_a(dpacc, dsa);
-      issue_accumulate<C::COLS, STEPS>(dk, dsa, s.q[at.stage] + (col0 / 64) * C::BQ * 64, C::BQ * 128);  // dK += dSᵀ Q
+      // dK += dSᵀ Q
+      issue_accumulate<C::COLS, STEPS>(dk, dsa, s.q[at.stage] + (col0 / 64) * C::BQ * 64, C::BQ * 128);
       ptx::wgmma_wait<0>();
       ptx::wgmma_fence_acc(dv);
       ptx::wgmma_fence_acc(dk);

@@ -5,20 +5,25 @@
 // Why it should be faster: in the reference a step is S, dP | exponentials (beside dP only) | dS | dQ | wait
 // for dQ, then the next step's issue: per warpgroup the tensor core idles through the wait for dQ(j), the
 // issue of S(j+1), and all of step j+1's exponentials past the end of dP(j+1) (only the other warpgroup fills
-// those gaps). At D = 128 a step is 64 x 64 x 128 x 2 x 2 = 2.1 MFLOP of scores and 1.05 MFLOP of dQ per
-// warpgroup, against 64 x 64 = 4096 exponentials (32 a thread, ~1/4 of the step's issue slots); with the
-// scores one step ahead those exponentials overlap 1.5 GEMMs (dP and dQ) instead of one. No register is
-// added: S and dP of step j are dead once dS(j) is packed to bf16 (dsa), so step j+1's accumulators reuse
-// them; dsa is the live A operand of dQ(j) until the next step's wait, as before. The ring is unchanged; a
-// step's K/V stage is released one step later (after dQ(j) is known done), so the producer runs one stage
-// less ahead (STAGES - 1 of 3 at D = 128; 1 of 2 at D = 256).
+// those gaps). Per CTA step at D = 128: 2 warpgroups x (64 x 64 x 128 x 2 x 2 = 2.1 MFLOP of scores + 1.05
+// of dQ) = 6.3 MFLOP, ~1.3 us at 650 TFLOP/s / 132 SMs = 4.9 TFLOP/s an SM, against 2 x 64 x 64 = 8192
+// exponentials = 512 clocks of the SM's 16 MUFU results a clock (~0.28 us at ~1.8 GHz) before their FMAs,
+// masks and packs: ~22 % of the GEMM time (~44 % at D = 64, where the GEMMs are half as long). With the
+// scores one step ahead those exponentials overlap dP and dQ (2.1 MFLOP a warpgroup) instead of dP alone
+// (1.05), and no step waits for its own dQ before issuing the next. No register is added: S and dP of step
+// j are dead once dS(j) is packed to bf16 (dsa), so step j+1's accumulators reuse them; dsa is the live A
+// operand of dQ(j) until the next step's wait, as before (ptxas: no spills, no warnings, at every D). The
+// ring is unchanged; a step's K/V stage is released one step later (after dQ(j) is known done), so the
+// producer runs one stage less ahead: 3 of 4 stages at D = 64, 2 of 3 at D = 128, 1 of 2 at D = 256.
 //
 // Correctness by construction: the same arithmetic in the same order per step (each output element sees the
 // same sequence of wgmma accumulations); only the issue order across steps and the release point change.
 // Wait counts: after step j's issue the pending groups are S(j), dP(j), dQ(j-1) in commit order, so
 // wgmma_wait<2> leaves S(j) done and wgmma_wait<0> the rest. Step 0 (no dQ before it) and the last dQ are
 // peeled out of the loop, so every path issues the same wgmmas: ptxas serialises the pipeline otherwise.
-// The tiling is unchanged, so the NumPy model (tests/test_reference_attention_bwd_model.py) still covers it.
+// The tiling is unchanged, so the NumPy model (tests/test_reference_attention_bwd_model.py) still covers the
+// arithmetic; tests/test_attention_bwd_variant_schedules.py runs this loop's issues, waits and releases against
+// a model of wgmma commit groups and of the ring.
 //
 // Not yet measured.
 __device__ __forceinline__ void query_consumer(QueryShared<D>& s, const CUtensorMap* map_dq,
