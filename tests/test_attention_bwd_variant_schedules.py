@@ -1,5 +1,5 @@
-"""The attention_bwd variants that issue the score GEMMs one step ahead (benchmarks/variants/attention_bwd.*
-_scores_ahead.cu) keep the reference's tiling and arithmetic (tests/test_reference_attention_bwd_model.py covers
+"""The attention_bwd variants that issue the score GEMMs one step ahead (benchmarks/variants/
+attention_bwd.{dq,dkdv}_scores_ahead.cu) keep the reference's tiling and arithmetic (tests/test_reference_attention_bwd_model.py covers
 those) but change what is in flight when: the risk is a register read before its wgmma group is done, an A
 operand repacked under a running wgmma, a stage released while a wgmma still reads it, or a ring that
 deadlocks now that a consumer holds two stages. No GPU here, so this module runs each variant's own sequence of
