@@ -25,8 +25,9 @@
 #   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
 #   multigpu   benchmarks/multi_gpu_throughput.py (1 GPU vs all visible), 300 s
-#   variants   benchmarks/kernel_variants.py on the prepared variants of the references that miss their targets
-#              (attention_fwd at D = 64, rmsnorm, transpose; benchmarks/variants/), 540 s
+#   variants_attention, variants_memory, variants_gemm: benchmarks/kernel_variants.py on the prepared variants of
+#              the references that miss their targets (benchmarks/variants/), each one device call (about 550 s):
+#              attention_fwd at D = 64 and attention_bwd; rmsnorm and transpose; gemm_fp8
 #   servebench benchmarks/serve_throughput.py against a warm `ptxbench serve --lanes 4` on GPU 0: 100 GEMM candidates
 #              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
 #              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 560 s
@@ -97,7 +98,7 @@ for section in "${sections[@]}"; do
         multigpu) timeout "$(limit 300)" python3 benchmarks/multi_gpu_throughput.py --out "$work/multigpu" \
                       > "$work/multigpu.log" 2>&1
                   echo "multigpu: exit $?"; tail -12 "$work/multigpu.log" ;;
-        variants)
+        variants_attention|variants_memory|variants_gemm)
             R=src/ptxbench/kernels/reference/sm_90a
             run_variants() {  # name, seconds, kernel_variants.py arguments...
                 local name=$1 seconds=$2
@@ -106,17 +107,30 @@ for section in "${sections[@]}"; do
                     > "$work/variants_$name.log" 2>&1
                 echo "variants $name: exit $?"; tail -25 "$work/variants_$name.log" | grep -E "^\|" | head -25
             }
-            run_variants attention_d64 240 $R/attention_fwd.cu \
-                --variant "kv160:@attention_fwd.d64_wide_kv.cu;D64_BKV=160" --variant "kv192:@attention_fwd.d64_wide_kv.cu" \
-                --variant "pingpong:@attention_fwd.d64_pingpong.cu" \
-                --variant "kv160-pp:@attention_fwd.d64_wide_kv.cu;@attention_fwd.d64_pingpong.cu;D64_BKV=160" \
-                --variant "wg3:@attention_fwd.d64_three_consumers.cu"
-            run_variants rmsnorm 170 $R/rmsnorm.cu --budget-ms 100 --variant "t128:kThreads=128" \
-                --variant "regs:@rmsnorm.regs_one_barrier.cu" --variant "regs128:@rmsnorm.regs_one_barrier.cu;kThreads=128" \
-                --variant "bulkstore:@rmsnorm.bulk_store.cu" --variant "lean:@rmsnorm.ring_sizing.cu" \
-                --variant "regs-decode:@rmsnorm.regs_one_barrier.cu;@rmsnorm.ring_sizing.cu;kRingBytesPerSm=0"
-            run_variants transpose 130 $R/transpose.cu --budget-ms 100 --variant "warps:@transpose.warp_tiles.cu" \
-                --variant "g16:kGroup=16" --variant "d16:kDeepStages=16" ;;
+            case "$section" in
+                variants_attention)
+                    run_variants attention_d64 300 $R/attention_fwd.cu \
+                        --variant "kv160:@attention_fwd.d64_wide_kv.cu;D64_BKV=160" --variant "kv192:@attention_fwd.d64_wide_kv.cu" \
+                        --variant "pingpong:@attention_fwd.d64_pingpong.cu" \
+                        --variant "kv160-pp:@attention_fwd.d64_wide_kv.cu;@attention_fwd.d64_pingpong.cu;D64_BKV=160" \
+                        --variant "wg3:@attention_fwd.d64_three_consumers.cu"
+                    run_variants attention_bwd 250 $R/attention_bwd.cu --budget-ms 100 \
+                        --variant "dq_ahead:@attention_bwd.dq_scores_ahead.cu" \
+                        --variant "dkdv_ahead64:@attention_bwd.dkdv_scores_ahead.cu" \
+                        --variant "both:@attention_bwd.dq_scores_ahead.cu;@attention_bwd.dkdv_scores_ahead.cu" ;;
+                variants_memory)
+                    run_variants rmsnorm 250 $R/rmsnorm.cu --budget-ms 100 --variant "t128:kThreads=128" \
+                        --variant "regs:@rmsnorm.regs_one_barrier.cu" --variant "regs128:@rmsnorm.regs_one_barrier.cu;kThreads=128" \
+                        --variant "bulkstore:@rmsnorm.bulk_store.cu" --variant "lean:@rmsnorm.ring_sizing.cu" \
+                        --variant "regs-decode:@rmsnorm.regs_one_barrier.cu;@rmsnorm.ring_sizing.cu;kRingBytesPerSm=0"
+                    run_variants transpose 200 $R/transpose.cu --budget-ms 100 --variant "warps:@transpose.warp_tiles.cu" \
+                        --variant "g16:kGroup=16" --variant "d16:kDeepStages=16" ;;
+                variants_gemm)
+                    run_variants gemm_fp8 500 $R/gemm_fp8.cu --budget-ms 100 --vendor-error \
+                        --variant "wave:@gemm_fp8.wave_width.cu" --variant "wave128:@gemm_fp8.wave_width.cu;WIDE_BN=128" \
+                        --variant "lazy:@gemm_fp8.lazy_release.cu" \
+                        --variant "wave-lazy:@gemm_fp8.wave_width.cu;@gemm_fp8.lazy_release.cu" ;;
+            esac ;;
         servebench)
             python3 -m ptxbench serve --gpus 0 --lanes 4 --state "$work/serve-state" --port 8765 > "$work/server.log" 2>&1 &
             server=$!
@@ -136,6 +150,6 @@ for section in "${sections[@]}"; do
                 grep -E '"(finished|seconds|candidates_per_minute)"' "$work/servebench_$profile.log"
             done
             kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
-        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu variants servebench)" >&2 ;;
+        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu variants_attention variants_memory variants_gemm servebench)" >&2 ;;
     esac
 done

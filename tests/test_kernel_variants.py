@@ -270,18 +270,19 @@ def test_the_wide_tile_variant_at_128_keys_is_the_reference():
 
 
 def test_the_variants_gpu_checks_times_are_spelled_right() -> None:
-    """Every variant `scripts/gpu_checks.sh variants` asks for parses and splices into its kernel (a misspelt knob
-    or file would otherwise be found only on a lent GPU)."""
+    """Every variant the `variants_*` sections of scripts/gpu_checks.sh ask for parses and splices into its kernel
+    (a misspelt knob or file would otherwise be found only on a lent GPU)."""
     import re
     import shlex
 
     script = (REPO / "scripts" / "gpu_checks.sh").read_text()
-    section = script[script.index("        variants)"):script.index("        servebench)")]
+    section = script[script.index("        variants_attention|"):script.index("        servebench)")]
     calls = [call for call in section.replace("\\\n", " ").split("run_variants ")[1:] if not call.startswith("()")]
     runs = [(re.match(r"\w+ \d+ \$R/(\w+\.cu)", call).group(1), call) for call in calls]  # type: ignore[union-attr]
-    assert len(runs) == 3
+    assert {kernel for kernel, _ in runs} == {"attention_fwd.cu", "attention_bwd.cu", "rmsnorm.cu", "transpose.cu",
+                                              "gemm_fp8.cu"}
     for kernel, arguments in runs:
-        words = shlex.split(arguments.split(";;")[0])
+        words = shlex.split(arguments.split(";;")[0].split("\n")[0])
         specs = [words[i + 1] for i, word in enumerate(words) if word == "--variant"]
         assert specs, kernel
         sources = kernel_variants.variant_sources(reference_folder("sm_90a") / kernel,
