@@ -287,3 +287,31 @@ def test_the_variants_gpu_checks_times_are_spelled_right() -> None:
         sources = kernel_variants.variant_sources(reference_folder("sm_90a") / kernel,
                                                   [kernel_variants.parse_variant(spec) for spec in specs])
         assert len(set(sources)) == len(sources), f"{kernel}: two variants give the same source"
+
+
+def _fp8_kernels(spec: str):  # type: ignore[no-untyped-def]
+    """Each instantiation of gemm_fp8 with the variant ``spec`` applied (as-is when empty), by its template
+    arguments, built as the evaluator builds it: requirements met, no spills."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    variant = kernel_variants.parse_variant(f"v:{spec}") if spec else kernel_variants.AS_IS
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "gemm_fp8.cu", [variant])[0]
+    report = check_source(source, Arch.SM_90A, get_task("gemm_fp8"), "gemm_fp8.cu")
+    assert report.ok, report.build.diagnosis if not report.build.ok else report.static
+    assert report.static is not None
+    assert all(k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0 for k in report.static.kernels)
+    return {k.demangled.split("gemm_fp8_sm90a")[1].split(">")[0] + ">": k for k in report.static.kernels}
+
+
+def test_the_fp8_wave_width_variant_adds_a_144_wide_kernel_and_leaves_the_others():
+    """The variant changes only the host's choice of width: the reference's three kernels compile to the same
+    SASS, a fourth runs 144-wide wgmmas, and WIDE_BN=128 (its control) builds exactly the reference's kernels."""
+    reference = _fp8_kernels("")
+    wave = _fp8_kernels("@gemm_fp8.wave_width.cu")
+    assert set(wave) == set(reference) | {"<144, false>"}
+    assert wave["<144, false>"].sass.get("QGMMA.64x144x32.F32.E4M3.E4M3", 0) > 0
+    assert {n: k.sass for n, k in wave.items() if n in reference} == {n: k.sass for n, k in reference.items()}
+    control = _fp8_kernels("@gemm_fp8.wave_width.cu;WIDE_BN=128")
+    assert {n: k.sass for n, k in control.items()} == {n: k.sass for n, k in reference.items()}
