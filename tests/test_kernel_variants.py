@@ -315,3 +315,22 @@ def test_the_fp8_wave_width_variant_adds_a_144_wide_kernel_and_leaves_the_others
     assert {n: k.sass for n, k in wave.items() if n in reference} == {n: k.sass for n, k in reference.items()}
     control = _fp8_kernels("@gemm_fp8.wave_width.cu;WIDE_BN=128")
     assert {n: k.sass for n, k in control.items()} == {n: k.sass for n, k in reference.items()}
+
+
+def test_the_fp8_lazy_release_variant_drops_the_keep_steps_wgmma_waits():
+    """Each kernel loses the wgmma wait of the mainloop's two keep() sites (6 -> 4 WARPGROUP.DEPBAR), keeps its
+    wgmma issues, and promotion every 4 stages (two keeps in a row) refuses to build."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    reference = _fp8_kernels("")
+    lazy = _fp8_kernels("@gemm_fp8.lazy_release.cu")
+    assert set(lazy) == set(reference)
+    for name, kernel in lazy.items():
+        assert kernel.sass.get("WARPGROUP.DEPBAR.LE", 0) == reference[name].sass.get("WARPGROUP.DEPBAR.LE", 0) - 2
+        assert kernel.sass.get("WARPGROUP.ARRIVE") == reference[name].sass.get("WARPGROUP.ARRIVE")
+    variant = kernel_variants.parse_variant("v:@gemm_fp8.lazy_release.cu;PROMOTE_EVERY=4")
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "gemm_fp8.cu", [variant])[0]
+    report = check_source(source, Arch.SM_90A, get_task("gemm_fp8"), "gemm_fp8.cu")
+    assert not report.build.ok and "two keeps in a row" in report.build.log
