@@ -327,3 +327,50 @@ def test_the_attention_bwd_scores_ahead_variants_change_only_their_own_loops():
     hgmma = "HGMMA.64x64x16.F32.BF16"
     assert dq["dq", 128].sass[hgmma] == 2 * reference["dq", 128].sass[hgmma]
     assert dkdv["dkdv", 64].sass[hgmma] == 2 * reference["dkdv", 64].sass[hgmma]
+
+
+def _fp8_kernels(spec: str):  # type: ignore[no-untyped-def]
+    """Each instantiation of gemm_fp8 with the variant ``spec`` applied (as-is when empty), by its template
+    arguments, built as the evaluator builds it: requirements met, no spills."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    variant = kernel_variants.parse_variant(f"v:{spec}") if spec else kernel_variants.AS_IS
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "gemm_fp8.cu", [variant])[0]
+    report = check_source(source, Arch.SM_90A, get_task("gemm_fp8"), "gemm_fp8.cu")
+    assert report.ok, report.build.diagnosis if not report.build.ok else report.static
+    assert report.static is not None
+    assert all(k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0 for k in report.static.kernels)
+    return {k.demangled.split("gemm_fp8_sm90a")[1].split(">")[0] + ">": k for k in report.static.kernels}
+
+
+def test_the_fp8_wave_width_variant_adds_a_144_wide_kernel_and_leaves_the_others():
+    """The variant changes only the host's choice of width: the reference's three kernels compile to the same
+    SASS, a fourth runs 144-wide wgmmas, and WIDE_BN=128 (its control) builds exactly the reference's kernels."""
+    reference = _fp8_kernels("")
+    wave = _fp8_kernels("@gemm_fp8.wave_width.cu")
+    assert set(wave) == set(reference) | {"<144, false>"}
+    assert wave["<144, false>"].sass.get("QGMMA.64x144x32.F32.E4M3.E4M3", 0) > 0
+    assert {n: k.sass for n, k in wave.items() if n in reference} == {n: k.sass for n, k in reference.items()}
+    control = _fp8_kernels("@gemm_fp8.wave_width.cu;WIDE_BN=128")
+    assert {n: k.sass for n, k in control.items()} == {n: k.sass for n, k in reference.items()}
+
+
+def test_the_fp8_lazy_release_variant_drops_the_keep_steps_wgmma_waits():
+    """Each kernel loses the wgmma wait of the mainloop's two keep() sites (6 -> 4 WARPGROUP.DEPBAR), keeps its
+    wgmma issues, and promotion every 4 stages (two keeps in a row) refuses to build."""
+    from ptxbench.arch.registry import Arch
+    from ptxbench.check import check_source
+    from ptxbench.tasks.loader import get_task
+
+    reference = _fp8_kernels("")
+    lazy = _fp8_kernels("@gemm_fp8.lazy_release.cu")
+    assert set(lazy) == set(reference)
+    for name, kernel in lazy.items():
+        assert kernel.sass.get("WARPGROUP.DEPBAR.LE", 0) == reference[name].sass.get("WARPGROUP.DEPBAR.LE", 0) - 2
+        assert kernel.sass.get("WARPGROUP.ARRIVE") == reference[name].sass.get("WARPGROUP.ARRIVE")
+    variant = kernel_variants.parse_variant("v:@gemm_fp8.lazy_release.cu;PROMOTE_EVERY=4")
+    source = kernel_variants.variant_sources(reference_folder("sm_90a") / "gemm_fp8.cu", [variant])[0]
+    report = check_source(source, Arch.SM_90A, get_task("gemm_fp8"), "gemm_fp8.cu")
+    assert not report.build.ok and "two keeps in a row" in report.build.log
