@@ -13,9 +13,8 @@ from rich.table import Table
 
 from ptxbench.arch.registry import Arch
 from ptxbench.cli.files import candidates_in
-from ptxbench.cli.options import Server, ServerToken, TargetArch, benchmark_arch, server_token
+from ptxbench.cli.options import Server, ServerToken, TargetArch, benchmark_arch, local_gpus, server_token
 from ptxbench.cli.output import console, fail, run_directory
-from ptxbench.errors import PtxbenchError
 from ptxbench.kernels import reference_folder
 
 if TYPE_CHECKING:
@@ -126,24 +125,13 @@ def _server_fits(gpus: Optional[str], backend: str, address: Optional[str], regr
 
 def _chosen_gpus(gpus: Optional[str], backend: str, address: Optional[str], regrade: bool) -> Optional[list[int]]:
     """The local GPUs ``--gpus`` names (None: every visible one), after checking it fits ``--backend``."""
-    from ptxbench.evaluate.fleet.pool import parse_gpus, visible_gpu_count
-
     if backend not in ("local", "ray"):
         fail(f"--backend is local or ray, not {backend!r}")
     if backend == "ray" and gpus is not None:
         fail("--gpus chooses GPUs of this machine; with --backend ray every GPU of the cluster is used")
     if backend == "local" and address is not None:
         fail("--address names a Ray cluster: use it with --backend ray")
-    try:
-        chosen = parse_gpus(gpus) if gpus is not None else None
-    except PtxbenchError as exc:
-        fail(str(exc))
-    if chosen is not None and not regrade:
-        visible = visible_gpu_count()
-        unseen = [i for i in chosen if i >= visible]
-        if unseen:
-            fail(f"--gpus {gpus}: GPU {unseen[0]} is not visible ({visible} GPU(s) visible, numbered from 0)")
-    return chosen
+    return local_gpus(gpus, visible_only=not regrade)
 
 
 def _candidates(paths: list[Path], task: str, out: Path, regrade: bool) -> tuple[list[Candidate], Path]:

@@ -24,6 +24,25 @@ def benchmark_arch(arch: Arch) -> Arch:
     return arch
 
 
+def local_gpus(spec: Optional[str], *, visible_only: bool = True) -> Optional[list[int]]:
+    """The GPUs of this machine that ``--gpus`` names (None: every visible one); one line for a malformed list or,
+    with ``visible_only``, for a GPU this machine does not show."""
+    from ptxbench.evaluate.fleet.pool import parse_gpus, visible_gpu_count
+
+    if spec is None:
+        return None
+    try:
+        chosen = parse_gpus(spec)
+    except PtxbenchError as exc:
+        fail(str(exc))
+    if visible_only:
+        visible = visible_gpu_count()
+        unseen = [i for i in chosen if i >= visible]
+        if unseen:
+            fail(f"--gpus {spec}: GPU {unseen[0]} is not visible ({visible} GPU(s) visible, numbered from 0)")
+    return chosen
+
+
 def context_condition(value: str) -> str:
     from ptxbench.prompts.conversation import ContextCondition
 

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ptxbench.cli.options import local_gpus
 from ptxbench.cli.output import fail
 from ptxbench.errors import PtxbenchError
 
@@ -36,15 +37,11 @@ def serve(
                                                          "unsandboxed, so only for trusted clients")] = False,
 ) -> None:
     """Serve the evaluator over HTTP: warm GPU workers, a durable job queue, stage results as they land."""
-    from ptxbench.serve.evaluation import DEFAULT_LANES, parse_gpus, visible_gpu_count
+    from ptxbench.serve.evaluation import DEFAULT_LANES
     from ptxbench.serve.server import ServeConfig, serve as run_server
 
+    chosen = local_gpus(gpus)
     try:
-        chosen = parse_gpus(gpus) if gpus is not None else None
-        unseen = [i for i in chosen or [] if i >= visible_gpu_count()]
-        if unseen:
-            fail(f"--gpus {gpus}: GPU {unseen[0]} is not visible ({visible_gpu_count()} GPU(s) visible, numbered "
-                 "from 0)")
         config = ServeConfig(host=host, port=port, gpus=chosen, lanes=lanes or DEFAULT_LANES, state=state,
                              token=token or None, max_queue=max_queue,
                              max_request_bytes=int(max_request_mb * (1 << 20)), builders=builders,

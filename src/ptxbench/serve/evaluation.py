@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from ptxbench.evaluate.evaluator import DEFAULT_LANES, HANDLER, EvalOptions
 from ptxbench.evaluate.fleet.engine import Engine, Submission
-from ptxbench.evaluate.fleet.pool import parse_gpus, visible_gpu_count
 from ptxbench.evaluate.fleet.run import Candidate, evaluate_elsewhere
 
-__all__ = ["DEFAULT_LANES", "HANDLER", "Candidate", "Engine", "EvalOptions", "Submission", "evaluate_elsewhere",
-           "parse_gpus", "visible_gpu_count"]
+__all__ = ["DEFAULT_LANES", "HANDLER", "Candidate", "Engine", "EvalOptions", "Submission", "evaluate_elsewhere"]
