@@ -326,39 +326,61 @@ def evaluate_elsewhere(candidates: list[Candidate], arch: Arch, out: Path | str,
     and each result is written as it comes (``result.json`` last), so a stopped run resumes. ``environment``
     (where they were evaluated) goes into a new run's header."""
     _distinct(candidates)
-    rundir = RunDir.open(out, _header(arch, options, environment))
-    ledger = RunLedger(rundir)
-    results: dict[int, Evaluation] = {}
-    first_of: dict[Path, int] = {}
-    sent: list[int] = []
-
-    def finish(index: int, evaluation: Evaluation, placement: dict | None) -> None:
-        evaluation = _labelled(candidates[index], evaluation)
-        _record(ledger, candidates[index], evaluation, placement)
-        results[index] = evaluation
-        if on_done:
-            on_done(evaluation)
-
+    ledger = RunLedger(RunDir.open(out, _header(arch, options, environment)))
+    results = _Results(candidates, ledger, on_done)
     try:
-        for index, candidate in enumerate(candidates):
-            folder = rundir.item(candidate.task.id, candidate.item)
-            if folder in first_of:
-                continue
-            first_of[folder] = index
-            stored = _stored(rundir, candidate, ledger)
-            if stored is not None and (not on_gpus or not _to_evaluate(stored)):
-                results[index] = stored
-                if on_done:
-                    on_done(stored)
-            elif candidate.extraction is not None:
-                finish(index, _without_code(candidate, arch), None)
-            else:
-                sent.append(index)
+        sent = results.to_evaluate(arch, on_gpus=on_gpus, without_code_placement=None)
         for position, evaluation, placement in evaluate([candidates[i] for i in sent]):
-            finish(sent[position], evaluation, placement)
+            results.finish(sent[position], evaluation, placement)
     finally:
         _audit(ledger)
-    return [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
+    return results.ordered()
+
+
+class _Results:
+    """One run's results by position, recorded as they come (an item's files, ``result.json`` last) and heard by
+    ``on_done``; the same candidate given twice is one item (``_distinct``), evaluated once."""
+
+    def __init__(self, candidates: list[Candidate], ledger: RunLedger,
+                 on_done: Callable[[Evaluation], None] | None) -> None:
+        self.candidates, self.ledger, self.on_done = candidates, ledger, on_done
+        self.by_index: dict[int, Evaluation] = {}
+        self.first_of: dict[Path, int] = {}
+
+    def to_evaluate(self, arch: Arch, *, on_gpus: bool, without_code_placement: dict | None) -> list[int]:
+        """The positions still to evaluate, each item once: a stored result is kept (one of the harness's
+        infrastructure failures only where the other side has no GPU, ``on_gpus`` False), an answer without code
+        is recorded here."""
+        rundir = self.ledger.rundir
+        pending: list[int] = []
+        for index, candidate in enumerate(self.candidates):
+            folder = rundir.item(candidate.task.id, candidate.item)
+            if folder in self.first_of:
+                continue
+            self.first_of[folder] = index
+            stored = _stored(rundir, candidate, self.ledger)
+            if stored is not None and (not on_gpus or not _to_evaluate(stored)):
+                self._keep(index, stored)
+            elif candidate.extraction is not None:  # nothing to build or run
+                self.finish(index, _without_code(candidate, arch), without_code_placement)
+            else:
+                pending.append(index)
+        return pending
+
+    def finish(self, index: int, evaluation: Evaluation, placement: dict | None) -> None:
+        evaluation = _labelled(self.candidates[index], evaluation)
+        _record(self.ledger, self.candidates[index], evaluation, placement)
+        self._keep(index, evaluation)
+
+    def _keep(self, index: int, evaluation: Evaluation) -> None:
+        self.by_index[index] = evaluation
+        if self.on_done:
+            self.on_done(evaluation)
+
+    def ordered(self) -> list[Evaluation]:
+        """Every candidate's result, in the order given (a repeated one shares its first's)."""
+        rundir = self.ledger.rundir
+        return [self.by_index[self.first_of[rundir.item(c.task.id, c.item)]] for c in self.candidates]
 
 
 def gpu_environment(devices: dict[str, dict], retired: dict[str, str], backend: str) -> dict:
@@ -380,47 +402,27 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
         started = start_slots(slots)
         rundir = RunDir.open(out, _header(arch, options, gpu_environment(started.devices, started.retired, backend)))
         ledger = RunLedger(rundir)
-        results: dict[int, Evaluation] = {}
-
-        def finish(index: int, evaluation: Evaluation, placement: dict) -> None:
-            evaluation = _labelled(candidates[index], evaluation)
-            _record(ledger, candidates[index], evaluation, placement)
-            results[index] = evaluation
-            if on_done:
-                on_done(evaluation)
-
-        jobs: list[Job] = []
-        first_of: dict[Path, int] = {}  # the same candidate given twice is evaluated once (_distinct)
-        for index, candidate in enumerate(candidates):
-            folder = rundir.item(candidate.task.id, candidate.item)
-            if folder in first_of:
-                continue
-            first_of[folder] = index
-            stored = _stored(rundir, candidate, ledger)
-            if stored is not None and not _to_evaluate(stored):
-                results[index] = stored
-                if on_done:
-                    on_done(stored)
-            elif candidate.extraction is not None:  # nothing to build or run: recorded here
-                finish(index, _without_code(candidate, arch), {"backend": backend, "slot": None})
-            else:
-                jobs.append(Job(index, HostJob(task=candidate.task, arch=arch, source=candidate.source,
-                                               origin=candidate.origin)))
+        results = _Results(candidates, ledger, on_done)
+        jobs = [Job(index, HostJob(task=candidates[index].task, arch=arch, source=candidates[index].source,
+                                   origin=candidates[index].origin))
+                for index in results.to_evaluate(arch, on_gpus=True,
+                                                 without_code_placement={"backend": backend, "slot": None})]
         no_gpu_left: list[int] = []
 
         def on_result(job: Job, outcome: HostOutcome, slot: str) -> None:
             assert outcome.evaluation is not None
-            finish(job.index, outcome.evaluation, {"backend": backend, "slot": slot, "seconds": outcome.seconds,
-                                             "where": outcome.where, "interrupted_by": job.faults})
+            results.finish(job.index, outcome.evaluation, {"backend": backend, "slot": slot,
+                                                           "seconds": outcome.seconds, "where": outcome.where,
+                                                           "interrupted_by": job.faults})
 
         def on_give_up(job: Job, failure: InfraFailure, reason: str) -> None:
             candidate = candidates[job.index]
             if failure is InfraFailure.NO_GPU:
                 no_gpu_left.append(job.index)
-            finish(job.index, Evaluation(candidate=candidate.origin, task=candidate.task.id,
-                                   task_hash=candidate.task.content_hash, arch=arch, infra_failure=failure,
-                                   message=reason),
-                   {"backend": backend, "slot": None, "interrupted_by": job.faults})
+            results.finish(job.index, Evaluation(candidate=candidate.origin, task=candidate.task.id,
+                                                 task_hash=candidate.task.content_hash, arch=arch,
+                                                 infra_failure=failure, message=reason),
+                           {"backend": backend, "slot": None, "interrupted_by": job.faults})
 
         retired = schedule(jobs, started, on_result=on_result, on_give_up=on_give_up)
     finally:
@@ -428,7 +430,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
             slot.close()
         if ledger is not None:  # every host is closed: no candidate code runs any more (also when stopped)
             _audit(ledger)
-    ordered = [results[first_of[rundir.item(c.task.id, c.item)]] for c in candidates]
+    ordered = results.ordered()
     if no_gpu_left:
         reasons = "; ".join(f"GPU {name}: {why}" for name, why in retired.items())
         raise GpusRetired(f"every GPU was retired ({reasons}); {len(no_gpu_left)} candidate(s) not evaluated are "
