@@ -36,3 +36,7 @@ def test_an_exact_answer_passes_and_a_wrong_one_fails(D: int, S: int, causal: in
     assert all(c.passed for c in compare_outputs(task, answer, expected))
     wrong = {**answer, "dQ": (answer["dQ"].float() * 1.05 + 0.01).bfloat16()}
     assert not next(c for c in compare_outputs(task, wrong, expected) if c.output == "dQ").passed
+    if S > 1:  # the cancellation term buys no lazy kernel anything: zeros (right only at S = 1) still fail
+        lazy = {**answer, "dQ": torch.zeros_like(answer["dQ"]), "dK": torch.zeros_like(answer["dK"])}
+        judged = {c.output: c.passed for c in compare_outputs(task, lazy, expected)}
+        assert not judged["dQ"] and not judged["dK"]
