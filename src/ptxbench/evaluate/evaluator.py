@@ -552,6 +552,8 @@ class GpuEvaluator:
                         with self._stage(f"timing.workload.{workload.name}"):
                             measured[workload.name] = interleaved(self.worker, self.baselines, workload, fastest,
                                                                   budget_ms, limit_s)
+                        for part, seconds in (measured[workload.name].spent or {}).items():
+                            self._count(f"timing.protocol.{part}", seconds)
             except BaselineFailed as exc:
                 return _harness_failure(f"timing the vendor baseline: {exc}").applied(evaluation), True
             except ForgedReply as exc:

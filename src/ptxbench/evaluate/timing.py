@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import secrets
 import statistics
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -77,6 +78,23 @@ class Interleaved(NamedTuple):
     launch_gated: bool | None = None  # every timed call of both sides ran behind the launch gate
     last_seed: int | None = None  # the input set of the candidate's last timed call, and that call's outputs
     last_outputs: dict[str, torch.Tensor] | None = None
+    spent: dict[str, float] | None = None  # wall seconds by part of the protocol (``Spent``), for diagnosis
+
+
+class Spent:
+    """Where a measurement's wall time went: each side's chunks of calls (their measured time and the calls'
+    round trips), stopping and resuming the candidate around the baseline's chunks, and the set-up and
+    read-back around the loop. What the chunks cost beyond their measured time is the protocol's price."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._mark = time.perf_counter()
+
+    def lap(self, part: str) -> None:
+        """Charge the time since the last lap to ``part``."""
+        now = time.perf_counter()
+        self.seconds[part] = self.seconds.get(part, 0.0) + now - self._mark
+        self._mark = now
 
 
 def call_limit_s(call_timeout_s: float, budget_ms: float) -> float:
@@ -109,6 +127,7 @@ def interleaved(worker: Worker, baselines: Worker, workload: Workload, variant: 
     ``candidate`` False: the baseline's clean time. ``worker``, which holds no candidate code yet, runs the
     same baseline in the candidate's place, so the GPU goes through the same rhythm as beside a candidate:
     timed back to back in one process instead, a GEMM runs into the power cap and read 13 % slower on an H200."""
+    spent = Spent()
     seeds = _seeds()
     with baseline_call(baselines):
         baselines.call("prepare_timing", workload.sizes, seeds, [variant], False, timeout_s=limit_s)
@@ -116,10 +135,17 @@ def interleaved(worker: Worker, baselines: Worker, workload: Workload, variant: 
     worker.call("prepare_timing", workload.sizes, seeds, [] if candidate else [variant], candidate, timeout_s=limit_s)
     samples: dict[str, list[float]] = {"candidate": [], "baseline": []}
     rounds, warm_up = WARM_UP_ROUNDS, True
+    measured_ms = 0.0
+    spent.lap("setup")
     while True:
         times = {"candidate": worker.call("time_rounds", rounds, timeout_s=limit_s)[partner]}
+        spent.lap("candidate_chunks")
         with worker.paused(), baseline_call(baselines):
+            spent.lap("pause")
             times["baseline"] = baselines.call("time_rounds", rounds, timeout_s=limit_s)[variant]
+            spent.lap("baseline_chunks")
+        spent.lap("pause")
+        measured_ms += sum(times["candidate"]) + sum(times["baseline"])
         if not warm_up:
             for side, values in samples.items():
                 values += times[side]
@@ -138,11 +164,16 @@ def interleaved(worker: Worker, baselines: Worker, workload: Workload, variant: 
     with baseline_call(baselines):
         gated = baselines.call("launch_gate", timeout_s=limit_s)["gated"]
     launch_gated = gated and worker.call("launch_gate", timeout_s=limit_s)["gated"]
+    spent.lap("read_back")
     reply = worker.call("timed_outputs", timeout_s=limit_s)
     # the candidate's process ends with the lock: its outputs are copied out first
+    last_outputs = {k: v.clone() for k, v in reply["last_outputs"].items()}
+    spent.lap("outputs")
+    chunks = spent.seconds["candidate_chunks"] + spent.seconds["baseline_chunks"]
+    spent.seconds["chunks_beyond_measured"] = max(0.0, chunks - measured_ms / 1e3)
     return Interleaved(variant, baseline, len(samples["baseline"]), candidate=median_iqr(samples["candidate"]),
                        launches=launches, launch_gated=launch_gated, last_seed=reply["last_seed"],
-                       last_outputs={k: v.clone() for k, v in reply["last_outputs"].items()})
+                       last_outputs=last_outputs, spent=spent.seconds)
 
 
 def clean_times(worker: Worker, baselines: Worker, missing: list[tuple[Workload, str]], budget_ms: float,

@@ -33,6 +33,7 @@ from ptxbench.paths import default_cache_dir
 from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis, diagnose
 from ptxbench.toolchain.discover import find_toolchain
 from ptxbench.toolchain.entry_point import check_entry_point
+from ptxbench.toolchain.priority import lower_this_thread
 
 COMPILE_RESULT_VERSION = 2  # 2: diagnoses of missing entry points, target hints, user line numbers
 DEFAULT_TIMEOUT_S = 120.0
@@ -291,8 +292,9 @@ def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s:
 
 
 def build_many(requests: Iterable[BuildRequest], *, jobs: int | None = None, **kwargs: object) -> list[BuildResult]:
-    """Build several candidates in parallel (nvcc is a subprocess, so threads suffice)."""
+    """Build several candidates in parallel (nvcc is a subprocess, so threads suffice), at the lower priority
+    of builds (``priority``): a GPU's timing beside them keeps its CPUs."""
     requests = list(requests)
     workers = jobs or max(1, min(len(requests), os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    with ThreadPoolExecutor(max_workers=workers, initializer=lower_this_thread) as pool:
         return list(pool.map(lambda r: build(r, **kwargs), requests))  # type: ignore[arg-type]

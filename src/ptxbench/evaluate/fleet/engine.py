@@ -48,6 +48,7 @@ from ptxbench.evaluate.static_only import static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.evaluation import Evaluation, InfraFailure
 from ptxbench.records.rundir import RunDir, RunLedger
+from ptxbench.toolchain.priority import lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class Engine:
         self._gpus = gpus
         self._protect = list(protect)
         self._builders = ThreadPoolExecutor(max_workers=builders or min(8, os.cpu_count() or 1),
-                                            thread_name_prefix="ptxbench-build")
+                                            thread_name_prefix="ptxbench-build", initializer=lower_this_thread)
         self._feed = JobFeed()
         self._lock = threading.RLock()  # the run directories, the counters and the submissions below
         self._submissions: dict[int, Submission] = {}

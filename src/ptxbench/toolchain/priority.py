@@ -1,0 +1,34 @@
+"""Builds yield the CPU to the GPU's work: a thread that builds runs (and starts nvcc) at a lower priority.
+
+While candidates are built ahead (``eval``'s prebuild, a server's builders), the GPUs' lanes time kernels
+in a loop of short calls between three processes (the candidate's, the baseline's, the lane's); each
+hand-over waits for a CPU, so compilers on every core lengthen the exclusive timing stage that every other
+lane waits for. On Linux a thread's nice value is its own and passes to the processes it starts, so a
+build thread lowered once lowers its nvcc, ptxas and disassemblers, and nothing else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+log = logging.getLogger(__name__)
+BUILD_NICENESS = 10  # CFS gives a nice-10 task about a tenth of a contended CPU beside a nice-0 one
+
+
+def lower_this_thread(niceness: int = BUILD_NICENESS) -> int | None:
+    """Give the calling thread at least ``niceness`` (where the platform allows); the value it has then, or
+    None when it could not be read or changed (the build then runs at the usual priority)."""
+    if not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+        return None
+    thread = threading.get_native_id()
+    try:
+        current = os.getpriority(os.PRIO_PROCESS, thread)
+        target = min(19, max(current, niceness))
+        if target != current:
+            os.setpriority(os.PRIO_PROCESS, thread, target)
+        return os.getpriority(os.PRIO_PROCESS, thread)
+    except OSError as exc:
+        log.debug("could not lower the build thread's priority: %s", exc)
+        return None
