@@ -11,9 +11,11 @@ A missed target is reported with its shortfall. Writes reference_kernels_<gpu>.{
 
     python benchmarks/reference_kernels.py [--tasks gemm_bf16 ...] [--budget-ms 300] [--run DIR]
     python benchmarks/reference_kernels.py --from-run DIR [--tasks ...]   # report a run already made
+    python benchmarks/reference_kernels.py --render-only                  # the .md again from the .json
 
 The tasks measured replace their entries in an existing results file; the others stay, each with its own
-date, revision and command.
+date, revision and command. Under each task the .md says why it misses a target, from
+benchmarks/reference_limits.toml (what was measured, and the files in benchmarks/results/ it rests on).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import argparse
 import json
 import tempfile
 from pathlib import Path
+
+from ptxbench._compat import tomllib
 
 from ptxbench.kernels import reference_folder
 
@@ -35,6 +39,13 @@ COMPUTE_TARGETS = {  # task: (% of the best library on every workload, {workload
 }
 MEMORY_TARGET_PCT = 95.0  # of the measured device copy bandwidth, where the data does not fit in L2
 L2_BYTES = 50 * 2**20  # the H200's L2: a workload moving less than this is timed from L2, not memory
+LIMITS = REPO / "benchmarks" / "reference_limits.toml"
+EXECUTED_COUNTS = "executed-counts"  # evidence: the results file's own table of ncu's executed instructions
+
+
+def limits(path: Path = LIMITS) -> list[dict]:
+    """Why each reference misses a target: ``[{task, workloads, evidence, finding}]`` (reference_limits.toml)."""
+    return tomllib.loads(path.read_text())["limits"] if path.is_file() else []
 
 
 def target(task: str, row: dict) -> dict:
@@ -73,7 +84,9 @@ def _features(evaluation) -> list[dict]:  # type: ignore[no-untyped-def]
              "satisfied": f.satisfied} for f in (evaluation.features or [])]
 
 
-def _markdown(result: dict) -> str:
+def _markdown(result: dict, explained: list[dict] | None = None) -> str:
+    """The results as Markdown; ``explained``: the limits entries (default: reference_limits.toml's)."""
+    explained = limits() if explained is None else explained
     env = result["environment"]
     lines = [f"# Reference kernels ({result['arch']}) on {env.get('name')}",
              "",
@@ -108,6 +121,16 @@ def _markdown(result: dict) -> str:
                 share = f"{100 * feature['flop_share']:.1f} %" if feature["flop_share"] is not None else "–"
                 lines.append(f"| {feature['requirement']} | {counts} | {share} | {feature['satisfied']} |")
             lines.append("")
+        missed = {row["workload"] for row in task["timings"] if not row["met"]}
+        reasons = [entry for entry in explained if entry["task"] == task["task"] and missed & set(entry["workloads"])]
+        if reasons:
+            lines += ["Why it misses (benchmarks/reference_limits.toml):", ""]
+            for entry in reasons:
+                sources = ", ".join("the executed-instruction table above" if e == EXECUTED_COUNTS else f"`{e}`"
+                                    for e in entry["evidence"])
+                finding = " ".join(entry["finding"].split())
+                lines.append(f"- {', '.join(w for w in entry['workloads'] if w in missed)}: {finding} (evidence: {sources})")
+            lines.append("")
     return "\n".join(lines)
 
 
@@ -129,9 +152,15 @@ def main() -> None:
     parser.add_argument("--git-revision", help="the commit of the tree measured, where the machine reports "
                                                "another (a lent machine's copy of the working tree)")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--render-only", action="store_true", help="write the .md again from --out's .json")
     args = parser.parse_args()
 
     arch = Arch(args.arch)
+    if args.render_only:
+        for path in sorted(args.out.glob("reference_kernels_*.json")):
+            path.with_suffix(".md").write_text(_markdown(json.loads(path.read_text())) + "\n")
+            print(f"wrote {path.with_suffix('.md')}")
+        return
     if args.from_run is not None:
         header = RunDir.load(args.from_run).header
         evaluations = [load_result(path, header) for path in RunDir.load(args.from_run).results()]

@@ -50,6 +50,10 @@
 // two consumer warpgroups on named barriers yet, one tile per CTA, not persistent). Next steps for D = 64: BKV =
 // 176 or 192 (more FLOPs per softmax), warpgroup ping-pong, and a persistent scheduler that overlaps the
 // epilogue with the next tile's loads (what hurts most at S = 577: few, short tiles).
+// ncu side by side at hd64-s2048 (one call of each, benchmarks/results/ncu_attention_fwd_hd64-s2048_h200.md):
+// 372.8 against cuDNN's 310.5 us; tensor pipe active 40.3 % against 48.9 %, issue slots 35 % against 51 % busy,
+// MIO-throttle stalls 0.86 against 0.05 cycles per issue, and 1.29 x cuDNN's L2 bytes (2,048 one-tile CTAs
+// against its 132 persistent ones).
 #include <cmath>
 
 #include "ptx_wrappers.cuh"

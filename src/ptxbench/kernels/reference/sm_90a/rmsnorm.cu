@@ -6,6 +6,11 @@
 // same run): behind torch.compile's kernel on every workload: t16384-h4096 0.0722 against 0.0644 ms (89 %; 86.6 %
 // of the measured copy bandwidth, where compile's reaches about 97 %), t4096-h8192 96 %, and the 32-row decode
 // 0.0049 against Liger's 0.0042 ms (86 %). Target: >= the library everywhere, >= 95 % of copy bandwidth.
+// What ncu showed (t16384-h4096, one call of each, benchmarks/results/ncu_rmsnorm_t16384-h4096_h200.md): the same
+// L2 bytes as compile's kernel (414 against 418 MB), so no extra traffic, but L2 throughput 79.9 % against 92.2 %:
+// this kernel's 396 persistent CTAs stall mostly on shared-memory reads of the ring (short scoreboard, 4.4 cycles
+// per issue) where compile's 8,192 CTAs keep more global loads in flight. More bytes in flight per SM is the next
+// step (benchmarks/variants/rmsnorm.*; why each workload misses: benchmarks/reference_limits.toml).
 //
 // The task is memory-bound: every byte of X is read once and every byte of Y written once, so the
 // kernel's only job is to keep enough bytes in flight to saturate HBM (~4.3 TB/s measured copy on the

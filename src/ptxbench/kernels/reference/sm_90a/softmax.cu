@@ -7,6 +7,10 @@
 // same run): ahead of the library on the long and vocabulary rows (r8192-c32768 120 % of Liger's, the 151936-wide
 // Qwen rows 200 % of torch.compile's), behind Liger on r16384-c4096 (0.0719 against 0.0660 ms, 92 %); 84-90 % of
 // the measured copy bandwidth on these workloads, all beyond L2 (target: 95 %).
+// What ncu showed (r16384-c4096, one call of each, ncu_softmax_r16384-c4096_h200.md): 70.4 against Liger's 64.9
+// us with the same L2 bytes; one persistent CTA per SM at 66 registers issues from 33 % of its slots against
+// Liger's 65 % on 16,384 CTAs, L2 throughput 80.0 % against 87.3 %: too few 8 KB rows in flight per SM
+// (benchmarks/reference_limits.toml).
 //
 // Memory-bound: the minimum traffic is one read of X and one write of Y, and that is only possible if
 // a row stays on chip between the reduction (max, sum) and the normalisation. The kernel therefore
