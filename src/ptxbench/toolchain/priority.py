@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,7 @@ BUILD_NICENESS = 10  # CFS gives a nice-10 task about a tenth of a contended CPU
 def lower_this_thread(niceness: int = BUILD_NICENESS) -> int | None:
     """Give the calling thread at least ``niceness`` (where the platform allows); the value it has then, or
     None when it could not be read or changed (the build then runs at the usual priority)."""
-    if not hasattr(os, "setpriority") or not hasattr(threading, "get_native_id"):
+    if not sys.platform.startswith("linux"):  # elsewhere a thread id is not a PRIO_PROCESS target
         return None
     thread = threading.get_native_id()
     try:
