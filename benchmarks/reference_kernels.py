@@ -26,7 +26,6 @@ import tempfile
 from pathlib import Path
 
 from ptxbench._compat import tomllib
-
 from ptxbench.kernels import reference_folder
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,10 +1,12 @@
 """Builds yield the CPU to the GPU's work: a thread that builds runs (and starts nvcc) at a lower priority.
 
-While candidates are built ahead (``eval``'s prebuild, a server's builders), the GPUs' lanes time kernels
-in a loop of short calls between three processes (the candidate's, the baseline's, the lane's); each
-hand-over waits for a CPU, so compilers on every core lengthen the exclusive timing stage that every other
-lane waits for. On Linux a thread's nice value is its own and passes to the processes it starts, so a
-build thread lowered once lowers its nvcc, ptxas and disassemblers, and nothing else.
+While candidates are built ahead (``eval``'s prebuild, a server's builders, which work throughout a batch),
+the GPUs' lanes time kernels in a loop of short calls between three processes (the candidate's, the
+baseline's, the lane's), and every hand-over waits for a CPU: compilers busy on the same cores can only
+lengthen the exclusive timing stage that every other lane waits for (on the H200 a GEMM candidate's timing
+spends more wall time in these hand-overs than in measured calls, benchmarks/results/serve_h200.md). On
+Linux a thread's nice value is its own and passes to the processes it starts, so a build thread lowered once
+lowers its nvcc, ptxas and disassemblers, and nothing else.
 """
 
 from __future__ import annotations
