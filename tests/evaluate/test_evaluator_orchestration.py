@@ -60,6 +60,13 @@ def test_correct_candidate_passes_with_timings_and_roofline(monkeypatch: pytest.
     # the stages follow one another; the wait for the GPU's lock is spent inside them
     assert stages["total"] >= sum(v for k, v in stages.items() if k not in ("total", "gpu_lock_wait") and "." not in k) > 0, stages
     assert stages["trials"] >= stages["trials.worker"] + stages["trials.judge"]
+    # the timing protocol's own account of its wall time, part by part, within the measurement it splits
+    protocol = {k.removeprefix("timing.protocol."): v for k, v in stages.items() if k.startswith("timing.protocol.")}
+    assert {"setup", "candidate_chunks", "pause", "baseline_chunks", "read_back", "outputs",
+            "chunks_beyond_measured"} == set(protocol) and min(protocol.values()) >= 0
+    parts = sum(v for k, v in protocol.items() if k != "chunks_beyond_measured")
+    assert parts <= stages["timing.interleaved"] + 1e-6
+    assert protocol["chunks_beyond_measured"] <= protocol["candidate_chunks"] + protocol["baseline_chunks"]
     again = _evaluate(monkeypatch, "correct")  # the baseline now comes from the cache
     assert again.timings[0].baseline_ms == pytest.approx(1.0)
 
