@@ -30,7 +30,10 @@
 #              attention_fwd at D = 64 and attention_bwd; rmsnorm and transpose; gemm_fp8
 #   servebench benchmarks/serve_throughput.py against a warm `ptxbench serve --lanes 4` on GPU 0: 100 GEMM candidates
 #              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
-#              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 560 s
+#              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 520 s
+#   misses     benchmarks/ncu_against_vendor.py on the reference misses not yet profiled side by side with their
+#              best baseline (benchmarks/reference_limits.toml: gemm_bf16's decode, rmsnorm's decode, softmax's long
+#              rows), about 40 s each, 200 s
 #
 # Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm] [--baselines] [--serve])
 # are installed from .whl/ first when that folder exists: every wheel there, without dependencies, so
@@ -141,7 +144,7 @@ for section in "${sections[@]}"; do
             done
             budget=()
             [ -n "${PTXBENCH_SERVE_BUDGET_MS:-}" ] && budget=(--timing-budget-ms "$PTXBENCH_SERVE_BUDGET_MS")
-            share=$(limit 250)
+            share=$(limit 220)
             for profile in no-profile profile; do
                 timeout $((share + 60)) python3 benchmarks/serve_throughput.py --count 100 "--$profile" "${budget[@]}" \
                     --deadline-s "$share" --workdir "$work/candidates-$profile" --out "$work/serve_$profile.json" \
@@ -150,6 +153,15 @@ for section in "${sections[@]}"; do
                 grep -E '"(finished|seconds|candidates_per_minute)"' "$work/servebench_$profile.log"
             done
             kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
-        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu variants_attention variants_memory variants_gemm servebench)" >&2 ;;
+        misses)
+            R=src/ptxbench/kernels/reference/sm_90a
+            for spec in "gemm_bf16 llama3-8b-qkv-decode cublas" "rmsnorm t32-h4096-decode liger" \
+                        "softmax r8192-c32768 liger"; do
+                set -- $spec
+                timeout "$(limit 60)" python3 benchmarks/ncu_against_vendor.py "$R/$1.cu" --workload "$2" --baseline "$3" \
+                    --timeout-s 55 --out "$work/ncu" > "$work/ncu_$1_$2.log" 2>&1
+                echo "misses $1 $2: exit $?"
+            done ;;
+        *) echo "unknown section: $section (examples adversarial profiled hostile gold fixit serve scaleout refs evaluator multigpu variants_attention variants_memory variants_gemm servebench misses)" >&2 ;;
     esac
 done

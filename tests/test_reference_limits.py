@@ -71,3 +71,20 @@ def test_the_committed_markdown_is_what_the_json_and_the_limits_render() -> None
         rendered = reference_kernels._markdown(json.loads(path.read_text())) + "\n"
         assert path.with_suffix(".md").read_text() == rendered, (
             f"{path.with_suffix('.md').name} is stale: python benchmarks/reference_kernels.py --render-only")
+
+
+def test_the_misses_gpu_check_profiles_real_workloads_against_real_baselines() -> None:
+    """scripts/gpu_checks.sh's `misses` section (the ncu side-by-sides still to take) names workloads of its tasks
+    and baselines those tasks have, so its one device call is not spent on a typo."""
+    import re
+
+    from ptxbench.evaluate.baselines import variant_specs
+
+    script = (REPO / "scripts" / "gpu_checks.sh").read_text()
+    block = script[script.index("        misses)"):script.index(";;", script.index("        misses)"))]
+    specs = re.findall(r'"(\w+) ([\w.-]+) (\w+)"', block)
+    assert len(specs) == 3, block
+    for task_id, workload, baseline in specs:
+        task = get_task(task_id)
+        assert workload in {w.name for w in task.workloads}, (task_id, workload)
+        assert baseline in variant_specs(task), (task_id, baseline)
