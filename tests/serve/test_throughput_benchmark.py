@@ -44,3 +44,18 @@ def test_jobs_past_the_deadline_are_reported_as_they_stand_and_cancelled() -> No
     assert [v.state for v in views] == [JobState.DONE, JobState.RUNNING, JobState.DONE]
     assert client.cancelled == ["b"]
     assert all(w is not None and 0 < w <= 30.0 for w in client.waits)
+
+
+class OnGpuClient(StubClient):
+    """Job "b" is already on a GPU when the deadline passes: the server refuses its cancel (409)."""
+
+    def cancel(self, job_id: str) -> None:
+        super().cancel(job_id)
+        raise ServerError(f"job {job_id} is running on a GPU and cannot be cancelled")
+
+
+def test_a_job_already_on_a_gpu_at_the_deadline_does_not_end_the_benchmark() -> None:
+    client = OnGpuClient()
+    views = serve_throughput.collect(client, ["b", "a"], deadline_s=30.0)  # type: ignore[arg-type]
+    assert [(v.id, v.state) for v in views] == [("b", JobState.RUNNING), ("a", JobState.DONE)]
+    assert client.cancelled == ["b"]
