@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXAMPLES = REPO / "kernels" / "examples"
+
+
+def repo_script(relative: str, name: str | None = None) -> ModuleType:
+    """A script of the repository outside the package (``benchmarks/``, ``scripts/``), loaded as a module for
+    its tests; ``name``: the module's name (default: the file's stem)."""
+    path = REPO / relative
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _gpu_available() -> bool:

@@ -3,10 +3,8 @@ compilation, warm-up) runs once before the profiled range, never inside it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -15,15 +13,11 @@ import torch
 from ptxbench.evaluate import baselines
 from ptxbench.tasks import reference
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import repo_script
 
 
 def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return repo_script(f"benchmarks/{name}.py")
 
 
 @pytest.fixture

@@ -1,18 +1,13 @@
 """benchmarks/kernel_variants.py: variants override exactly the named constants and replace exactly the
 named definitions, or fail loudly; every variant source of benchmarks/variants still builds."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from ptxbench.kernels import reference_folder
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("kernel_variants", REPO / "benchmarks" / "kernel_variants.py")
-assert _spec and _spec.loader
-kernel_variants = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kernel_variants)
+from .conftest import REPO, repo_script
+
+kernel_variants = repo_script("benchmarks/kernel_variants.py")
 
 SOURCE = """
 constexpr int kThreads = 256;

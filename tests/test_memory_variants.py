@@ -6,21 +6,17 @@ which tiles each warp owns, and where the warp's ldmatrix/stmatrix pairs move ev
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ptxbench.kernels import reference_folder
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("kernel_variants", REPO / "benchmarks" / "kernel_variants.py")
-assert _spec and _spec.loader
-kernel_variants = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kernel_variants)
+from .conftest import repo_script
+
+kernel_variants = repo_script("benchmarks/kernel_variants.py")
 
 VARIANTS = kernel_variants.VARIANTS
 # The variants of the lead's command lines that change device code (benchmarks/variants/*.cu say how to run

@@ -1,17 +1,13 @@
 """benchmarks/ncu_against_vendor.py: the ncu command profiles only the marked call, the raw CSV is read
 per launch, and the comparison puts the longest launch of each side next to the other."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("ncu_against_vendor", REPO / "benchmarks" / "ncu_against_vendor.py")
-assert _spec and _spec.loader
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
+from .conftest import REPO, repo_script
+
+tool = repo_script("benchmarks/ncu_against_vendor.py")
 
 FIXTURE = REPO / "tests" / "fixtures" / "ncu" / "h200_cublas_and_example_gemm_1024.csv"
 

@@ -3,28 +3,17 @@ evidence that exists, and the results' Markdown carries the explanation under th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from ptxbench.tasks.loader import get_task
 
-REPO = Path(__file__).resolve().parents[1]
+from .conftest import REPO, repo_script
+
 RESULTS = REPO / "benchmarks" / "results"
-
-
-def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("reference_kernels", REPO / "benchmarks" / "reference_kernels.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-reference_kernels = _benchmark()
+reference_kernels = repo_script("benchmarks/reference_kernels.py")
 RESULT_FILES = sorted(RESULTS.glob("reference_kernels_*.json"))
 
 

@@ -10,18 +10,14 @@ record: with another nvcc the comparison is skipped (other compilers make other 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("reference_sass", REPO / "scripts" / "reference_sass.py")
-assert _spec and _spec.loader
-reference_sass = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reference_sass)
+from .conftest import repo_script
+
+reference_sass = repo_script("scripts/reference_sass.py")
 
 SASS = """
 	code for sm_90a

@@ -1,13 +1,8 @@
 """benchmarks/reference_kernels.py judges each workload against the expert-reference issue's targets."""
 
-import importlib.util
-from pathlib import Path
+from .conftest import repo_script
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("reference_kernels", REPO / "benchmarks" / "reference_kernels.py")
-assert _spec is not None and _spec.loader is not None
-reference_kernels = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(reference_kernels)
+reference_kernels = repo_script("benchmarks/reference_kernels.py")
 
 
 def row(workload: str, pct_of_vendor: float | None, pct_of_roofline: float | None = None,

@@ -2,7 +2,6 @@
 harness's own build step and exporting the task's entry point, so a GPU run measures the committed
 kernel as the evaluator runs it."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,9 @@ from ptxbench.errors import ToolchainMissing
 from ptxbench.toolchain.discover import find_toolchain
 from ptxbench.kernels import reference_folder
 
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("softmax_row_scaling", REPO / "benchmarks" / "softmax_row_scaling.py")
-assert _spec and _spec.loader
-tool = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(tool)
+from .conftest import repo_script
+
+tool = repo_script("benchmarks/softmax_row_scaling.py")
 
 
 def test_it_builds_the_reference_softmax_with_its_entry_point(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -3,7 +3,6 @@ in tests), and `ptxbench tasks show/list` and the report warn where the best bas
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -16,11 +15,9 @@ from ptxbench.results.attempts import Attempt
 from ptxbench.results.report import render_report
 from ptxbench.tasks.loader import get_task
 
-REPO = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("baselines_benchmark", REPO / "benchmarks" / "baselines.py")
-assert _spec and _spec.loader
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+from ..conftest import repo_script
+
+bench = repo_script("benchmarks/baselines.py", "baselines_benchmark")
 
 runner = CliRunner()
 PEAKS = {"bytes_per_s": 4.0e12, "bf16_flops": 8.0e14, "fp8_flops": 1.6e15}

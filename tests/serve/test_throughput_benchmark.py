@@ -1,18 +1,14 @@
 """benchmarks/serve_throughput.py stops waiting at its deadline and counts only what finished."""
 
-import importlib.util
 import time
 from types import SimpleNamespace
 
 from ptxbench.client import ServerError
 from ptxbench.serve.models import JobState
 
-from ..conftest import REPO
+from ..conftest import repo_script
 
-_spec = importlib.util.spec_from_file_location("serve_throughput", REPO / "benchmarks" / "serve_throughput.py")
-assert _spec is not None and _spec.loader is not None
-serve_throughput = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(serve_throughput)
+serve_throughput = repo_script("benchmarks/serve_throughput.py")
 
 
 class StubClient:
