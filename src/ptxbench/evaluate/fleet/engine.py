@@ -36,10 +36,9 @@ from ptxbench.evaluate.fleet.run import (
     Candidate,
     _audit,
     _header,
+    _kept,
     _labelled,
     _record,
-    _stored,
-    _to_evaluate,
     _without_code,
     gpu_environment,
 )
@@ -200,8 +199,8 @@ class Engine:
         candidate, arch = submission.candidate, submission.arch
         rundir, ledger = self._run(submission)
         with self._lock:
-            stored = _stored(rundir, candidate, ledger)
-        if stored is not None and (not self.on_gpus or not _to_evaluate(stored)):
+            stored = _kept(rundir, candidate, ledger, on_gpus=self.on_gpus)
+        if stored is not None:
             submission.on_stage("stored", {"item": str(rundir.item(candidate.task.id, candidate.item))})
             self._finish(key, stored, None, record=False)
             return

@@ -271,6 +271,13 @@ def _to_evaluate(stored: Evaluation | None) -> bool:
     return stored is None or stored.infra_failure is not None
 
 
+def _kept(rundir: RunDir, candidate: Candidate, ledger: RunLedger, *, on_gpus: bool) -> Evaluation | None:
+    """The item's stored result where it stands as the answer (a resumed run, a repeated submission): always
+    without GPUs; on GPUs unless it is an infrastructure failure, which is evaluated again."""
+    stored = _stored(rundir, candidate, ledger)
+    return stored if stored is not None and (not on_gpus or not _to_evaluate(stored)) else None
+
+
 def _record(ledger: RunLedger, candidate: Candidate, evaluation: Evaluation, placement: dict | None = None) -> None:
     """The item's files, ``result.json`` last: its presence marks the item done."""
     folder = ledger.rundir.item(candidate.task.id, candidate.item)
@@ -358,8 +365,8 @@ class _Results:
             if folder in self.first_of:
                 continue
             self.first_of[folder] = index
-            stored = _stored(rundir, candidate, self.ledger)
-            if stored is not None and (not on_gpus or not _to_evaluate(stored)):
+            stored = _kept(rundir, candidate, self.ledger, on_gpus=on_gpus)
+            if stored is not None:
                 self._keep(index, stored)
             elif candidate.extraction is not None:  # nothing to build or run
                 self.finish(index, _without_code(candidate, arch), without_code_placement)
