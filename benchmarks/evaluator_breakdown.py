@@ -2,9 +2,11 @@
 the pieces of one correctness trial inside a worker, and the parts of the ncu stage.
 
 A diagnostic for the throughput goal (benchmarks/evaluator_benchmark.py measures the rate itself).
-Prints a report and writes it as JSON to ``--out``.
+Prints a report and writes it as JSON to ``--out``. ``--session-of N`` also times N copies of the profiled
+program, each its own process, recorded by one ncu session (what profiling several candidates per session
+would save over one session each), and reading that report back.
 
-    python benchmarks/evaluator_breakdown.py [--candidate FILE] [--task gemm_bf16] [--out DIR]
+    python benchmarks/evaluator_breakdown.py [--candidate FILE] [--task gemm_bf16] [--session-of 4] [--out DIR]
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import io
 import json
 import pstats
 import secrets
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -103,12 +106,13 @@ def _trial_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped
     return pieces
 
 
-def _ncu_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped-def]
-    """The ncu stage split: the profiled program alone, under ncu with the cheap metric, with the real one."""
+def _ncu_pieces(task, shared_object: Path, session_of: int = 1) -> dict:  # type: ignore[no-untyped-def]
+    """The ncu stage split: the profiled program alone, under ncu with the cheap metric, with the real one;
+    with ``session_of`` > 1 also that many programs in one ncu session and its report read back."""
     from ptxbench.evaluate.executed import NCU_METRICS
     from ptxbench.evaluate.profiling import REPORT_NAME, profiled_program
     from ptxbench.toolchain.discover import find_toolchain
-    from ptxbench.toolchain.tools import ncu_record_command
+    from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
     ncu = find_toolchain().path("ncu")
 
@@ -125,6 +129,16 @@ def _ncu_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped-d
                                       "--metrics", "gpu__time_duration.sum", *program],
             "ncu_full_stage_s": ncu_record_command(program, Path(folder) / REPORT_NAME, NCU_METRICS),
         }
+        if session_of > 1:
+            plans = [Path(folder) / f"session{i}" for i in range(session_of)]
+            for plan in plans:
+                plan.mkdir()
+            one_after_another = " && ".join(shlex.join(profiled_program(task, task.timed().sizes, shared_object, plan))
+                                            for plan in plans)
+            session_report = Path(folder) / f"session.{REPORT_NAME}"
+            runs[f"ncu_session_of_{session_of}_s"] = ncu_record_command(
+                ["--target-processes", "all", "bash", "-c", one_after_another], session_report, NCU_METRICS)
+            runs[f"ncu_import_session_of_{session_of}_s"] = ncu_import_command(session_report, NCU_METRICS)
         timings = {"write_plan_s": plan_s}
         for name, command in runs.items():
             started = time.perf_counter()
@@ -144,6 +158,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--task", default="gemm_bf16")
     parser.add_argument("--candidate", type=Path, default=reference_folder("sm_90a") / "gemm_bf16.cu")
+    parser.add_argument("--session-of", type=int, default=1, help="also time this many programs in one ncu session")
     parser.add_argument("--out", type=Path, default=Path("."))
     args = parser.parse_args()
     task = get_task(args.task)
@@ -152,7 +167,7 @@ def main() -> None:
     built = build(build_request(source, Arch.SM_90A, task))
     report: dict = {"build_s": time.perf_counter() - started}
     shared_object = Path(built.directory) / "candidate.so"
-    for name, part in (("ncu", lambda: _ncu_pieces(task, shared_object)),
+    for name, part in (("ncu", lambda: _ncu_pieces(task, shared_object, args.session_of)),
                        ("trial", lambda: _trial_pieces(task, shared_object)),
                        ("stages", lambda: _stages(task, source))):
         try:
