@@ -60,31 +60,37 @@
 
 namespace {
 
-constexpr int BM = 128;      // query rows per CTA: two consumer warpgroups x 64
-constexpr int THREADS = 384;
+constexpr int MAX_ROWS = 192;  // query rows per CTA at most (three consumer warpgroups x 64)
 constexpr float LN2 = 0.6931471805599453f;
 
 template <int D>
 struct Config {
+  static constexpr int CONSUMERS = D == 64 ? 3 : 2;        // consumer warpgroups, 64 query rows each
+  static constexpr int ROWS = 64 * CONSUMERS;              // query rows per CTA
+  static constexpr int THREADS = 128 * (1 + CONSUMERS);    // the producer warpgroup and the consumers
+  static constexpr uint32_t PRODUCER_REGS = 24;
+  static constexpr uint32_t CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
   static constexpr int BKV = D == 256 ? 64 : 128;         // keys per tile
   static constexpr int STAGES = D == 64 ? 4 : 2;
   static constexpr int SLABS = D / 64;                     // 64-column (128-byte) slabs of a row
-  static constexpr uint32_t Q_BYTES = BM * D * 2;
+  static constexpr uint32_t Q_BYTES = ROWS * D * 2;
   static constexpr uint32_t KV_BYTES = BKV * D * 2;        // one K or one V tile
   static constexpr int S_ACC = BKV / 2;                    // fp32 score registers per consumer thread
   static constexpr int O_ACC = D / 2;                      // fp32 output registers per consumer thread
   static constexpr int P_STEPS = BKV / 16;                 // k16 steps of P · V
+  static_assert(ROWS <= MAX_ROWS, "row bound of the entry point's index check");
+  static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= 65536, "register file");
 };
 
-// Q (and later O): [half][slab][64 rows][64 columns]; K and V: [slab][BKV rows][64 columns]; every box is
+// Q (and later O): [consumer][slab][64 rows][64 columns]; K and V: [slab][BKV rows][64 columns]; every box is
 // 128-byte swizzled and starts on a 1024-byte boundary (all sizes are multiples of 1024).
 template <int D>
 struct Shared {
   static constexpr int STAGES = Config<D>::STAGES;
-  __nv_bfloat16 q[BM * D];
+  __nv_bfloat16 q[Config<D>::ROWS * D];
   __nv_bfloat16 k[STAGES][Config<D>::BKV * D];
   __nv_bfloat16 v[STAGES][Config<D>::BKV * D];
-  ptx::RingBarriers<STAGES> k_ring;  // full: producer arrive + TMA bytes; empty: both consumer warpgroups
+  ptx::RingBarriers<STAGES> k_ring;  // full: producer arrive + TMA bytes; empty: every consumer warpgroup
   ptx::RingBarriers<STAGES> v_ring;
   uint64_t q_full;
 };
@@ -98,19 +104,21 @@ struct Work {
   int head, q0, kv_tiles;
 };
 
-__device__ __forceinline__ Work cta_work(int S, int causal, int heads, int bkv) {
-  const int q_tiles = (S + BM - 1) / BM;
+template <int D>
+__device__ __forceinline__ Work cta_work(int S, int causal, int heads) {
+  constexpr int ROWS = Config<D>::ROWS, BKV = Config<D>::BKV;
+  const int q_tiles = (S + ROWS - 1) / ROWS;
   const int t = static_cast<int>(blockIdx.x);
   Work w;
   if (causal) {  // heaviest (last) query tiles first, across all heads
     w.head = t % heads;
-    w.q0 = (q_tiles - 1 - t / heads) * BM;
-    const int last_key = min(S, w.q0 + BM);  // keys [0, last_key) are visible to some row of the tile
-    w.kv_tiles = (last_key + bkv - 1) / bkv;
+    w.q0 = (q_tiles - 1 - t / heads) * ROWS;
+    const int last_key = min(S, w.q0 + ROWS);  // keys [0, last_key) are visible to some row of the tile
+    w.kv_tiles = (last_key + BKV - 1) / BKV;
   } else {  // a head's query tiles side by side: they share its K and V in L2
     w.head = t / q_tiles;
-    w.q0 = (t % q_tiles) * BM;
-    w.kv_tiles = (S + bkv - 1) / bkv;
+    w.q0 = (t % q_tiles) * ROWS;
+    w.kv_tiles = (S + BKV - 1) / BKV;
   }
   return w;
 }
@@ -130,12 +138,13 @@ __device__ __forceinline__ void producer_loop(Shared<D>& s, const CUtensorMap* m
   ptx::tma_prefetch_map(map_q);
   ptx::tma_prefetch_map(map_k);
   ptx::tma_prefetch_map(map_v);
-  const int halves = w.q0 + 64 < S ? 2 : 1;  // a half wholly past S is neither loaded nor computed
-  ptx::mbar_arrive_expect_tx(&s.q_full, halves * C::Q_BYTES / 2);
-  for (int half = 0; half < halves; ++half)
+  // A consumer's 64 rows wholly past S are neither loaded nor computed.
+  const int parts = min(C::CONSUMERS, (S - w.q0 + 63) / 64);
+  ptx::mbar_arrive_expect_tx(&s.q_full, parts * C::Q_BYTES / C::CONSUMERS);
+  for (int part = 0; part < parts; ++part)
 #pragma unroll
     for (int slab = 0; slab < C::SLABS; ++slab)
-      ptx::tma_load_3d(s.q + (half * C::SLABS + slab) * 64 * 64, map_q, &s.q_full, slab * 64, w.q0 + half * 64, w.head);
+      ptx::tma_load_3d(s.q + (part * C::SLABS + slab) * 64 * 64, map_q, &s.q_full, slab * 64, w.q0 + part * 64, w.head);
   ptx::RingState at;
   for (int j = 0; j < w.kv_tiles; ++j) {
     uint64_t* full = s.k_ring.producer_acquire(at, C::KV_BYTES);
@@ -152,12 +161,12 @@ __device__ __forceinline__ void producer_loop(Shared<D>& s, const CUtensorMap* m
 
 // S = Q · K_tileᵀ for this warpgroup's 64 rows (issued and committed, not waited for).
 template <int D>
-__device__ __forceinline__ void issue_scores(Shared<D>& s, int stage, int half, float (&acc)[Config<D>::S_ACC]) {
+__device__ __forceinline__ void issue_scores(Shared<D>& s, int stage, int consumer, float (&acc)[Config<D>::S_ACC]) {
   using C = Config<D>;
   ptx::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {  // slab kk / 4, +32 bytes (+2) per 16 columns inside it
-    const uint64_t q_desc = ptx::wgmma_desc_k_sw128(s.q + (half * C::SLABS + kk / 4) * 64 * 64) + 2 * (kk % 4);
+    const uint64_t q_desc = ptx::wgmma_desc_k_sw128(s.q + (consumer * C::SLABS + kk / 4) * 64 * 64) + 2 * (kk % 4);
     const uint64_t k_desc = ptx::wgmma_desc_k_sw128(s.k[stage] + (kk / 4) * C::BKV * 64) + 2 * (kk % 4);
     ptx::wgmma_bf16<C::BKV>(acc, q_desc, k_desc, kk > 0 ? 1 : 0);
   }
@@ -241,7 +250,7 @@ __device__ __forceinline__ void rescale_o(float (&o)[Config<D>::O_ACC], const fl
   for (int i = 0; i < Config<D>::O_ACC; ++i) o[i] *= alpha[(i >> 1) & 1];
 }
 
-// Tiles loaded for the other warpgroup's rows only: each waited for and handed back unread.
+// Tiles loaded for the other warpgroups' rows only: each waited for and handed back unread.
 template <int D>
 __device__ __forceinline__ void skip_tiles(Shared<D>& s, ptx::RingState& at, int count, bool signals) {
   for (int j = 0; j < count; ++j) {
@@ -257,7 +266,7 @@ __device__ __forceinline__ void skip_tiles(Shared<D>& s, ptx::RingState& at, int
 // the CTA's remaining tiles (past this warpgroup's last visible key) handed back unread. One `signals`
 // thread per warpgroup releases stages.
 template <int D>
-__device__ __forceinline__ void consumer_mainloop(Shared<D>& s, const Work& w, int half, int q0w, int S, int causal,
+__device__ __forceinline__ void consumer_mainloop(Shared<D>& s, const Work& w, int consumer, int q0w, int S, int causal,
                                                   float scale_log2, bool signals, float (&o)[Config<D>::O_ACC],
                                                   float (&m)[2], float (&l)[2]) {
   using C = Config<D>;
@@ -272,7 +281,7 @@ __device__ __forceinline__ void consumer_mainloop(Shared<D>& s, const Work& w, i
 
   ptx::RingState at;
   s.k_ring.consumer_wait(at);
-  issue_scores<D>(s, at.stage, half, acc);
+  issue_scores<D>(s, at.stage, consumer, acc);
   ptx::wgmma_wait<0>();
   ptx::wgmma_fence_acc(acc);
   if (signals) s.k_ring.consumer_release(at.stage);
@@ -284,7 +293,7 @@ __device__ __forceinline__ void consumer_mainloop(Shared<D>& s, const Work& w, i
     const ptx::RingState prev = at;
     at.advance(C::STAGES);
     s.k_ring.consumer_wait(at);
-    issue_scores<D>(s, at.stage, half, acc);  // S_j ...
+    issue_scores<D>(s, at.stage, consumer, acc);  // S_j ...
     s.v_ring.consumer_wait(prev);
     issue_pv<D>(s, prev.stage, p, o, j > 1);  // ... while P_{j-1} · V_{j-1} follows it
     ptx::wgmma_wait<1>();                      // S_j is done (groups complete in order)
@@ -308,13 +317,13 @@ __device__ __forceinline__ void consumer_mainloop(Shared<D>& s, const Work& w, i
   skip_tiles<D>(s, at, w.kv_tiles - tiles, signals);
 }
 
-// Epilogue: LSE straight to global (rows < S), O / l as bf16 into this warpgroup's half of the Q buffer
+// Epilogue: LSE straight to global (rows < S), O / l as bf16 into this warpgroup's part of the Q buffer
 // (its own S wgmmas, the last readers, are done), then one thread stores the 64 x 64 boxes; TMA clips
 // rows >= S.
 template <int D>
 __device__ __forceinline__ void epilogue(Shared<D>& s, const CUtensorMap* map_o, float* __restrict__ LSE,
                                          const float (&o)[Config<D>::O_ACC], const float (&m)[2], const float (&l)[2],
-                                         const Work& w, int half, int q0w, int S, bool signals) {
+                                         const Work& w, int consumer, int q0w, int S, bool signals) {
   using C = Config<D>;
   float inv[2];
 #pragma unroll
@@ -325,7 +334,7 @@ __device__ __forceinline__ void epilogue(Shared<D>& s, const CUtensorMap* map_o,
     if (threadIdx.x % 4 == 0 && row < S)
       LSE[static_cast<int64_t>(w.head) * S + row] = (m[h] + ptx::lg2_approx(total)) * LN2;
   }
-  uint8_t* staging = reinterpret_cast<uint8_t*>(s.q + half * C::SLABS * 64 * 64);
+  uint8_t* staging = reinterpret_cast<uint8_t*>(s.q + consumer * C::SLABS * 64 * 64);
   ptx::fence_proxy_async_smem();  // the async-proxy reads of Q (wgmma) before these generic writes
 #pragma unroll
   for (int i = 0; i < C::O_ACC; i += 2) {
@@ -335,7 +344,7 @@ __device__ __forceinline__ void epilogue(Shared<D>& s, const CUtensorMap* map_o,
         __floats2bfloat162_rn(o[i] * scale, o[i + 1] * scale);
   }
   ptx::fence_proxy_async_smem();
-  ptx::named_barrier_sync(1 + half, 128);  // this consumer warpgroup
+  ptx::named_barrier_sync(1 + consumer, 128);  // this consumer warpgroup
   if (signals) {
 #pragma unroll
     for (int slab = 0; slab < C::SLABS; ++slab) ptx::tma_store_3d(map_o, staging + slab * 8192, slab * 64, q0w, w.head);
@@ -345,42 +354,43 @@ __device__ __forceinline__ void epilogue(Shared<D>& s, const CUtensorMap* map_o,
 }
 
 template <int D>
-__global__ void __launch_bounds__(THREADS, 1)
+__global__ void __launch_bounds__(Config<D>::THREADS, 1)
 attention_fwd_sm90a(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
                     const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_o,
                     float* __restrict__ LSE, int S, int heads, int causal, float scale_log2) {
   extern __shared__ uint8_t smem_raw[];
+  using C = Config<D>;
   Shared<D>& s = *ptx::align_smem<Shared<D>>(smem_raw);
-  const Work w = cta_work(S, causal, heads, Config<D>::BKV);
+  const Work w = cta_work<D>(S, causal, heads);
   const uint32_t warpgroup = ptx::warpgroup_idx();
 
   if (threadIdx.x == 0) {
-    s.k_ring.init(Config<D>::STAGES, 2);  // empty: one arrive per consumer warpgroup
-    s.v_ring.init(Config<D>::STAGES, 2);
+    s.k_ring.init(C::STAGES, C::CONSUMERS);  // empty: one arrive per consumer warpgroup
+    s.v_ring.init(C::STAGES, C::CONSUMERS);
     ptx::mbar_init(&s.q_full, 1);
     ptx::mbar_fence_init();
   }
   __syncthreads();
 
   if (warpgroup == 0) {
-    ptx::setmaxnreg_dec<24>();
+    ptx::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0) producer_loop<D>(s, &map_q, &map_k, &map_v, w, S);
     return;
   }
 
-  ptx::setmaxnreg_inc<240>();
-  const int half = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
-  const int q0w = w.q0 + half * 64;
+  ptx::setmaxnreg_inc<C::CONSUMER_REGS>();
+  const int consumer = static_cast<int>(warpgroup) - 1;  // which 64 rows of the tile
+  const int q0w = w.q0 + consumer * 64;
   const bool signals = threadIdx.x % 128 == 0;
   if (q0w >= S) {  // every row of this warpgroup is past S (the last query tile of a short sequence)
     ptx::RingState at;
     skip_tiles<D>(s, at, w.kv_tiles, signals);
     return;
   }
-  float o[Config<D>::O_ACC], m[2], l[2];
+  float o[C::O_ACC], m[2], l[2];
   ptx::mbar_wait(&s.q_full, 0);
-  consumer_mainloop<D>(s, w, half, q0w, S, causal, scale_log2, signals, o, m, l);
-  epilogue<D>(s, &map_o, LSE, o, m, l, w, half, q0w, S, signals);
+  consumer_mainloop<D>(s, w, consumer, q0w, S, causal, scale_log2, signals, o, m, l);
+  epilogue<D>(s, &map_o, LSE, o, m, l, w, consumer, q0w, S, signals);
 }
 
 // A [B*H][S][D] bf16 tensor read or written in boxes of `rows` x 64 columns (one 128-byte swizzle row).
@@ -395,21 +405,21 @@ cudaError_t make_map(CUtensorMap* map, const void* base, int64_t heads, int64_t 
 template <int D>
 int launch(const __nv_bfloat16* Q, const __nv_bfloat16* K, const __nv_bfloat16* V, __nv_bfloat16* O, float* LSE,
            int64_t heads, int64_t S, int causal, cudaStream_t stream) {
-  constexpr int BKV = Config<D>::BKV;
+  using C = Config<D>;
   CUtensorMap map_q, map_k, map_v, map_o;
   cudaError_t err;
   if ((err = make_map(&map_q, Q, heads, S, D, 64)) != cudaSuccess ||
-      (err = make_map(&map_k, K, heads, S, D, BKV)) != cudaSuccess ||
-      (err = make_map(&map_v, V, heads, S, D, BKV)) != cudaSuccess ||
+      (err = make_map(&map_k, K, heads, S, D, C::BKV)) != cudaSuccess ||
+      (err = make_map(&map_v, V, heads, S, D, C::BKV)) != cudaSuccess ||
       (err = make_map(&map_o, O, heads, S, D, 64)) != cudaSuccess)
     return static_cast<int>(err);
   constexpr size_t smem = smem_bytes<D>();
   if ((err = cudaFuncSetAttribute(attention_fwd_sm90a<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(smem))) != cudaSuccess)
     return static_cast<int>(err);
-  const int64_t ctas = heads * ((S + BM - 1) / BM);
+  const int64_t ctas = heads * ((S + C::ROWS - 1) / C::ROWS);
   const float scale_log2 = static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(D)));
-  attention_fwd_sm90a<D><<<static_cast<unsigned>(ctas), THREADS, smem, stream>>>(
+  attention_fwd_sm90a<D><<<static_cast<unsigned>(ctas), C::THREADS, smem, stream>>>(
       map_q, map_k, map_v, map_o, LSE, static_cast<int>(S), static_cast<int>(heads), causal, scale_log2);
   return static_cast<int>(cudaGetLastError());
 }
@@ -430,8 +440,8 @@ extern "C" int attention_fwd(
     cudaStream_t stream) {
   if (B <= 0 || H <= 0 || S <= 0) return static_cast<int>(cudaGetLastError());
   const int64_t heads = B * H;
-  // int indices inside the kernel: rows (up to S + BM) and the CTA index must fit.
-  if (S > INT32_MAX - 2 * BM || heads > INT32_MAX || heads * ((S + BM - 1) / BM) > INT32_MAX)
+  // int indices inside the kernel: rows (up to S + MAX_ROWS) and the CTA index (at most 128 rows each) must fit.
+  if (S > INT32_MAX - 2 * MAX_ROWS || heads > INT32_MAX || heads * ((S + 127) / 128) > INT32_MAX)
     return static_cast<int>(cudaErrorInvalidValue);
   const int c = causal != 0 ? 1 : 0;
   switch (D) {
