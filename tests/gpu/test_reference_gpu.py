@@ -85,11 +85,13 @@ def test_fp8_reference_is_right_on_edges_of_its_tiles_and_pairs(evaluator) -> No
 
 
 def test_attention_reference_is_right_at_every_tile_edge(evaluator) -> None:  # type: ignore[no-untyped-def]
-    """Lengths at and either side of the kernel's edges: a 64-row warpgroup (a second one wholly past S gets
-    no Q and computes nothing), the 128-row CTA, the KV tile (64 keys at D = 256, 128 otherwise, the last one
-    partial and masked past S), causal and not, at each head dimension."""
+    """Lengths at and either side of the kernel's edges: a 64-row warpgroup (the later ones of a CTA wholly past
+    S get no Q and compute nothing), the CTA of 192 query rows at D = 64 and 128 rows otherwise, the KV tile
+    (64 keys at D = 256, 128 otherwise, the last one partial and masked past S), causal and not, at each head
+    dimension."""
+    lengths = (1, 63, 64, 65, 127, 128, 129, 191, 192, 193, 255, 383, 385, 577)
     named = {f"d{d}-s{s}-c{c}": {"B": 1, "H": 3, "S": s, "D": d, "causal": c}
-             for d in (64, 128, 256) for s in (1, 63, 64, 65, 127, 128, 129, 192, 255, 385) for c in (0, 1)}
+             for d in (64, 128, 256) for s in lengths for c in (0, 1)}
     evaluation = evaluator.evaluate(task_on_sizes("attention_fwd", named), Arch.SM_90A,
                                     read_candidate(REFERENCE / "attention_fwd.cu"), "attention_fwd.cu")
     print(f"attention_fwd on {len(named)} edge lengths: {evaluation.status} {evaluation.message}")
