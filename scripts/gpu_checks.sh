@@ -26,14 +26,15 @@
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
 #   multigpu   benchmarks/multi_gpu_throughput.py (1 GPU vs all visible), 300 s
 #   variants_attention, variants_memory, variants_gemm: benchmarks/kernel_variants.py on the prepared variants of
-#              the references that miss their targets (benchmarks/variants/), each one device call (about 550 s):
-#              attention_fwd at D = 64 and attention_bwd; rmsnorm and transpose; gemm_fp8
+#              the references that miss their targets (benchmarks/variants/), each one device call: attention_bwd;
+#              rmsnorm and transpose; gemm_fp8 (limits 250, 450 and 500 s; on an H200, 2026-12-04: 136, 249 and 68 s,
+#              the first with attention_fwd variants since adopted or removed)
 #   servebench benchmarks/serve_throughput.py against a warm `ptxbench serve --lanes 4` on GPU 0: 100 GEMM candidates
 #              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
 #              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 520 s
-#   misses     benchmarks/ncu_against_vendor.py on the reference misses not yet profiled side by side with their
-#              best baseline (benchmarks/reference_limits.toml: gemm_bf16's decode, rmsnorm's decode, softmax's long
-#              rows), about 40 s each, 200 s
+#   misses     benchmarks/ncu_against_vendor.py on the reference misses last profiled side by side with their best
+#              baseline (the evidence of benchmarks/reference_limits.toml for gemm_bf16's decode, rmsnorm's decode and
+#              softmax's long rows), about 40 s each, 200 s
 #
 # Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm] [--baselines] [--serve])
 # are installed from .whl/ first when that folder exists: every wheel there, without dependencies, so
@@ -112,11 +113,6 @@ for section in "${sections[@]}"; do
             }
             case "$section" in
                 variants_attention)
-                    run_variants attention_d64 300 $R/attention_fwd.cu \
-                        --variant "kv160:@attention_fwd.d64_wide_kv.cu;D64_BKV=160" --variant "kv192:@attention_fwd.d64_wide_kv.cu" \
-                        --variant "pingpong:@attention_fwd.d64_pingpong.cu" \
-                        --variant "kv160-pp:@attention_fwd.d64_wide_kv.cu;@attention_fwd.d64_pingpong.cu;D64_BKV=160" \
-                        --variant "wg3:@attention_fwd.d64_three_consumers.cu"
                     run_variants attention_bwd 250 $R/attention_bwd.cu --budget-ms 100 \
                         --variant "dq_ahead:@attention_bwd.dq_scores_ahead.cu" \
                         --variant "dkdv_ahead64:@attention_bwd.dkdv_scores_ahead.cu" \

@@ -2,58 +2,62 @@
 // and LSE (natural log) per query, for bf16 Q, K, V [B, H, S, D], D = 64, 128 or 256, any S >= 1.
 //
 // Measured on the H200 (benchmarks/results/reference_kernels_h200.md, 2026-12-04, against the fastest of cuDNN and
-// FlashAttention-2 timed in the same run): correct on every workload, held-out ones included, and on 60 edge
-// lengths; hd128-s4096 0.829 ms = 663 TFLOP/s, 101.6 % of cuDNN (0.842 ms); hd128-s4096 causal 97.9 %;
-// hd256-s2048 causal 120 %; D = 64 behind: hd64-s2048 82.7 %, hd64-s577 83.6 % (see the last paragraph).
+// FlashAttention-2 timed in the same run): correct on every workload, held-out ones included, and on 84 edge
+// lengths; hd128-s4096 0.818 ms = 672 TFLOP/s, 101.6 % of cuDNN (0.831 ms); hd128-s4096 causal 97.9 %;
+// hd256-s2048 causal 120 %; hd64-s2048 99.1 %, hd64-s577 102.8 % (three consumers at D = 64, below).
 // The order of its steps is also checked on the CPU by a NumPy model of the same tiling
 // (tests/test_reference_attention_model.py).
 //
-// Design (FlashAttention-3 style; one CTA per (128-query tile, batch x head), 384 threads = three warpgroups):
+// Design (FlashAttention-3 style; one CTA per (query tile, batch x head): a producer warpgroup and two consumer
+// warpgroups (128 query rows, 384 threads) at D = 128 and 256, three (192 rows, 512 threads) at D = 64):
 //   * warpgroup 0 is the producer: one thread loads the CTA's Q tile once (TMA, 128-byte swizzle) and then
 //     streams the K and V tiles of the head through two rings of shared-memory stages (K ring, V ring, each
 //     with full/empty mbarriers). K and V have separate rings because K_j is read (and released) one step
 //     before V_j, so the next K load starts while the consumers still multiply by V.
-//   * warpgroups 1 and 2 are consumers, each owning 64 query rows. Per KV tile j:
+//   * the other warpgroups are consumers, each owning 64 query rows. Per KV tile j:
 //       S_j = Q · K_jᵀ        wgmma m64nBKVk16, A = Q and B = K from shared memory (both K-major);
 //       online softmax        in registers: row max over a quad of lanes (shuffles), the scale folded into one
 //                             FMA before ex2 (base 2), the running sum kept per thread and summed at the end;
 //       O += P_j · V_j        wgmma m64nDk16 with P from registers as the A operand (the accumulator layout of
 //                             S packed pairwise to bf16 is exactly the A fragment) and V MN-major from shared.
 //     The two GEMMs of a warpgroup overlap: S_{j+1} is issued before P_j · V_j, and the softmax of S_{j+1} runs
-//     while P_j · V_j is still in the tensor cores; the rescale of O waits for that product. The two consumer
-//     warpgroups interleave on their own (one's softmax alongside the other's wgmmas).
-//   * setmaxnreg: producer 24 registers, consumers 240 (128 x (24 + 2 x 240) = 64512 <= 65536): O (D/2 fp32),
-//     S (BKV/2), P (BKV/4) and the addressing fit without spills at every D.
-//   * Epilogue: O / l to bf16 into the warpgroup's own half of the Q buffer (free once its last S wgmma is
+//     while P_j · V_j is still in the tensor cores; the rescale of O waits for that product. The consumer
+//     warpgroups interleave on their own (one's softmax alongside the others' wgmmas).
+//   * setmaxnreg: producer 24 registers, consumers 240 with two (128 x (24 + 2 x 240) = 64512 <= 65536) or 160
+//     with three (128 x (24 + 3 x 160) = 64512): O (D/2 fp32), S (BKV/2), P (BKV/4) and the addressing fit
+//     without spills (at D = 64 with 160: O 32 + S 64 + P 32).
+//   * Epilogue: O / l to bf16 into the warpgroup's own part of the Q buffer (free once its last S wgmma is
 //     done), then TMA stores of 64 x 64 boxes; LSE = (m + log2 l) · ln 2 stored directly, rows < S only.
 //
 // Tiles per head dimension (shared memory <= 227 KB, one CTA per SM):
-//     D = 64:  BKV = 128, 4 stages: Q 16 KB + K, V 4 x 16 KB each = 144 KB
-//     D = 128: BKV = 128, 2 stages: Q 32 KB + K, V 2 x 32 KB each = 160 KB
-//     D = 256: BKV = 64,  2 stages: Q 64 KB + K, V 2 x 32 KB each = 192 KB (a 64 x 256 O accumulator is 128
-//              registers per thread: BKV = 64 keeps S and P at 32 + 16)
+//     D = 64:  192 rows, BKV = 128, 4 stages: Q 24 KB + K, V 4 x 16 KB each = 152 KB
+//     D = 128: 128 rows, BKV = 128, 2 stages: Q 32 KB + K, V 2 x 32 KB each = 160 KB
+//     D = 256: 128 rows, BKV = 64,  2 stages: Q 64 KB + K, V 2 x 32 KB each = 192 KB (a 64 x 256 O accumulator is
+//              128 registers per thread: BKV = 64 keeps S and P at 32 + 16)
 //
 // Masking and partial tiles: Q, K, V, O are 3-D tensor maps [B*H][S][D], so a tile that runs past S reads zeros
 // (TMA out-of-bounds fill) from the same head, and the TMA store of O clips rows >= S. Keys >= S are masked to
 // -inf in the last KV tile; causal masking is applied only on tiles that cross the diagonal of a warpgroup's
 // rows, and KV tiles wholly past the CTA's last query are never loaded (a warpgroup whose rows end before a
-// loaded tile, at D = 256, only hands it back). A warpgroup whose 64 rows all lie past S (the second one when
-// the last query tile holds 64 rows or fewer) gets no Q, computes nothing and hands every tile back, so no TMA
-// box is ever wholly out of bounds. Tiles are visited from key 0 upwards, so key 0, visible to every row, comes
-// first and the running max is finite from the first tile on. Causal grids start with the heaviest query tiles
-// (the last ones) so the last wave is short.
+// loaded tile only hands it back). A warpgroup whose 64 rows all lie past S (the later ones of the last query
+// tile of a short sequence) gets no Q, computes nothing and hands every tile back, so no TMA box is ever wholly
+// out of bounds. Tiles are visited from key 0 upwards, so key 0, visible to every row, comes first and the
+// running max is finite from the first tile on. Causal grids start with the heaviest query tiles (the last ones)
+// so the last wave is short.
 //
 // What ncu showed at hd128-s4096 (the evaluator's profile of the timed workload): HGMMA.64x128x16.F32.BF16 doing
-// all the FLOPs, UTMALDG.3D for Q/K/V, SYNCS mbarrier traffic. Against cuDNN it wins at D = 128 and 256 and loses
-// about 17 % at D = 64, where a 64 x 128 S tile per warpgroup gives the tensor cores the least work per softmax
-// step (the MUFU.EX2 and FMNMX between the two GEMMs of a warpgroup are only partly hidden: no ping-pong of the
-// two consumer warpgroups on named barriers yet, one tile per CTA, not persistent). Next steps for D = 64: BKV =
-// 176 or 192 (more FLOPs per softmax), warpgroup ping-pong, and a persistent scheduler that overlaps the
-// epilogue with the next tile's loads (what hurts most at S = 577: few, short tiles).
-// ncu side by side at hd64-s2048 (one call of each, benchmarks/results/ncu_attention_fwd_hd64-s2048_h200.md):
-// 372.8 against cuDNN's 310.5 us; tensor pipe active 40.3 % against 48.9 %, issue slots 35 % against 51 % busy,
-// MIO-throttle stalls 0.86 against 0.05 cycles per issue, and 1.29 x cuDNN's L2 bytes (2,048 one-tile CTAs
-// against its 132 persistent ones).
+// all the FLOPs, UTMALDG.3D for Q/K/V, SYNCS mbarrier traffic. With two consumers the kernel lost about 17 % to
+// cuDNN at D = 64: one call each under ncu at hd64-s2048 (benchmarks/results/ncu_attention_fwd_hd64-s2048_h200.md,
+// the two-consumer kernel): 372.8 against cuDNN's 310.5 us, tensor pipe active 40.3 % against 48.9 %, issue slots
+// 35 % against 51 % busy, MIO-throttle stalls 0.86 against 0.05 cycles per issue, and 1.29 x cuDNN's L2 bytes.
+// At D = 64 one score costs one MUFU.EX2 per 256 tensor FLOPs, about what an SM does of each per clock, so a
+// warpgroup's exponentials are as long as its GEMMs; a third consumer gives the SM a third independent stream
+// (one or two can have GEMMs queued while another is in its softmax) and serves each K and V tile to 192 rows
+// instead of 128 (a third less L2-to-SM traffic per FLOP, a third fewer CTAs). Timed side by side
+// (benchmarks/results/kernel_variants_h200.md, 2026-12-04): three consumers 98.5 % / 102.0 % of cuDNN at
+// hd64-s2048 / hd64-s577, against 93.8 / 94.1 % for a ping-pong of two (named-barrier turns), 82.3-85.5 % for
+// 160- or 192-key tiles with two, and 82.5 / 83.4 % for the two-consumer kernel in the same run. At D = 128 and
+// 256 three consumers do not fit: 160 registers cannot hold a 64 x 128 O accumulator beside S and P.
 #include <cmath>
 
 #include "ptx_wrappers.cuh"
