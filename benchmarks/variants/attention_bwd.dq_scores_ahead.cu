@@ -25,7 +25,8 @@
 // arithmetic; tests/test_attention_bwd_variant_schedules.py runs this loop's issues, waits and releases against
 // a model of wgmma commit groups and of the ring.
 //
-// Not yet measured.
+// Measured and not adopted (H200, benchmarks/results/kernel_variants_h200.md, 2026-12-04): hd128-s4096 81.6 ->
+// 83.9 % of cuDNN but hd256-s2048-causal 100.9 -> 87.3 %; no workload reaches its target.
 __device__ __forceinline__ void query_consumer(QueryShared<D>& s, const CUtensorMap* map_dq,
                                                const __nv_bfloat16* __restrict__ O,
                                                const __nv_bfloat16* __restrict__ dO, const float* __restrict__ LSE,

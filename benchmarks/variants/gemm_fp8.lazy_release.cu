@@ -14,7 +14,9 @@
 // CTA; at ~0.28 us of tensor work per stage that is ~1.1 us of cover for a load). Same arithmetic, same
 // error as the reference; registers: one int more per consumer thread.
 //
-// Not yet measured. Run it with
+// Measured and not adopted (H200, benchmarks/results/kernel_variants_h200.md, 2026-12-04): within 1.1 points of
+// the reference on every workload, alone or with the wave width, inside the run's noise (the control of the
+// wave-width variant moved as much). Run it with
 //   python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/gemm_fp8.cu \
 //       --variant "lazy:@gemm_fp8.lazy_release.cu"
 //

@@ -20,7 +20,10 @@
 // accumulators per consumer thread (216 of 232); the ring holds six stages of 34 KiB.
 // The 4096 x 14336 MLP shape is a near tie (3600 against 3584) that stays on 128 and its TMA-store epilogue.
 //
-// Not yet measured. Run it with
+// Measured and not adopted (H200, benchmarks/results/kernel_variants_h200.md, 2026-12-04): square-8192 92.3 ->
+// 94.4 % of cuBLASLt, the other workloads within 0.7 point, as close as the control WIDE_BN = 128 (the
+// reference's choice through this code, up to 1.2 points off: the run's noise); no workload reaches cuBLASLt.
+// Run it with
 //   python benchmarks/kernel_variants.py src/ptxbench/kernels/reference/sm_90a/gemm_fp8.cu \
 //       --variant "wave:@gemm_fp8.wave_width.cu" --variant "wave128:@gemm_fp8.wave_width.cu;WIDE_BN=128"
 // (WIDE_BN = 128 never picks the wide kernel: the control, the reference's choice through this code.)

@@ -1,7 +1,9 @@
 // Variant of src/ptxbench/kernels/reference/sm_90a/rmsnorm.cu (bulk kernel): each thread keeps its
 // chunks of the row, and of W, in registers, so a row is read from shared memory ONCE, the stage is
 // handed back to the copy engine right after the reduction barrier, and a row costs ONE __syncthreads
-// instead of two. Not yet measured.
+// instead of two. Measured and not adopted (H200, benchmarks/results/kernel_variants_h200.md, 2026-12-04):
+// t16384-h4096 91.2 -> 89.8 % of torch.compile, t4096-h8192 96.6 -> 97.5 %, decode 87.4 -> 86.8 % of Liger (with
+// 128 threads: 94.4, 95.9 and 82.6 %).
 //
 // What changes, per row (256 threads, Hd = 4096: 512 16-byte chunks, 2 per thread):
 // - pass 1 loads the thread's chunks (v = tid + j * kThreads, j < kMaxVec) into registers while summing
