@@ -4,9 +4,9 @@
 // Measured on the H200 (benchmarks/results/reference_kernels_h200.md, 2026-12-04, cuBLAS timed in the same run,
 // L2 flushed): 8192^3 in 1.362 ms = 807 TFLOP/s against cuBLAS's 1.393 ms (102.2 %; the target is 103 %),
 // 100.5-101.8 % on the prefill and 4096^3 shapes, 100.0 % on llama3-8b-down-batch, and 94.0 % on the M = 16
-// QKV decode (18.2 against 17.2 us, 65 % of the copy-bandwidth floor: not enough bytes in flight per SM;
-// see the decode path below). ncu (the evaluator's profile of the timed workload): HGMMA.64x256x16 does every
-// FLOP, UTMALDG.2D loads, SYNCS mbarrier waits.
+// QKV decode (18.2 against 17.2 us, 65 % of the copy-bandwidth floor; see the decode path below). ncu (the
+// evaluator's profile of the timed workload): HGMMA.64x256x16 does every FLOP, UTMALDG.2D loads, SYNCS mbarrier
+// waits.
 //
 // Design (one persistent CTA per SM, 384 threads = three warpgroups):
 //   * warpgroup 0 is the producer: one thread streams K-slices of A (128 x 64) and B (BN x 64) into
@@ -56,6 +56,11 @@
 //     it, and CTA r of the cluster sums columns [64r/S, 64(r+1)/S) of all S partials with
 //     ld.shared::cluster in rank order (deterministic) and writes them to C as bf16 pairs, rows < M
 //     only. A second cluster barrier keeps every CTA alive until its peers are done reading it.
+//   * ncu beside cuBLAS on the QKV decode (ncu_gemm_bf16_llama3-8b-qkv-decode_h200.md, one call each):
+//     17.5 against 17.1 us; both keep L2 about as busy (66.6 against 63.7 % of peak) and neither
+//     reaches the copy floor. Ours moves 1.36 x cuBLAS's L2 bytes and stalls at barriers and fences
+//     (1.69 and 0.62 cycles per issue, cuBLAS none), which fits the split's exchange; not splitting
+//     costs more (20.0 us, above).
 #include "ptx_wrappers.cuh"
 
 namespace {
