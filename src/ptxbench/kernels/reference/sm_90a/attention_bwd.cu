@@ -6,9 +6,9 @@
 // and FlashAttention-2's backward alone, timed in the same run): correct on every workload of the task, held-out
 // ones included, with wgmma, TMA and mbarrier executed (ncu: wgmma did 1.40 x the task's FLOPs, the recomputation
 // below), and at 78 lengths around its tile edges (D 64/128/256, causal or not). Speed: hd128-s4096 2.95 ms =
-// 466 TFLOP/s of the task's work against cuDNN's 2.41 ms (81.6 %); hd128-s2048 causal 92.3 %; hd64-s2048 77.6 %;
-// hd64-s577 86.2 %: behind cuDNN everywhere, as the design predicted (the last paragraph says why). The order of
-// its steps is also checked on the CPU by a NumPy model of the same tiling
+// 465 TFLOP/s of the task's work against cuDNN's 2.44 ms (82.5 %); hd128-s2048 causal 92.9 %; hd64-s2048 78.1 %;
+// hd64-s577 86.2 %; hd256-s2048 causal 101.1 %: behind cuDNN but at D = 256, as the design predicted (the last
+// paragraph says why). The order of its steps is also checked on the CPU by a NumPy model of the same tiling
 // (tests/test_reference_attention_bwd_model.py).
 //
 // The harness gives no scratch memory, so there is no fp32 dQ accumulator for the key-tile CTAs to add into
@@ -51,7 +51,7 @@
 // What ncu showed at hd128-s4096 (the evaluator's profile of the timed workload): HGMMA.64x64x16 (Sᵀ, dPᵀ and the
 // dQ kernel's S, dP) and HGMMA.64x128x16 with a register A operand (dV, dK, dQ), 1.40 x the task's FLOPs in all;
 // UTMALDG.3D for Q, K, V, dO; SYNCS mbarrier traffic. The 2.95 ms are 650 TFLOP/s of tensor work actually done
-// (1.92e12 FLOPs), more than cuDNN's 570 on the task's 1.37e12: the recomputation is the gap (the same rate on
+// (1.92e12 FLOPs), more than cuDNN's 563 on the task's 1.37e12: the recomputation is the gap (the same rate on
 // 1.0 x the work would take about 2.1 ms). Behind that rate: one 64-query step at a time per warpgroup (a step's
 // exponentials do not overlap the previous step's accumulations; only the other warpgroup fills the gap) and no
 // persistent scheduling. The next steps: an fp32 dQ workspace (if the harness grants one) with red.global.add from the
