@@ -10,7 +10,11 @@
 // L2 bytes as compile's kernel (414 against 418 MB), so no extra traffic, but L2 throughput 79.9 % against 92.2 %:
 // this kernel's 396 persistent CTAs stall mostly on shared-memory reads of the ring (short scoreboard, 4.4 cycles
 // per issue) where compile's 8,192 CTAs keep more global loads in flight. More bytes in flight per SM is the next
-// step (benchmarks/variants/rmsnorm.*; why each workload misses: benchmarks/reference_limits.toml).
+// step; the variants timed on 2026-12-04 (benchmarks/variants/rmsnorm.*: the row in registers, bulk stores, ring
+// sizing, 128 threads) did not get there (best: 95.2 % of compile at t16384-h4096 with 128 threads, but behind at
+// t4096-h8192). At the decode (ncu_rmsnorm_t32-h4096-decode_h200.md) latency decides: the row's trip through the
+// bulk-copy ring and back out of shared memory costs 4.0 against Liger's 2.75 us. Why each workload misses:
+// benchmarks/reference_limits.toml.
 //
 // The task is memory-bound: every byte of X is read once and every byte of Y written once, so the
 // kernel's only job is to keep enough bytes in flight to saturate HBM (~4.3 TB/s measured copy on the

@@ -9,7 +9,9 @@
 // the measured copy bandwidth on these workloads, all beyond L2 (target: 95 %).
 // What ncu showed (r16384-c4096, one call of each, ncu_softmax_r16384-c4096_h200.md): 70.4 against Liger's 64.9
 // us with the same L2 bytes; one persistent CTA per SM at 66 registers issues from 33 % of its slots against
-// Liger's 65 % on 16,384 CTAs, L2 throughput 80.0 % against 87.3 %: too few 8 KB rows in flight per SM
+// Liger's 65 % on 16,384 CTAs, L2 throughput 80.0 % against 87.3 %: too few 8 KB rows in flight per SM. On the
+// long rows (r8192-c32768, ncu_softmax_r8192-c32768_h200.md) 278.8 against Liger's 331.9 us with L2 throughput
+// 84.3 % against 73.5 %: ahead, and the same story against the copy floor, the memory system not yet full
 // (benchmarks/reference_limits.toml).
 //
 // Memory-bound: the minimum traffic is one read of X and one write of Y, and that is only possible if
