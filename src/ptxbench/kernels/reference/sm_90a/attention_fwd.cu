@@ -55,9 +55,11 @@
 // (one or two can have GEMMs queued while another is in its softmax) and serves each K and V tile to 192 rows
 // instead of 128 (a third less L2-to-SM traffic per FLOP, a third fewer CTAs). Timed side by side
 // (benchmarks/results/kernel_variants_h200.md, 2026-12-04): three consumers 98.5 % / 102.0 % of cuDNN at
-// hd64-s2048 / hd64-s577, against 93.8 / 94.1 % for a ping-pong of two (named-barrier turns), 82.3-85.5 % for
-// 160- or 192-key tiles with two, and 82.5 / 83.4 % for the two-consumer kernel in the same run. At D = 128 and
-// 256 three consumers do not fit: 160 registers cannot hold a 64 x 128 O accumulator beside S and P.
+// hd64-s2048 / hd64-s577, against 93.8 / 94.1 % for a ping-pong of two (named-barrier turns), 82.3 / 82.9 % and
+// 85.5 / 74.7 % for 160- and 192-key tiles with two, and 82.5 / 83.4 % for the two-consumer kernel in the same
+// run. At D = 128 and 256 a third consumer would need narrower key tiles (160 registers hold no 64 x 128 O
+// accumulator beside a 128-key S and P); the two-consumer kernel already meets its targets there, so that was
+// not tried.
 #include <cmath>
 
 #include "ptx_wrappers.cuh"
