@@ -271,7 +271,7 @@ def _to_evaluate(stored: Evaluation | None) -> bool:
     return stored is None or stored.infra_failure is not None
 
 
-def _kept(rundir: RunDir, candidate: Candidate, ledger: RunLedger, *, on_gpus: bool) -> Evaluation | None:
+def _kept(rundir: RunDir, candidate: Candidate, ledger: RunLedger | None, *, on_gpus: bool) -> Evaluation | None:
     """The item's stored result where it stands as the answer (a resumed run, a repeated submission): always
     without GPUs; on GPUs unless it is an infrastructure failure, which is evaluated again."""
     stored = _stored(rundir, candidate, ledger)
@@ -403,7 +403,7 @@ def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: 
     if backend == "local":  # builds run while the GPUs open; a Ray node builds for itself
         find_toolchain().path("nvcc")  # a missing compiler is said once, not found as a fault on every GPU
         previous = RunDir.load(out) if (Path(out) / HEADER_FILE).is_file() else None
-        _prebuild([c for c in candidates if previous is None or _to_evaluate(_stored(previous, c))], arch)
+        _prebuild([c for c in candidates if previous is None or _kept(previous, c, None, on_gpus=True) is None], arch)
     ledger: RunLedger | None = None
     try:
         started = start_slots(slots)
