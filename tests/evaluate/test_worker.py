@@ -248,6 +248,37 @@ def test_a_worker_that_kills_its_forkserver_is_not_silently_replaced(isolate: bo
     assert _state(pid) is None or _parent(pid) != os.getpid(), "this process collected its zombie"
 
 
+def test_a_forkserver_that_refuses_connections_while_still_uncollected_is_replaced() -> None:
+    """A killed forkserver takes a while to exit: its socket is closed but ``waitpid`` does not yet report
+    it, so multiprocessing connected to it and the next worker's start failed (ConnectionRefusedError,
+    seen in CI). Here a living stand-in holds the dead server's place; the start must go through a fresh
+    server, and the stand-in be killed and collected, while a worker forked earlier lives on."""
+    import subprocess
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver  # noqa: SLF001
+    bystander = Worker(HANDLER)
+    worker = Worker(HANDLER)
+    stand_in = subprocess.Popen(["sleep", "120"])
+    try:
+        assert bystander.call("load", [1], timeout_s=60) is None
+        dead = server._forkserver_pid  # noqa: SLF001
+        os.kill(dead, signal.SIGKILL)
+        os.waitpid(dead, 0)
+        server._forkserver_pid = stand_in.pid  # noqa: SLF001 - what a dying server looks like to waitpid
+        worker.call("load", [3], timeout_s=60)
+        assert worker.call("inputs", timeout_s=60) == [3]
+        assert server._forkserver_pid not in (dead, stand_in.pid)  # noqa: SLF001
+        assert _state(stand_in.pid) is None, "the stand-in was killed and collected"
+        assert bystander.call("inputs", timeout_s=60) == [1], "workers of the old server are their owners' to end"
+    finally:
+        worker.close()
+        bystander.close()
+        if stand_in.poll() is None:
+            stand_in.kill()
+            stand_in.wait()
+
+
 def _parent(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as stat:

@@ -144,6 +144,12 @@ def stop_forkserver() -> None:
     """Stop this process's forkserver and whatever it forked, and collect them: at the harness's exit and
     when a host process ends, so neither the server (which lives while any holder of its "alive" pipe
     does) nor a worker is left running with parent 1. The next worker starts a fresh server."""
+    _drop_forkserver(end_workers=True)
+
+
+def _drop_forkserver(end_workers: bool) -> None:
+    """Kill and collect the forkserver and forget it, so the next start launches a fresh one; with
+    ``end_workers``, the processes it forked too (otherwise they are left to the Workers that own them)."""
     from multiprocessing import forkserver, util
 
     server = forkserver._forkserver  # noqa: SLF001 - multiprocessing has no public way to stop it
@@ -151,7 +157,8 @@ def stop_forkserver() -> None:
         pid = server._forkserver_pid  # noqa: SLF001
         if pid is None:
             return
-        reap(kill_descendants(pid))
+        if end_workers:
+            reap(kill_descendants(pid))
         with suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         with suppress(OSError, TypeError):
@@ -162,6 +169,19 @@ def stop_forkserver() -> None:
             with suppress(OSError):
                 os.unlink(address)
         server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None  # noqa: SLF001
+
+
+def _start_process(process: multiprocessing.process.BaseProcess) -> None:
+    """``process.start()``, through a fresh forkserver when the current one refuses the connection. A
+    candidate that kills the server (its parent) leaves it exiting for a while: its socket is closed
+    but it is not yet a zombie, so multiprocessing's check (``waitpid``) takes it for alive and the
+    next start failed with ConnectionRefusedError (seen on a loaded CI machine). The workers it forked
+    live on and stay their owners' to end."""
+    try:
+        process.start()
+    except (ConnectionRefusedError, FileNotFoundError):
+        _drop_forkserver(end_workers=False)
+        process.start()
 
 
 _stop_at_exit_registered = False
@@ -399,7 +419,7 @@ class Worker:
         process = context.Process(target=_serve, args=(child, self.handler, self.device, dict(os.environ), arguments),
                                   daemon=True)
         try:
-            process.start()
+            _start_process(process)
         except BaseException:
             _end(_Child(process, parent, sandbox))
             raise
