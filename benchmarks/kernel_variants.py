@@ -80,42 +80,53 @@ def _closes(line: str) -> bool:
 
 
 REPLACES = "// replaces: "
+ADDS = "// adds before: "
 
 
 class Replacement(NamedTuple):
-    """One definition of a variant source and the first line of the definition it replaces."""
+    """One definition of a variant source and the first line of the definition it replaces (or, ``added``,
+    the definition it is inserted before)."""
 
     target: str
     lines: list[str]
+    added: bool = False
 
 
 def replacement_blocks(text: str) -> list[Replacement]:
     """The definitions of a variant source: each from a line that starts in column 0 (not a comment,
     not ``template <...>``) through the next line that is exactly ``}`` or ``};``. Each replaces the
     definition whose first line is the same, or the one a ``// replaces: <first line>`` comment right
-    above it names (for a first line that itself changes, e.g. a kernel's launch bounds). Other comments
-    and blank lines between them are notes for the reader."""
+    above it names (for a first line that itself changes, e.g. a kernel's launch bounds). A definition the
+    file does not have follows a ``// adds before: <first line>`` comment, with the comments that say what
+    it is and its template head, and is inserted above the named definition (and above that one's template
+    head and comments). Other comments and blank lines between them are notes for the reader."""
     blocks: list[Replacement] = []
     current: list[str] | None = None
     target: str | None = None
+    added = False
+    lead: list[str] = []  # an added definition's own comments
     for number, line in enumerate(text.splitlines(), 1):
-        if current is not None:
+        if added and current is None and line.startswith("//") and not line.startswith((REPLACES, ADDS)):
+            lead.append(line)
+        elif current is not None:
             current.append(line)
             if _closes(line):
-                blocks.append(Replacement(target or current[0], current))
-                current, target = None, None
-        elif line.startswith(REPLACES):
-            target = line[len(REPLACES):]
+                blocks.append(Replacement(target or current[0], lead + current, added))
+                current, target, added, lead = None, None, False, []
+        elif line.startswith((REPLACES, ADDS)):
+            added = line.startswith(ADDS)
+            target = line[len(ADDS if added else REPLACES):]
         elif line.strip() and not line.startswith(("//", " ", "\t")):
-            if line.startswith("template"):
+            if line.startswith("template") and not added:
                 raise ValueError(f"line {number}: start a replacement at the declarator line, after its template head")
             current = [line]
         elif target is not None:
-            raise ValueError(f"line {number}: {REPLACES.strip()} must stand right above the definition it names")
+            marker = ADDS if added else REPLACES
+            raise ValueError(f"line {number}: {marker.strip()} must stand right above the definition it names")
     if current is not None:
         raise ValueError(f"the definition starting {current[0]!r} has no closing line '}}' or '}};'")
     if target is not None:
-        raise ValueError(f"{REPLACES}{target}: no definition follows it")
+        raise ValueError(f"{ADDS if added else REPLACES}{target}: no definition follows it")
     if not blocks:
         raise ValueError("no definition to replace")
     return blocks
@@ -123,12 +134,19 @@ def replacement_blocks(text: str) -> list[Replacement]:
 
 def apply_replacements(source: str, variant_text: str) -> str:
     """``source`` with each definition of ``variant_text`` in place of the one whose first line is its
-    target (exactly one must be), through that definition's closing ``}`` (or ``};``) line."""
+    target (exactly one must be), through that definition's closing ``}`` (or ``};``) line; added ones
+    above their target."""
     lines = source.split("\n")
-    for target, block in replacement_blocks(variant_text):
+    for target, block, added in replacement_blocks(variant_text):
         starts = [i for i, line in enumerate(lines) if line.rstrip() == target.rstrip()]
         if len(starts) != 1:
             raise ValueError(f"{target.strip()!r}: found {len(starts)} definitions starting so, expected exactly one")
+        if added:  # above the target's template head and comments
+            at = starts[0]
+            while at > 0 and lines[at - 1].startswith(("template", "//")):
+                at -= 1
+            lines[at:at] = [*block, ""]
+            continue
         end = next((i for i in range(starts[0], len(lines)) if _closes(lines[i])), None)
         if end is None:
             raise ValueError(f"{target.strip()!r}: its definition has no closing line '}}' or '}};'")

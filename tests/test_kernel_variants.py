@@ -98,6 +98,30 @@ def test_a_variant_source_may_name_the_line_it_replaces():
     assert "if (true) {" not in out and "d[0] += 1.f;" in out
 
 
+def test_a_variant_source_may_add_a_definition_above_a_named_one():
+    """An added definition keeps its own comments and template head and goes above the named definition's
+    template head and comments, so the file's notes stay with what they describe."""
+    variant = ("// adds before: __device__ __forceinline__ void step(float (&d)[N]) {\n"
+               "// what the new step does\n"
+               "template <int M>\n__device__ __forceinline__ void new_step(float (&d)[M]) {\n  d[0] = 2.f;\n}\n")
+    source = REFERENCE_SOURCE.replace("template <int N>\n", "// the step\ntemplate <int N>\n")
+    out = kernel_variants.apply_replacements(source, variant)
+    assert ("// what the new step does\ntemplate <int M>\n__device__ __forceinline__ void new_step(float (&d)[M]) {\n"
+            "  d[0] = 2.f;\n}\n\n// the step\ntemplate <int N>\n__device__ __forceinline__ void step(") in out
+    assert "d[0] += 1.f;" in out and "void other()" in out
+
+
+@pytest.mark.parametrize("variant, message", [
+    ("// adds before: __device__ void missing() {\n__device__ void added() {\n}\n", "found 0"),
+    ("// adds before: __device__ __forceinline__ void other() {\n\n__device__ void added() {\n}\n", "right above"),
+    ("__device__ __forceinline__ void other() {\n}\n// adds before: __device__ __forceinline__ void other() {\n",
+     "no definition follows"),
+])
+def test_a_misplaced_adds_line_is_an_error(variant, message):
+    with pytest.raises(ValueError, match=message):
+        kernel_variants.apply_replacements(REFERENCE_SOURCE, variant)
+
+
 @pytest.mark.parametrize("variant, message", [
     ("// replaces: __device__ void missing() {\n__device__ void missing() {\n}\n", "found 0"),
     ("// replaces: __device__ __forceinline__ void other() {\n\n__device__ void other() {\n}\n", "right above"),
