@@ -3,7 +3,7 @@
 // stmatrix addressing, TMA zero-fill and clipping, the full/empty mbarrier protocol with multicast,
 // setmaxnreg) are measured, not remembered. Build: nvcc -std=c++17 -gencode
 // arch=compute_90a,code=sm_90a -I src/ptxbench/context tests/context/gpu_wrappers_check.cu
-// Run: ./a.out [props|gemm|shapes|fp8|all]; prints one PASS/FAIL line per check, exits 1 on a failure.
+// Run: ./a.out [props|gemm|shapes|fp8|mnmn|all]; prints one PASS/FAIL line per check, exits 1 on a failure.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -349,6 +349,87 @@ bool run() {
 }
 }  // namespace fp8
 
+// ---------------------------------------------------------------------------------------------
+// 4. Both operands MN-major (TransA = TransB = 1), K = 128: A written by the threads from accumulator-layout
+//    registers with the 128-byte swizzle (attention_bwd's dSᵀ tile), B by TMA; the result added by two CTAs
+//    into one fp32 output with red_add_v2_f32.
+// ---------------------------------------------------------------------------------------------
+namespace mnmn {
+constexpr int K = 128;
+
+__global__ void __launch_bounds__(128, 1)
+    kernel(const __grid_constant__ CUtensorMap map_b, const float* x, float* out) {
+  __shared__ alignas(1024) bf16 sa[K * 64];  // A stored [K][M]: row k holds A[0..63][k]
+  __shared__ alignas(1024) bf16 sb[K * 64];  // B stored [K][N]
+  __shared__ alignas(8) uint64_t bar;
+  if (threadIdx.x == 0) {
+    ptx::mbar_init(&bar, 1);
+    ptx::mbar_fence_init();
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    ptx::mbar_arrive_expect_tx(&bar, sizeof(sb));
+    ptx::tma_load_2d(sb, &map_b, &bar, 0, 0);
+  }
+  uint8_t* a_bytes = reinterpret_cast<uint8_t*>(sa);
+#pragma unroll
+  for (int half = 0; half < K / 64; ++half)  // the accumulator layout of a 64 x 64 tile, rows 64·half on
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      const int k = 64 * half + ptx::wgmma_acc_row(i), m = ptx::wgmma_acc_col(i);
+      *reinterpret_cast<uint32_t*>(a_bytes + ptx::sw128_offset(k, m * 2)) =
+          ptx::pack_bf16x2(x[k * 64 + m], x[k * 64 + m + 1]);
+    }
+  ptx::fence_proxy_async_smem();
+  __syncthreads();
+  ptx::mbar_wait(&bar, 0);
+  float d[32];
+  const uint64_t da = ptx::wgmma_desc_mn_sw128(sa, K * 128), db = ptx::wgmma_desc_mn_sw128(sb, K * 128);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int k = 0; k < K / 16; ++k) ptx::wgmma_bf16<64, 1, 1>(d, da + 128 * k, db + 128 * k, k > 0);
+  ptx::wgmma_commit();
+  ptx::wgmma_wait<0>();
+  ptx::wgmma_fence_acc(d);
+#pragma unroll
+  for (int i = 0; i < 32; i += 2)
+    ptx::red_add_v2_f32(out + ptx::wgmma_acc_row(i) * 64 + ptx::wgmma_acc_col(i), d[i], d[i + 1]);
+}
+
+bool run() {
+  std::vector<float> x(K * 64), fb(K * 64);  // x[k][m] = A[m][k]; fb[k][n] = B[k][n]
+  std::vector<bf16> b(K * 64);
+  for (auto& v : x) v = __bfloat162float(__float2bfloat16((rand() % 17 - 8) / 8.f));
+  for (int i = 0; i < K * 64; ++i) { b[i] = __float2bfloat16((rand() % 17 - 8) / 8.f); fb[i] = __bfloat162float(b[i]); }
+  float *dx, *dout;
+  bf16* db;
+  CHECK(cudaMalloc(&dx, x.size() * 4)); CHECK(cudaMalloc(&db, b.size() * 2)); CHECK(cudaMalloc(&dout, 64 * 64 * 4));
+  CHECK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(dout, 0, 64 * 64 * 4));
+  CUtensorMap mb;
+  CHECK(ptx::make_tma_map_2d(&mb, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, db, K, 64, 64, K, 64, CU_TENSOR_MAP_SWIZZLE_128B));
+  kernel<<<2, 128>>>(mb, dx, dout);  // two CTAs add the same product
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::vector<float> out(64 * 64);
+  CHECK(cudaMemcpy(out.data(), dout, out.size() * 4, cudaMemcpyDeviceToHost));
+  double worst = 0;
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < 64; ++n) {
+      double ref = 0;
+      for (int k = 0; k < K; ++k) ref += (double)x[k * 64 + m] * fb[k * 64 + n];
+      const double err = std::fabs(out[m * 64 + n] - 2 * ref);
+      if (!(err <= worst)) worst = err;
+    }
+  const bool ok = worst < 1e-3;  // inputs exact in bf16, sums exact in f32
+  std::printf("%s wgmma m64n64k16 bf16, A and B MN-major (A stored by threads), K = %d, red.add.v2.f32 from 2 CTAs: "
+              "max abs err %.3g\n", ok ? "PASS" : "FAIL", K, worst);
+  cudaFree(dx); cudaFree(db); cudaFree(dout);
+  return ok;
+}
+}  // namespace mnmn
+
 static void props() {
   cudaDeviceProp p;
   CHECK(cudaGetDeviceProperties(&p, 0));
@@ -370,6 +451,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(what, "shapes") || !std::strcmp(what, "all")) ok &= shapes::run();
   if (!std::strcmp(what, "fp8") || !std::strcmp(what, "all")) ok &= fp8::run();
   if (!std::strcmp(what, "gemm") || !std::strcmp(what, "all")) ok &= gemm::run();
+  if (!std::strcmp(what, "mnmn") || !std::strcmp(what, "all")) ok &= mnmn::run();
   std::printf(ok ? "ALL PASS\n" : "SOME FAILED\n");
   return ok ? 0 : 1;
 }
