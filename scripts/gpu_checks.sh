@@ -29,7 +29,8 @@
 #   variants_attention, variants_memory, variants_gemm: benchmarks/kernel_variants.py on the prepared variants of
 #              the references that miss their targets (benchmarks/variants/), each one device call: attention_bwd;
 #              rmsnorm and transpose; gemm_fp8 (limits 250, 450 and 500 s; on an H200, 2026-12-04: 136, 249 and 68 s,
-#              the first with attention_fwd variants since adopted or removed)
+#              the first with attention_fwd variants since adopted or removed, and before attention_bwd's
+#              dq_workspace, prepared since and not yet timed)
 #   servebench benchmarks/serve_throughput.py against a warm `ptxbench serve --lanes 4` on GPU 0: 100 GEMM candidates
 #              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
 #              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 520 s
@@ -117,7 +118,8 @@ for section in "${sections[@]}"; do
                     run_variants attention_bwd 250 $R/attention_bwd.cu --budget-ms 100 \
                         --variant "dq_ahead:@attention_bwd.dq_scores_ahead.cu" \
                         --variant "dkdv_ahead64:@attention_bwd.dkdv_scores_ahead.cu" \
-                        --variant "both:@attention_bwd.dq_scores_ahead.cu;@attention_bwd.dkdv_scores_ahead.cu" ;;
+                        --variant "both:@attention_bwd.dq_scores_ahead.cu;@attention_bwd.dkdv_scores_ahead.cu" \
+                        --variant "dq_workspace:@attention_bwd.dq_workspace.cu" ;;
                 variants_memory)
                     run_variants rmsnorm 250 $R/rmsnorm.cu --budget-ms 100 --variant "t128:kThreads=128" \
                         --variant "regs:@rmsnorm.regs_one_barrier.cu" --variant "regs128:@rmsnorm.regs_one_barrier.cu;kThreads=128" \

@@ -78,8 +78,10 @@ def key_tiles(D: int) -> tuple[bool, int, int]:
     return split, bn, (D // 2 if split else D)
 
 
-def model_head(q, k, v, o, do, lse, causal: bool):  # type: ignore[no-untyped-def]
-    """dQ, dK, dV (bf16 values as float32) of one head, following the kernel's three launches."""
+def model_head(q, k, v, o, do, lse, causal: bool, workspace=None):  # type: ignore[no-untyped-def]
+    """dQ, dK, dV (bf16 values as float32) of one head, following the kernel's three launches. ``workspace``: a
+    model of a dQ accumulated by the dK/dV kernel (``step(k0, kw, q0, ds)`` with each step's dSᵀ accumulator,
+    then ``result(scale)``), which stands in for the dQ kernel."""
     S, D = q.shape
     scale_log2 = np.float32(1.4426950408889634 / math.sqrt(D))
     scale = np.float32(1.0 / math.sqrt(D))
@@ -119,6 +121,8 @@ def model_head(q, k, v, o, do, lse, causal: bool):  # type: ignore[no-untyped-de
                 dv += to_acc(a_fragment_matrix(pack(p)) @ do_t[:, col0:col0 + cols]).astype(np.float32)
                 ds = (p * (dpacc - dlt[col])).astype(np.float32)
                 dk += to_acc(a_fragment_matrix(pack(ds)) @ q_t[:, col0:col0 + cols]).astype(np.float32)
+                if workspace is not None:
+                    workspace.step(k0, kw, q0, ds)
             if kw0 >= S:  # a warpgroup whose keys all lie past S stores nothing
                 continue
             out_rows = kw0 + acc_rows(cols)
@@ -126,6 +130,8 @@ def model_head(q, k, v, o, do, lse, causal: bool):  # type: ignore[no-untyped-de
             out_cols = col0 + acc_cols(cols)
             dK[out_rows[keep], out_cols[keep]] = bf16(dk * scale)[keep]
             dV[out_rows[keep], out_cols[keep]] = bf16(dv)[keep]
+    if workspace is not None:
+        return workspace.result(scale), dK, dV
 
     # 3. dQ, each warpgroup's rows' delta recomputed from O and dO (the parked values are being overwritten).
     bm, bnq = QUERY["bm"], QUERY["bn"][D]

@@ -11,7 +11,7 @@
 // paragraph says why). The order of its steps is also checked on the CPU by a NumPy model of the same tiling
 // (tests/test_reference_attention_bwd_model.py).
 //
-// The harness gives no scratch memory, so there is no fp32 dQ accumulator for the key-tile CTAs to add into
+// This kernel takes no workspace, so there is no fp32 dQ accumulator for the key-tile CTAs to add into
 // (FlashAttention-2/3's atomics). Instead three kernels on the given stream, each writing its outputs once:
 //   1. delta:  delta_i = rowsum(dO_i ⊙ O_i) in fp32, parked in the dQ output (4 bytes of a 2·D-byte row);
 //   2. dK, dV: one CTA per (key tile, batch x head) walks the query tiles: Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (wgmma,
@@ -54,8 +54,10 @@
 // (1.92e12 FLOPs), more than cuDNN's 563 on the task's 1.37e12: the recomputation is the gap (the same rate on
 // 1.0 x the work would take about 2.1 ms). Behind that rate: one 64-query step at a time per warpgroup (a step's
 // exponentials do not overlap the previous step's accumulations; only the other warpgroup fills the gap) and no
-// persistent scheduling. The next steps: an fp32 dQ workspace (if the harness grants one) with red.global.add from the
-// dK/dV kernel, which removes the dQ kernel's S and dP, then software pipelining of the score GEMMs one step ahead.
+// persistent scheduling. The next step: an fp32 dQ workspace (a candidate may allocate one on its stream) that the
+// dK/dV kernel adds into with red.global.add, which removes the dQ kernel's S and dP at D = 64 and 128; prepared as
+// benchmarks/variants/attention_bwd.dq_workspace.cu, which builds but is not yet timed. Issuing the score GEMMs one
+// step ahead was timed and gains at most 2.3 points (kernel_variants_h200.md).
 #include <cmath>
 
 #include "ptx_wrappers.cuh"
@@ -342,12 +344,12 @@ __device__ __forceinline__ void key_consumer(KeyShared<D>& s, const CUtensorMap*
 }
 
 template <int D>
-__global__ void __launch_bounds__(THREADS, 1)
-attention_bwd_dkdv_sm90a(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                         const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                         const __grid_constant__ CUtensorMap map_dk, const __grid_constant__ CUtensorMap map_dv,
-                         const float* __restrict__ LSE, const float* __restrict__ delta, int S, int heads,
-                         int causal, float scale_log2, float scale) {
+__global__ void __launch_bounds__(THREADS, 1) attention_bwd_dkdv_sm90a(
+    const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+    const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+    const __grid_constant__ CUtensorMap map_dk, const __grid_constant__ CUtensorMap map_dv,
+    const float* __restrict__ LSE, const float* __restrict__ delta, int S, int heads, int causal, float scale_log2,
+    float scale) {
   using C = KeyConfig<D>;
   extern __shared__ uint8_t smem_raw[];
   KeyShared<D>& s = *ptx::align_smem<KeyShared<D>>(smem_raw);
@@ -567,12 +569,12 @@ __device__ __forceinline__ void query_consumer(QueryShared<D>& s, const CUtensor
 }
 
 template <int D>
-__global__ void __launch_bounds__(THREADS, 1)
-attention_bwd_dq_sm90a(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
-                       const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
-                       const __grid_constant__ CUtensorMap map_dq, const __nv_bfloat16* __restrict__ O,
-                       const __nv_bfloat16* __restrict__ dO, const float* __restrict__ LSE, int S, int heads,
-                       int causal, float scale_log2, float scale) {
+__global__ void __launch_bounds__(THREADS, 1) attention_bwd_dq_sm90a(
+    const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,
+    const __grid_constant__ CUtensorMap map_v, const __grid_constant__ CUtensorMap map_do,
+    const __grid_constant__ CUtensorMap map_dq, const __nv_bfloat16* __restrict__ O,
+    const __nv_bfloat16* __restrict__ dO, const float* __restrict__ LSE, int S, int heads, int causal,
+    float scale_log2, float scale) {
   using C = QueryConfig<D>;
   extern __shared__ uint8_t smem_raw[];
   QueryShared<D>& s = *ptx::align_smem<QueryShared<D>>(smem_raw);
