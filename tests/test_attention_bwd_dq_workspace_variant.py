@@ -89,7 +89,8 @@ def test_the_variants_steps_give_the_tasks_answer(D: int, S: int, causal: int) -
 
     task, sizes, inputs, (q, k, v, o, do, lse) = _head(D, S, causal)
     dQ, dK, dV = model_head(q, k, v, o, do, lse, bool(causal), workspace=DqWorkspace(k, S, D))
-    actual = {name: torch.from_numpy(x[None, None]).to(torch.bfloat16) for name, x in (("dQ", dQ), ("dK", dK), ("dV", dV))}
+    actual = {name: torch.from_numpy(x[None, None]).to(torch.bfloat16)
+              for name, x in (("dQ", dQ), ("dK", dK), ("dV", dV))}
     for comparison in compare_outputs(task, actual, run_reference(task, dict(inputs), sizes)):
         assert comparison.passed, comparison
 

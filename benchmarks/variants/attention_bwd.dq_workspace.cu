@@ -3,7 +3,7 @@
 // D = 256. The reference takes no workspace and recomputes S and dP for dQ (1.40 x the task's tensor work); a
 // candidate may allocate on its stream, and this is that path.
 //
-// What changes. The host takes rows x D floats with cudaMallocAsync on the given stream (the device's default
+// What changes. The host takes rows x D floats with cudaMallocAsync on the given stream (the device's current
 // pool is told to keep its memory, so a call after the first maps nothing inside the timed region) and frees
 // them stream-ordered after the last kernel. The delta kernel also zeroes each row's accumulator. In the dK/dV
 // kernel, once a step's dSᵀ (keys x queries) is packed to bf16 for dK += dSᵀ Q, each consumer warpgroup writes
@@ -260,14 +260,15 @@ __global__ void __launch_bounds__(THREADS, 1) attention_bwd_dkdv_sm90a(
 }
 
 // adds before: cudaError_t make_map(CUtensorMap* map, const void* base, int64_t heads, int64_t S, int D, int rows) {
-// The current device's default memory pool keeps what it holds between calls (by default it gives memory back at
-// every synchronisation, and the next call's workspace would be mapped afresh inside the timed region).
+// The device's current memory pool (the one cudaMallocAsync draws from) keeps what it holds between calls (by
+// default it gives memory back at every synchronisation, and the next call's workspace would be mapped afresh
+// inside the timed region).
 cudaError_t keep_pool_memory() {
   int device = 0;
   cudaMemPool_t pool;
   uint64_t keep = UINT64_MAX;
   cudaError_t err;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess || (err = cudaDeviceGetDefaultMemPool(&pool, device)) != cudaSuccess)
+  if ((err = cudaGetDevice(&device)) != cudaSuccess || (err = cudaDeviceGetMemPool(&pool, device)) != cudaSuccess)
     return err;
   return cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
 }
