@@ -279,6 +279,30 @@ def test_a_forkserver_that_refuses_connections_while_still_uncollected_is_replac
             stand_in.wait()
 
 
+def test_a_forkserver_whose_socket_is_gone_is_replaced() -> None:
+    """The server's socket file removed (FileNotFoundError on connect): the server is stopped and collected and
+    the start goes through a fresh one; a worker forked earlier lives on."""
+    from multiprocessing import forkserver, util
+
+    server = forkserver._forkserver  # noqa: SLF001
+    bystander = Worker(HANDLER)
+    worker = Worker(HANDLER)
+    try:
+        assert bystander.call("load", [1], timeout_s=60) is None
+        old = server._forkserver_pid  # noqa: SLF001
+        if util.is_abstract_socket_namespace(server._forkserver_address):  # noqa: SLF001
+            pytest.skip("this Python's forkserver listens in the abstract namespace: no file to remove")
+        os.unlink(server._forkserver_address)  # noqa: SLF001
+        worker.call("load", [3], timeout_s=60)
+        assert worker.call("inputs", timeout_s=60) == [3]
+        assert server._forkserver_pid != old, "a fresh server"  # noqa: SLF001
+        assert _state(old) is None, "the old server was stopped and collected"
+        assert bystander.call("inputs", timeout_s=60) == [1]
+    finally:
+        worker.close()
+        bystander.close()
+
+
 def _parent(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as stat:
