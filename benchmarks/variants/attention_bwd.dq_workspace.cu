@@ -74,6 +74,13 @@ __global__ void __launch_bounds__(256) attention_bwd_dq_convert(const float* __r
 }
 
 // adds before: __device__ __forceinline__ void pack_a(const float (&acc)[N], uint32_t (&a)[N / 8][4]) {
+// Two adjacent floats (8-byte aligned) added to global memory as one reduction with no result (sm_90's vector red).
+// Here, not in ptx_wrappers.cuh, while the variant is not adopted: the header is part of the prompts.
+__device__ __forceinline__ void red_add_v2_f32(float* address, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(address), "f"(a), "f"(b) : "memory");
+}
+
+// adds before: __device__ __forceinline__ void pack_a(const float (&acc)[N], uint32_t (&a)[N / 8][4]) {
 // C = A · B with both operands MN-major in shared memory: A (64 x 16·STEPS) stored K-rows of 64 M-columns
 // (one 128-byte swizzled row each), B as in issue_accumulate. Issued and committed; C is overwritten.
 template <int N, int STEPS>
@@ -198,7 +205,7 @@ __device__ __forceinline__ void key_consumer(KeyShared<D>& s, const CUtensorMap*
       for (int i = 0; i < 32; i += 2) {
         const int row = q0 + ptx::wgmma_acc_row(i);
         if (row < S)
-          ptx::red_add_v2_f32(dq_accum + (head_row + row) * D + dq_col0 + ptx::wgmma_acc_col(i), dq[i], dq[i + 1]);
+          red_add_v2_f32(dq_accum + (head_row + row) * D + dq_col0 + ptx::wgmma_acc_col(i), dq[i], dq[i + 1]);
       }
     }
     at.advance(C::STAGES);

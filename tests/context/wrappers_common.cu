@@ -154,12 +154,6 @@ __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(32) exchange_pairs(c
   ptx::cluster_sync();  // no CTA exits while a peer may still write its slots
 }
 
-// Many CTAs add their pairs into one fp32 total: vector reductions with no result.
-__global__ void __launch_bounds__(64) add_pairs(const float2* parts, float* total) {
-  const float2 part = parts[blockIdx.x * 64 + threadIdx.x];
-  ptx::red_add_v2_f32(total + 2 * threadIdx.x, part.x, part.y);
-}
-
 extern "C" int encode(CUtensorMap* map, void* base, int rows, int cols) {
   if (ptx::encode_tiled_fn() == nullptr) return cudaErrorNotSupported;
   const uint64_t dims[3] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows), 4};

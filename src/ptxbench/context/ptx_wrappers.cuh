@@ -367,12 +367,6 @@ __device__ __forceinline__ void st_async_v2_f32(uint32_t remote, float a, float 
                ::"r"(remote), "f"(a), "f"(b), "r"(remote_bar) : "memory");
 }
 
-// Add two adjacent floats (8-byte aligned) to global memory as one atomic reduction with no result
-// (sm_90's vector red): e.g. partial sums of an fp32 accumulator that several CTAs add into.
-__device__ __forceinline__ void red_add_v2_f32(float* address, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(address), "f"(a), "f"(b) : "memory");
-}
-
 __device__ __forceinline__ float ld_shared_cluster_f32(uint32_t remote) {
   float v;
   asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
