@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import repo_script
 from tests.test_reference_attention_bwd_model import CASES, KEY, model_head, rows_of
 from tests.test_reference_attention_model import acc_cols, acc_rows, bf16, to_acc
 
@@ -110,25 +109,13 @@ def test_the_variant_builds_with_reductions_and_leaves_d256_as_it_was() -> None:
     kernel is built; at D = 256 the dK/dV kernel (one parameter more, its shared memory laid out around the dSᵀ
     tiles) and the dQ kernel issue the reference's tensor-core, TMA, barrier and exponential work (ptxas allots
     the rest of their instructions a little differently in this build: a handful of moves)."""
-    from ptxbench.arch.registry import Arch
-    from ptxbench.check import check_source
-    from ptxbench.kernels import reference_folder
-    from ptxbench.tasks.loader import get_task
+    from tests.test_kernel_variants import attention_bwd_static_kernels
 
-    kernel_variants = repo_script("benchmarks/kernel_variants.py")
-
-    def kernels(spec: str) -> dict[str, dict[str, int]]:
-        variant = kernel_variants.parse_variant(spec) if spec else kernel_variants.AS_IS
-        source = kernel_variants.variant_sources(reference_folder("sm_90a") / "attention_bwd.cu", [variant])[0]
-        report = check_source(source, Arch.SM_90A, get_task("attention_bwd"), "attention_bwd.cu")
-        assert report.build.ok, report.build.diagnosis
-        assert report.static is not None and not report.static.warnings, report.static.warnings
-        assert all(k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0
-                   for k in report.static.kernels)
+    def kernels(spec: str) -> dict[str, dict[str, int]]:  # kernel name with its template argument -> SASS counts
         return {re.search(r"(attention_bwd_\w+(?:<\d+>)?)\(", k.demangled)[1]: k.sass  # type: ignore[index]
-                for k in report.static.kernels}
+                for k in attention_bwd_static_kernels(spec)}
 
-    reference, variant = kernels(""), kernels(f"w:@{VARIANT}")
+    reference, variant = kernels(""), kernels(f"@{VARIANT}")
     assert set(variant) == {"attention_bwd_delta<64>", "attention_bwd_delta<128>", "attention_bwd_delta<256>",
                             "attention_bwd_dkdv_sm90a<64>", "attention_bwd_dkdv_sm90a<128>",
                             "attention_bwd_dkdv_sm90a<256>", "attention_bwd_dq_sm90a<256>", "attention_bwd_dq_convert"}

@@ -248,10 +248,10 @@ def test_the_variants_gpu_checks_times_are_spelled_right() -> None:
         assert len(set(sources)) == len(sources), f"{kernel}: two variants give the same source"
 
 
-def _attention_bwd_kernels(spec: str):  # type: ignore[no-untyped-def]
-    """Each kernel of attention_bwd (name without its template argument -> its static report, per head dim)
-    with the variant ``spec`` applied (as-is when empty): builds, no spills, no ptxas warnings (a serialised
-    wgmma pipeline, C7512/C7515, would undo what the variants are for)."""
+def attention_bwd_static_kernels(spec: str):  # type: ignore[no-untyped-def]
+    """The static reports of attention_bwd's kernels with the variant ``spec`` (``@file`` and/or constants;
+    as-is when empty) applied, built as the evaluator builds it: builds, no spills, no ptxas warnings (a
+    serialised wgmma pipeline, C7512/C7515, would undo what the variants are for)."""
     from ptxbench.arch.registry import Arch
     from ptxbench.check import check_source
     from ptxbench.tasks.loader import get_task
@@ -263,8 +263,14 @@ def _attention_bwd_kernels(spec: str):  # type: ignore[no-untyped-def]
     assert report.static is not None and not report.static.warnings, report.static and report.static.warnings
     assert all(k.resources.spill_store_bytes == 0 and k.resources.spill_load_bytes == 0
                for k in report.static.kernels)
+    return report.static.kernels
+
+
+def _attention_bwd_kernels(spec: str):  # type: ignore[no-untyped-def]
+    """Each kernel of attention_bwd (name without its template argument -> its static report, per head dim)
+    with the variant ``spec`` applied (``attention_bwd_static_kernels``)."""
     kernels = {}
-    for kernel in report.static.kernels:
+    for kernel in attention_bwd_static_kernels(spec):
         name = next(n for n in ("delta", "dq", "dkdv") if f"attention_bwd_{n}" in kernel.demangled)
         d = next(d for d in (64, 128, 256) if f"<{d}>" in kernel.demangled)
         kernels[name, d] = kernel
