@@ -111,26 +111,16 @@ def test_a_variant_source_may_add_a_definition_above_a_named_one():
     assert "d[0] += 1.f;" in out and "void other()" in out
 
 
+@pytest.mark.parametrize("marker", ["// replaces: ", "// adds before: "])
 @pytest.mark.parametrize("variant, message", [
-    ("// adds before: __device__ void missing() {\n__device__ void added() {\n}\n", "found 0"),
-    ("// adds before: __device__ __forceinline__ void other() {\n\n__device__ void added() {\n}\n", "right above"),
-    ("__device__ __forceinline__ void other() {\n}\n// adds before: __device__ __forceinline__ void other() {\n",
+    ("{marker}__device__ void missing() {{\n__device__ void missing() {{\n}}\n", "found 0"),
+    ("{marker}__device__ __forceinline__ void other() {{\n\n__device__ void other() {{\n}}\n", "right above"),
+    ("__device__ __forceinline__ void other() {{\n}}\n{marker}__device__ __forceinline__ void other() {{\n",
      "no definition follows"),
 ])
-def test_a_misplaced_adds_line_is_an_error(variant, message):
+def test_a_misplaced_replaces_or_adds_line_is_an_error(marker, variant, message):
     with pytest.raises(ValueError, match=message):
-        kernel_variants.apply_replacements(REFERENCE_SOURCE, variant)
-
-
-@pytest.mark.parametrize("variant, message", [
-    ("// replaces: __device__ void missing() {\n__device__ void missing() {\n}\n", "found 0"),
-    ("// replaces: __device__ __forceinline__ void other() {\n\n__device__ void other() {\n}\n", "right above"),
-    ("__device__ __forceinline__ void other() {\n}\n// replaces: __device__ __forceinline__ void other() {\n",
-     "no definition follows"),
-])
-def test_a_misplaced_replaces_line_is_an_error(variant, message):
-    with pytest.raises(ValueError, match=message):
-        kernel_variants.apply_replacements(REFERENCE_SOURCE, variant)
+        kernel_variants.apply_replacements(REFERENCE_SOURCE, variant.format(marker=marker))
 
 
 @pytest.mark.parametrize("variant, message", [
