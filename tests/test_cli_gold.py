@@ -25,7 +25,7 @@ def test_gold_evaluates_every_reference_kernel(tmp_path: Path, monkeypatch: pyte
     for record in records:
         evaluation = json.loads(record.read_text())
         assert evaluation["infra_failure"] == "NO_GPU"
-        assert all(r["stage"] == "in_sass" for r in evaluation["static"]["requirements"]), evaluation["task"]
+        assert all(r["stage"] == "sass" for r in evaluation["static"]["requirements"]), evaluation["task"]
     stored = (records[0].parent / "candidate.cu").read_text()
     assert "inlined by PTXBench" in stored  # the run keeps exactly what was compiled
 

@@ -28,13 +28,8 @@ if TYPE_CHECKING:
     from ptxbench.records.trajectory import ItemResult
     from ptxbench.tasks.model import Task
 
-STAGE_LABEL = {  # how far a required feature got, in the same words wherever it is shown (check, eval)
-    Stage.IN_SASS: "in SASS",
-    Stage.NOT_IN_SASS: "PTX only",
-    Stage.ELIMINATED_BEFORE_PTX: "source only",
-    Stage.UNSUPPORTED_ON_TARGET: "unsupported",
-    Stage.NOT_WRITTEN: "absent",
-}
+# How far a required feature got, in the words of JSON, the serving API and the report (the stage's value).
+STAGE_LABEL = {stage: stage.value for stage in Stage}
 _STAGE_COLOUR = {Stage.IN_SASS: "green", Stage.NOT_IN_SASS: "yellow", Stage.ELIMINATED_BEFORE_PTX: "yellow",
                  Stage.UNSUPPORTED_ON_TARGET: "red", Stage.NOT_WRITTEN: "red"}
 _STAGE_STYLE = {stage: f"[{colour}]{STAGE_LABEL[stage]}[/{colour}]" for stage, colour in _STAGE_COLOUR.items()}

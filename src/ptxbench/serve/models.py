@@ -19,6 +19,7 @@ from ptxbench.records import Record
 from ptxbench.records.evaluation import Evaluation, Generation
 from ptxbench.records.version import Versioned
 from ptxbench.serve.evaluation import DEFAULT_LANES, EvalOptions
+from ptxbench.static.report import current_stage
 from ptxbench.tasks.model import Task
 
 API_VERSION = 1
@@ -118,6 +119,16 @@ class StageEvent(Record):
     stage: str
     at: float = Field(description="Unix time it landed")
     data: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("data")
+    @classmethod
+    def _current_stage_words(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """A ``build`` event stored before the stage vocabulary was one (``LEGACY_STAGES``' words): today's words."""
+        requirements = data.get("requirements")
+        if isinstance(requirements, list):
+            data = {**data, "requirements": [{**r, "stage": current_stage(r.get("stage"))} if isinstance(r, dict)
+                                             else r for r in requirements]}
+        return data
 
 
 class JobView(Versioned):

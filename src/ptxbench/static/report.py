@@ -11,8 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from enum import Enum
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ptxbench.arch.registry import Arch, Feature, FeatureCategory, load_registry
 from ptxbench.static import ptx as ptx_parser
@@ -21,7 +22,10 @@ from ptxbench.static.elf import needed_libraries
 from ptxbench.static.ptxas_log import KernelResources, PtxasWarning, resources, warnings
 from ptxbench.tasks.model import Requirement, Task
 
-STATIC_REPORT_VERSION = 1
+STATIC_REPORT_VERSION = 2
+"""2: a requirement's ``stage`` reads ``absent | source | ptx | sass`` (or ``unsupported``), the words of the CLI,
+the serving API's events and the report; version 1 wrote ``not_written``, ``eliminated_before_ptx``,
+``not_in_sass``, ``in_sass`` and ``unsupported_on_target``, which ``_static_from_v1`` rewrites on read."""
 
 _BANNED_SOURCE = re.compile(
     r"#\s*include\s*[<\"]\s*(cublas\w*|cudnn\w*|cutlass/[^>\"]*|cute/[^>\"]*|cublasLt\w*)[^>\"]*[>\"]"
@@ -30,13 +34,39 @@ _BANNED_LIBRARY = re.compile(r"lib(cublas|cublasLt|cudnn)\w*\.so")
 
 
 class Stage(str, Enum):
-    """How far a required feature got. The order is the funnel's."""
+    """How far a required feature got, in the funnel's order; the value is the one word every output uses for it
+    (``check`` and ``eval`` in the terminal, JSON, the serving API's events, the report's candidates).
 
-    NOT_WRITTEN = "not_written"
-    ELIMINATED_BEFORE_PTX = "eliminated_before_ptx"
-    NOT_IN_SASS = "not_in_sass"
-    UNSUPPORTED_ON_TARGET = "unsupported_on_target"
-    IN_SASS = "in_sass"
+    ``absent``: not in the source; ``source``: written, gone before the PTX; ``ptx``: requested in the PTX, gone
+    from the SASS; ``sass``: in the binary. ``unsupported`` is no stage reached but the target's answer: it has no
+    such instruction (wgmma on sm_100a), whatever the source wrote.
+    """
+
+    NOT_WRITTEN = "absent"
+    ELIMINATED_BEFORE_PTX = "source"
+    NOT_IN_SASS = "ptx"
+    UNSUPPORTED_ON_TARGET = "unsupported"
+    IN_SASS = "sass"
+
+
+LEGACY_STAGES = {"not_written": Stage.NOT_WRITTEN, "eliminated_before_ptx": Stage.ELIMINATED_BEFORE_PTX,
+                 "not_in_sass": Stage.NOT_IN_SASS, "unsupported_on_target": Stage.UNSUPPORTED_ON_TARGET,
+                 "in_sass": Stage.IN_SASS}
+"""The words static reports of version 1 (and the serving API's events made from them) used for each stage."""
+
+
+def current_stage(word: Any) -> Any:
+    """A stage word as today's vocabulary spells it: an old word rewritten, anything else left for validation."""
+    return LEGACY_STAGES[word].value if isinstance(word, str) and word in LEGACY_STAGES else word
+
+
+def _static_from_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 spelled the stages in the old words (``LEGACY_STAGES``): rewritten, nothing else changed."""
+    requirements = data.get("requirements")
+    if isinstance(requirements, list):
+        data["requirements"] = [{**r, "stage": current_stage(r.get("stage"))} if isinstance(r, dict) else r
+                                for r in requirements]
+    return data
 
 
 class FeatureEvidence(BaseModel):
@@ -89,6 +119,22 @@ class StaticReport(BaseModel):
     requirements: list[RequirementCheck] = Field(default_factory=list)
     policy_violations: list[str] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_version(cls, data: Any) -> Any:
+        """Bring a stored report of an older version up to date; refuse one of a newer version. (The records
+        that hold a static report check their own versions too; static/ sits below records/ and cannot use
+        their ``Versioned``, so this is its own small copy of the rule.)"""
+        if not isinstance(data, dict) or "version" not in data:
+            return data
+        version = data["version"]
+        if version == STATIC_REPORT_VERSION:
+            return data
+        if version == 1:
+            return {**_static_from_v1(dict(data)), "version": STATIC_REPORT_VERSION}
+        raise ValueError(f"static report version {version!r} is not one this ptxbench reads "
+                         f"(1 or {STATIC_REPORT_VERSION}); a newer ptxbench wrote it: upgrade ptxbench to read it")
 
     @property
     def requirements_in_sass(self) -> bool:
