@@ -36,10 +36,15 @@ def serve(
                                                          "definitions: their reference is Python the server runs "
                                                          "unsandboxed, so only for trusted clients")] = False,
 ) -> None:
-    """Serve the evaluator over HTTP: warm GPU workers, a durable job queue, stage results as they land."""
+    """Serve the evaluator over HTTP: warm GPU workers, a durable job queue, stage results as they land.
+
+    Without a GPU it builds and reads candidates only. SIGINT or SIGTERM stops it gracefully (unfinished jobs
+    stay queued for the next start), saying so on stderr; the exit code is then 128 + the signal (130, 143).
+    """
     from ptxbench.serve.evaluation import DEFAULT_LANES
     from ptxbench.serve.server import ServeConfig, serve as run_server
 
+    _gpus_exist(gpus, local_gpus(gpus, visible_only=False))
     chosen = local_gpus(gpus)
     try:
         config = ServeConfig(host=host, port=port, gpus=chosen, lanes=lanes or DEFAULT_LANES, state=state,
@@ -48,4 +53,16 @@ def serve(
                              allow_task_definitions=allow_task_definitions)
     except PtxbenchError as exc:
         fail(str(exc))
-    run_server(config)
+    stopped_by = run_server(config)
+    if stopped_by is not None:
+        raise typer.Exit(128 + stopped_by)
+
+
+def _gpus_exist(spec: Optional[str], chosen: Optional[list[int]]) -> None:
+    """``--gpus`` on a machine that shows no GPU: one line saying so and how to serve without one (build and
+    read only), rather than 'GPU 0 is not visible (0 GPU(s) visible)', which leaves the way out to guess."""
+    from ptxbench.evaluate.fleet.pool import visible_gpu_count
+
+    if chosen and visible_gpu_count() == 0:
+        fail(f"--gpus {spec}: this machine shows no GPU (CUDA sees none), so there is no GPU {chosen[0]}: leave "
+             "--gpus out to serve without one (candidates are built and read statically, not run)")

@@ -114,14 +114,20 @@ class JobService:
         self._thread = threading.Thread(target=self._dispatch, name="ptxbench-dispatch", daemon=True)
         self._thread.start()
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Stop dispatching, close the engine (builds under way finish; a candidate on a GPU is interrupted; the
+        run directories are audited) and put the jobs it held back in the queue, so the store says what they are
+        while the server is down. Returns the jobs left queued for the next start."""
         with self._wake:
             self._stopping = True
             self._wake.notify_all()
         if self._thread is not None:
             self._thread.join()
-        self.engine.close()  # jobs still with it stay 'building'/'running': queued again at the next start
+        self.engine.close()  # no job changes state after this: the engine calls back no more
+        self.store.requeue_unfinished()
+        unfinished = self.store.counts()[JobState.QUEUED.value]
         self.store.close()
+        return unfinished
 
     @property
     def capacity(self) -> int:
