@@ -10,8 +10,27 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-console = Console()
-errors = Console(stderr=True)
+
+
+class OutputClosed(Exception):
+    """The reader of stdout or stderr went away (``ptxbench prompt TASK | head``): not a failure of the command.
+    Raised in place of ``BrokenPipeError``, which click turns into exit code 1; ``ptxbench.cli.app.main`` ends
+    the command quietly with exit code 0."""
+
+
+class _Console(Console):
+    """rich's console, except for a closed pipe (rich's own answer is exit code 1): a closed stdout is
+    ``OutputClosed``, the end of the command; a closed stderr is no reason to stop, nor to change the exit code
+    (a bad input still exits 2), so its notes and errors are dropped from then on."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True  # nothing more is written through this console
+        if not self.stderr:
+            raise OutputClosed
+
+
+console: Console = _Console()
+errors: Console = _Console(stderr=True)
 
 
 def error_line(message: str) -> None:
