@@ -1,19 +1,53 @@
-"""What the command line writes into a pipe: a reader that stops reading (`ptxbench prompt TASK | head` under
-`set -o pipefail` exited 1; it now exits 0, quietly, for every command)."""
+"""What the command line writes into a pipe, kept whole: `check`'s stage marks ('[source]', which rich took for
+markup and dropped), progress lines longer than 80 columns (they were cut), and a reader that stops reading
+(`ptxbench prompt TASK | head` under `set -o pipefail` exited 1; it now exits 0, quietly, for every command)."""
 
 from __future__ import annotations
 
+import io
+import json
 import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from ptxbench.kernels import reference_folder
+from ptxbench.results.terminal import ItemProgress
 
 from ..conftest import REPO
+from .newcomer import COLUMNS, cli, one_line
 
 TRANSPOSE = reference_folder("sm_90a") / "transpose.cu"  # on plain sm_90 its guarded features compile away
+
+
+def test_check_without_a_task_marks_every_feature_with_its_furthest_stage(tmp_path: Path) -> None:
+    shutil.copy(TRANSPOSE, tmp_path)  # a short name: the title line holds it, and it is no part of what must fit
+    shown = cli("check", "transpose.cu", "--arch", "sm_90", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    data = cli("check", "transpose.cu", "--arch", "sm_90", "--json", cwd=tmp_path)
+    assert data.returncode == 0, data.stderr
+    features = json.loads(data.stdout)["static"]["features"]
+    stage = {f["feature"]: "SASS" if any(f["sass"].values()) else "PTX" if f["ptx"] else "source" for f in features}
+    assert "source" in stage.values(), "the case of the issue: features written but compiled away"
+    text = one_line(shown.stdout)
+    listed = text[text.index("features: ") + len("features: "):text.index(" note: ")]
+    assert listed.split(", ") == [f"{name}[{where}]" for name, where in stage.items()], shown.stdout
+    assert max(len(line) for line in shown.stdout.splitlines()) <= COLUMNS, shown.stdout
+
+
+def test_a_finished_items_line_in_a_pipe_is_whole_however_long() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=COLUMNS, force_terminal=False)
+    reason = "mbarrier: not executed; tma.load: not executed (the kernel took the fallback path for this workload)"
+    with ItemProgress(console, 12, "evaluating") as progress:
+        progress.item_done("gemm_bf16/sample_012", "REJECTED", reason, seconds=12.3)
+        progress.item_done("softmax.cu", "PASSED", "1.20x the vendor\nbaseline", seconds=3.0)
+    assert out.getvalue().splitlines() == [f"[1/12] gemm_bf16/sample_012: REJECTED (12.3 s) {reason}",
+                                           "[2/12] softmax.cu: PASSED (3.0 s) 1.20x the vendor baseline"]
 
 
 def _closed_reader(*args: str, closed: str = "stdout") -> int:

@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ptxbench.records.check import CheckReport
-from ptxbench.static.report import Stage
+from ptxbench.static.report import FeatureEvidence, Stage
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -76,13 +76,17 @@ def render_check(console: Console, report: CheckReport) -> None:
         for check in static.requirements:
             if not check.in_sass:
                 _hanging(console, "  • ", check.message)
-    elif static.features:
-        console.print("  features: " + ", ".join(
-            f"{e.feature}[{'SASS' if e.in_sass else 'PTX' if e.in_ptx else 'source'}]" for e in static.features))
+    elif static.features:  # printed as text: rich would take '[source]' for a style tag and drop it
+        _hanging(console, "  features: ", ", ".join(f"{e.feature}[{_furthest(e)}]" for e in static.features))
     for violation in static.policy_violations:
         console.print(f"  [red]policy[/red]: {violation}", highlight=False)
     for note in static.notes:
         console.print(f"  note: {note}", highlight=False)
+
+
+def _furthest(evidence: FeatureEvidence) -> str:
+    """Where a feature found without a task's requirement got: 'SASS', 'PTX', or 'source' (written, compiled away)."""
+    return "SASS" if evidence.in_sass else "PTX" if evidence.in_ptx else "source"
 
 
 def render_task(console: Console, task: Task, warning: str | None = None) -> None:
@@ -128,8 +132,8 @@ def paragraphs(text: str) -> list[str]:
 
 class ItemProgress:
     """Progress of a command, per finished item (an evaluated candidate, a sampled or refined sample): a bar on
-    a terminal; in a pipe or a CI log, where a bar shows nothing until the end, one plain line each
-    (``progress_line``). ``item_done`` may be called from the threads that collect the GPUs' results."""
+    a terminal; in a pipe or a CI log, where a bar shows nothing until the end, one plain line each, never cut
+    or wrapped (``progress_line``). ``item_done`` may be called from the threads that collect the GPUs' results."""
 
     def __init__(self, console: Console, total: int, title: str) -> None:
         self.console, self.total, self.title = console, total, title
@@ -163,8 +167,9 @@ class ItemProgress:
             if self._bar is not None:
                 self._bar.advance(self._task)
             else:
-                self.console.print(progress_line(self.finished, self.total, item, verdict, taken, reason,
-                                                 self.console.width), highlight=False, markup=False, soft_wrap=True)
+                # soft_wrap: rich would otherwise break the line at the console's width (80 in a pipe)
+                self.console.print(progress_line(self.finished, self.total, item, verdict, taken, reason),
+                                   highlight=False, markup=False, soft_wrap=True)
 
 
 class EvalProgress(ItemProgress):
@@ -209,11 +214,12 @@ def _generation_verdict(result: ItemResult) -> tuple[str, str]:
     return f"{feedback.stage}: {'passed' if feedback.passed else 'failed'}", (feedback.text.splitlines() or [""])[0]
 
 
-def progress_line(finished: int, total: int, item: str, verdict: str, taken: str, reason: str, width: int = 80) -> str:
-    """'[3/7] softmax.cu: REJECTED (12.3 s) mbarrier: ...', cut to ``width``. ``item`` names the task
-    too where the candidate's name is not the task's ('gemm_bf16/sample_002')."""
-    line = f"[{finished}/{total}] {item}: {verdict} ({taken}) {reason}".rstrip()
-    return line if len(line) <= width else line[:width - 1].rstrip() + "…"
+def progress_line(finished: int, total: int, item: str, verdict: str, taken: str, reason: str) -> str:
+    """'[3/7] softmax.cu: REJECTED (12.3 s) mbarrier: not executed', whole, on one line at any length: it is
+    the only record a pipe or a CI log keeps of the item (cut at 80 columns, the reason's end was lost), and
+    one line per item is what ``grep`` and a reader of the log count on. ``item`` names the task too where
+    the candidate's name is not the task's ('gemm_bf16/sample_002'); a reason of several lines is joined."""
+    return f"[{finished}/{total}] {item}: {verdict} ({taken}) {' '.join(reason.split())}".rstrip()
 
 
 def _reason(evaluation: Evaluation) -> str:
