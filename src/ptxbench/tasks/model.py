@@ -84,10 +84,16 @@ class InitKind(str, Enum):
 
 
 class InputInit(BaseModel):
-    """How the evaluator draws an input: signed, realistic magnitudes, optionally with outliers.
+    """How the evaluator draws an input: signed, realistic magnitudes, optionally with outliers, and
+    optionally with rows that sit on a large common offset.
 
     ``derived`` inputs are computed by the task's ``derive_inputs`` from the drawn ones (for example the
     forward output and log-sum-exp that attention backward consumes).
+
+    The row offset exists because a model's logits are not centred: softmax is invariant to a row's common
+    offset, so a model has no reason to keep it small, and rows whose values all lie near +100 are what
+    catches an exponential taken without subtracting the row maximum (fp32 ``exp`` overflows above 88.7).
+    A row is a run along the last dimension.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -95,6 +101,20 @@ class InputInit(BaseModel):
     scale: float = Field(default=1.0, gt=0)
     outlier_fraction: float = Field(default=0.0, ge=0, le=0.1)
     outlier_scale: float = Field(default=1.0, ge=1)
+    row_offset: float = Field(default=0.0, description="Added to every element of the chosen rows.")
+    row_offset_fraction: float = Field(default=0.0, ge=0, le=1, description=(
+        "Share of the rows that get row_offset, chosen at random per draw; at least one row whenever positive."))
+
+    @model_validator(mode="after")
+    def _offset_given_together(self) -> "InputInit":
+        if (self.row_offset != 0) != (self.row_offset_fraction > 0):
+            raise ValueError("row_offset and row_offset_fraction are set together (both or neither)")
+        if self.row_offset and self.kind is InitKind.DERIVED:
+            raise ValueError("a derived input is not drawn, so it takes no row offset")
+        return self
+
+
+_INIT_FIELDS_ADDED_LATER = ("row_offset", "row_offset_fraction")
 
 
 class TensorSpec(BaseModel):
@@ -386,6 +406,10 @@ class Task(BaseModel):
         data = self.model_dump(mode="json", exclude={"content_hash"})
         if not data["variants"]:  # a task without variants keeps the hash it had before variants existed
             del data["variants"]
+        for tensor in (*data["inputs"], *data["outputs"]):  # likewise an input drawn without a row offset
+            for key in _INIT_FIELDS_ADDED_LATER:
+                if tensor["init"][key] == 0:
+                    del tensor["init"][key]
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
