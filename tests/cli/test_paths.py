@@ -35,6 +35,11 @@ def _section(markdown: str, title: str) -> list[list[str]]:
     return [[cell.strip() for cell in row] for row in rows[1:]]
 
 
+def _table(metrics: str) -> list[str]:
+    """The lines of ``metrics``' table, without what @k and the intervals mean above it and the notes below."""
+    return [line for line in metrics.splitlines() if line.startswith("|")]
+
+
 def _report(run: Path) -> str:
     assert one_line(_ok("report", str(run))) == f"wrote {run}/report.md and {run}/report.html"
     return (run / "report.md").read_text()
@@ -116,7 +121,7 @@ def test_two_runs_into_one_run_directory_are_refused(runs: dict[str, Path], tmp_
 
 def test_the_context_ablation_keeps_its_labels_through_eval(runs: dict[str, Path]) -> None:
     evaluated = [runs[f"eval-{c}"] for c in ("none", "arch", "full")]
-    by_condition = _ok("metrics", *map(str, evaluated), "--by", "condition", "--bootstrap", "0").splitlines()
+    by_condition = _table(_ok("metrics", *map(str, evaluated), "--by", "condition", "--bootstrap", "0"))
     assert [line.split(" | ")[0] for line in by_condition[2:5]] == ["| arch", "| full", "| none"]
     assert [(s["group"], s["n_samples"]) for s in _summary(*evaluated, by="model,provider")] == [
         ({"model": f"replay:{runs['replay']}", "provider": "replay"}, 9)]
@@ -128,8 +133,8 @@ def test_the_context_ablation_keeps_its_labels_through_eval(runs: dict[str, Path
 
 
 def test_a_generate_only_run_measured_nothing(runs: dict[str, Path]) -> None:
-    table = _ok("metrics", str(runs["gen-full"]), "--by", "", "--bootstrap", "0").splitlines()
-    assert table[2] == "| – | – | – | – | – | – | – | – | – | – | – | – | – | 1 | 3 | 3 | 2 |"
+    table = _table(_ok("metrics", str(runs["gen-full"]), "--by", "", "--bootstrap", "0"))
+    assert table[2] == "| – | – | – | – | – | – | – | – | – | – | – | – | – | – | 1 | 3 | 3 | 2 |"
     (summary,) = _summary(runs["gen-full"])
     assert set(summary["rates"].values()) == {None}
     markdown = _report(runs["gen-full"])
@@ -145,8 +150,8 @@ def test_a_cpu_run_prints_correctness_as_not_measured_in_metrics_and_report(tmp_
     (folder / "softmax.cu").write_text((EXAMPLES / "softmax.cu").read_text())
     (folder / "rmsnorm.cu").write_text(BROKEN)
     _ok("eval", str(folder), "--out", str(tmp_path / "cpu"))
-    table = _ok("metrics", str(tmp_path / "cpu"), "--by", "", "--bootstrap", "0").splitlines()
-    assert table[2] == "| 50.0 | 0.0 | 0.0 | – | – | – | – | – | – | – | – | – | – | 2 | 2 | 2 | 1 |"
+    table = _table(_ok("metrics", str(tmp_path / "cpu"), "--by", "", "--bootstrap", "0"))
+    assert table[2] == "| 50.0 | 0.0 | 0.0 | – | – | – | – | – | – | – | – | – | – | – | 2 | 2 | 2 | 1 |"
     (summary,) = _summary(tmp_path / "cpu")
     assert summary["rates"]["compile"] == {"value": 0.5, "low": None, "high": None}
     assert summary["rates"]["correct"] is None and summary["rates"]["fast_1.0"] is None

@@ -38,14 +38,17 @@ def test_attempts_of_a_multi_turn_run(tmp_path: Path) -> None:
                                  "--turns", "2", "--context", "arch", "--out", str(out)])
     assert result.exit_code == 0, result.output
     attempts = sorted(attempts_from_run(out), key=lambda a: (a.sample, a.turn))
+    # sample_001's turn 1 has no replayed line: a provider error, which is no verdict, so its turn 0 stays its outcome.
     assert [(a.sample, a.turn, a.last_turn) for a in attempts] == [
-        ("sample_000", 0, False), ("sample_000", 1, True), ("sample_001", 0, False), ("sample_001", 1, True)]
-    first, fixed, lost, lost_again = attempts
+        ("sample_000", 0, False), ("sample_000", 1, True), ("sample_001", 0, True), ("sample_001", 1, False)]
+    first, fixed, lost, unanswered = attempts
     assert first.error_class == "compile.cpp_error" and not first.compiled
     # Built, features missing from the SASS, not run: what `eval` records for the same file without a GPU.
     assert fixed.compiled and not fixed.features_in_sass and fixed.error_class == "infra.no_gpu"
     assert fixed.correct is None and not fixed.verified_on_gpu, "static-only runs measure no correctness"
-    assert lost.error_class == "extraction.no_code_block"
+    assert fixed.requirements == {"tma.load": "absent", "tma.store": "absent", "mbarrier": "absent"}
+    assert lost.error_class == "extraction.no_code_block" and lost.requirements == {}
+    assert unanswered.error_class == "extraction.provider_error"
     assert {a.condition for a in attempts} == {"arch"} and {a.family for a in attempts} == {"memory_bound"}
     assert all(a.error_class in CLASSES for a in attempts)
 
@@ -135,5 +138,6 @@ def test_an_attempt_of_version_2_reads_with_no_variant_verdict_and_its_held_out_
     old = {"version": 2, "run": "r", "arch": "sm_90a", "task": "gemm_bf16", "sample": "s", "error_class": "ok",
            "visible_correct": True, "heldout_correct": False}
     attempt = Attempt.model_validate(old)
-    assert attempt.version == ATTEMPT_VERSION == 3
+    assert attempt.version == ATTEMPT_VERSION == 4
     assert (attempt.heldout_correct, attempt.heldout_variant_correct) == (False, None)
+    assert attempt.requirements == {}  # version 3 and before recorded no stages

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ptxbench.results import compare as compare_module
-from ptxbench.results.attempts import Attempt
+from ptxbench.results.attempts import Attempt, RunAttempts
 from ptxbench.results.compare import (
     compare_command, compare_runs, comparison_table, leaderboard, leaderboard_command, leaderboard_table,
     sign_flip_p_value,
@@ -89,7 +89,8 @@ def test_leaderboard_ranks_by_the_metric_with_intervals() -> None:
     assert [(r.name, r.metric, r.rate.value) for r in nobody] == [
         (name, "fast_2.0", 0.0) for name in ("also_mid", "high", "low", "mid")], "ties rank by name"
     table = leaderboard_table(rows)
-    assert table.splitlines()[0].startswith("| rank | run | fast_1.0@1 (%) |")
+    assert table.splitlines()[0].startswith("@1: the unbiased pass@1 per task")  # what @k means, said first
+    assert table.splitlines()[2].startswith("| rank | run | fast_1.0@1 (%) | tasks | attempts |")
     assert "| 1 | high | 80.0 [" in table
 
 
@@ -124,7 +125,7 @@ def test_commands_load_run_directories(monkeypatch: pytest.MonkeyPatch, tmp_path
         tmp_path / "x" / "base": synthetic_run({t: 2 for t in TASKS}, n=4, name="base"),
         tmp_path / "y" / "tuned": synthetic_run({t: 4 for t in TASKS}, n=4, name="tuned", bad=failed),
     }
-    monkeypatch.setattr(compare_module, "attempts_from_run", lambda path: stored[Path(path)])
+    monkeypatch.setattr(compare_module, "read_attempts", lambda path: RunAttempts(stored[Path(path)], []))
     base, tuned = stored
     text = compare_command(base, tuned, "correct", 1)
     assert "| A: base |" in text and "| B: tuned |" in text and "+50.0 pp" in text

@@ -11,7 +11,7 @@ import pytest
 
 from ptxbench.results.attempts import Attempt
 from ptxbench.results.metrics import (
-    best_of_turns, last_turns, pass_at_k, summarize, summary_table, task_rates, taxonomy_counts, unmeasured,
+    Estimate, best_of_turns, last_turns, pass_at_k, summarize, summary_table, task_rates, taxonomy_counts, unmeasured,
 )
 
 
@@ -38,6 +38,11 @@ def synthetic_run(passing: dict[str, int], n: int, name: str = "run_a",
                   good: Callable[..., Attempt] = make, bad: Callable[..., Attempt] = failed) -> list[Attempt]:
     """``n`` samples per task, the first ``passing[task]`` of them passing."""
     return [(good if i < c else bad)(task, i, run=name) for task, c in passing.items() for i in range(n)]
+
+
+def _rows(table: str) -> list[str]:
+    """The lines of a Markdown table, without the definitions above it and the notes below."""
+    return [line for line in table.splitlines() if line.startswith("|")]
 
 
 def only(summaries: list[Any]) -> Any:
@@ -85,7 +90,8 @@ def test_fast_p_counts_failures_in_the_denominator_and_never_unverified_features
     summary = only(summarize(attempts, by=(), bootstrap=0))
     assert summary.rates["fast_1.0"].value == pytest.approx(0.25)
     assert summary.rates["fast_0.5"].value == pytest.approx(0.5)
-    assert summary.rates["fast_1.2"].value == pytest.approx(0.25)
+    assert summary.rates["fast_1.5"].value == pytest.approx(0.25)
+    assert summary.rates["fast_0.0"].value == pytest.approx(0.5)  # correct, executed, timed: the verified ones
     assert summary.rates["correct"].value == pytest.approx(0.75)
     assert summary.rates["compile"].value == pytest.approx(0.75)
     assert summary.rates["features_executed"].value == pytest.approx(0.5)
@@ -136,7 +142,7 @@ def test_variant_generalization_is_reported_beside_shape_generalization() -> Non
     low, high = summary.variant_generalization.low, summary.variant_generalization.high
     assert low is not None and high is not None and low <= 0.5 <= high
     table = summary_table([summary])
-    assert "| held-out variants |" in table.splitlines()[0] and "| 50.0 [" in table
+    assert "| held-out variants |" in _rows(table)[0] and "| 50.0 [" in table
     assert only(summarize([make("t1", 0)], by=(), bootstrap=0)).variant_generalization is None  # not measured
 
 
@@ -145,7 +151,7 @@ def test_the_last_turn_is_the_samples_outcome() -> None:
                 failed("t0", 1, turn=0, last_turn=False), make("t0", 1, turn=1, last_turn=True)]
     summary = only(summarize(attempts, by=(), bootstrap=0))
     assert summary.rates["correct"].value == pytest.approx(0.5)
-    assert (summary.n_attempts, summary.n_samples) == (4, 2)
+    assert (summary.n_attempts, summary.n_samples, summary.n_turns) == (2, 2, 4)  # attempts = samples; turns apart
     assert [(a.sample, a.turn) for a in last_turns(attempts)] == [("0", 1), ("1", 1)]
 
 
@@ -165,7 +171,7 @@ def test_pass_at_k_in_summaries_and_too_few_samples() -> None:
     attempts = synthetic_run({"t0": 1, "t1": 0}, n=4)
     summary = only(summarize(attempts, by=(), k=2, bootstrap=0))
     assert summary.rates["correct"].value == pytest.approx((pass_at_k(4, 1, 2) + 0.0) / 2)
-    with pytest.raises(ValueError, match="at least 5 samples"):
+    with pytest.raises(ValueError, match="at least 5 attempts per task"):
         summarize(attempts, by=(), k=5)
 
 
@@ -232,12 +238,28 @@ def test_a_seed_gives_identical_intervals() -> None:
     assert grouped[0] == alone, "a group's interval does not depend on the other groups"
 
 
-def test_resampling_tasks_gives_an_interval_with_one_sample_per_task() -> None:
+def test_with_one_sample_per_task_the_interval_resamples_tasks_and_says_so_or_there_is_none() -> None:
     attempts = synthetic_run({f"t{i}": int(i % 2 == 0) for i in range(20)}, n=1)
-    within = only(summarize(attempts, by=(), bootstrap=300)).rates["correct"]
-    across = only(summarize(attempts, by=(), bootstrap=300, resample_tasks=True)).rates["correct"]
-    assert within.low == within.high == within.value == 0.5
+    chosen = only(summarize(attempts, by=(), bootstrap=300))
+    asked = only(summarize(attempts, by=(), bootstrap=300, resample_tasks=True))
+    assert chosen == asked and chosen.interval == "tasks"
+    across = chosen.rates["correct"]
     assert across.low is not None and across.high is not None and across.low < 0.5 < across.high
+    within = only(summarize(attempts, by=(), bootstrap=300, resample_tasks=False))
+    assert within.interval is None and within.rates["correct"] == Estimate(value=0.5)  # never [50.0, 50.0]
+    per_task = summarize(attempts, bootstrap=300)  # a row per task, one attempt each: nothing to resample
+    assert {s.interval for s in per_task} == {None} and all(s.rates["correct"].low is None for s in per_task)
+    assert "Intervals: no interval" in summary_table(per_task) and "Intervals: 95 % bootstrap intervals " \
+        "resampling the tasks" in summary_table([chosen])
+
+
+def test_with_several_samples_per_task_the_interval_resamples_them_unless_asked_otherwise() -> None:
+    attempts = synthetic_run({"t0": 2, "t1": 1}, n=4)
+    assert only(summarize(attempts, by=(), bootstrap=100)).interval == "samples"
+    assert only(summarize(attempts, by=(), bootstrap=100, resample_tasks=True)).interval == "tasks"
+    assert only(summarize(attempts, by=(), bootstrap=0)).interval is None
+    mixed = attempts + [make("t2", 0)]  # one task with a single attempt: its samples alone would vary nothing
+    assert only(summarize(mixed, by=(), bootstrap=100)).interval == "tasks"
 
 
 # ---------------------------------------------------------------------------------- turns, taxonomy, render
@@ -272,8 +294,60 @@ def test_task_rates_and_summary_table() -> None:
     with pytest.raises(ValueError, match="unknown metric"):
         task_rates(attempts, "bogus")
     table = summary_table(summarize(attempts, by=("task",), bootstrap=100))
-    lines = table.splitlines()
+    assert table.startswith("@1: the unbiased pass@1 per task over its attempts, averaged over tasks; an attempt is "
+                            "a sample scored by its last answered turn")
+    lines = _rows(table)
     assert lines[0].startswith("| task | compile@1 |") and "fast_1.0@1" in lines[0]
+    assert lines[0].endswith("| tasks | attempts | turns | not measured |")
     assert lines[2].startswith("| t0 |") and "| 50.0 [" in lines[2]
     assert all(line.count("|") == lines[0].count("|") for line in lines[:4])
     assert "never measured" not in table
+
+
+# ------------------------------------------------------------------------------------- provider errors
+
+
+def unanswered(task: str = "t0", sample: str | int = "s0", **fields: Any) -> Attempt:
+    """A turn the provider never answered: what ``attempts.py`` makes of it."""
+    defaults: dict[str, Any] = dict(compiled=False, features_in_ptx=False, features_in_sass=False, correct=None,
+                                    visible_correct=None, heldout_correct=None, features_executed=None, speedup=None,
+                                    roofline_pct=None, status=None, error_class="extraction.provider_error",
+                                    verified_on_gpu=False)
+    defaults.update(fields)
+    return make(task, sample, **defaults)
+
+
+def test_a_provider_error_never_overwrites_a_verdict_nor_counts_as_a_failure() -> None:
+    from ptxbench.results.measured import State, state
+    from ptxbench.results.metrics import cut_short, provider_errors
+
+    attempts = [
+        make("t0", 0, turn=0, last_turn=False), failed("t0", 0, turn=1, last_turn=True),
+        failed("t0", 1, turn=0, last_turn=True), unanswered("t0", 1, turn=1, last_turn=False),
+        # stored before the last answered turn was the outcome: the provider error marked last, still no verdict
+        make("t0", 2, turn=0, last_turn=False), unanswered("t0", 2, turn=1, last_turn=True),
+        unanswered("t0", 3), unanswered("t1", 0),
+    ]
+    assert [(a.sample, a.turn) for a in last_turns(attempts)] == [("0", 1), ("1", 0), ("2", 0)]
+    assert [(a.task, a.sample) for a in provider_errors(attempts)] == [("t0", "3"), ("t1", "0")]
+    assert cut_short(attempts) == 2
+    assert {state(unanswered(), m) for m in ("compile", "correct", "fast_1.0")} == {State.UNKNOWN}
+    summary = only(summarize(attempts, by=(), bootstrap=0))
+    assert summary.rates["correct"].value == pytest.approx(1 / 3), "over the 3 answered samples of t0 only"
+    assert (summary.n_samples, summary.n_attempts, summary.n_turns) == (5, 3, 4)
+    assert (summary.n_provider_errors, summary.n_cut_short, summary.n_tasks) == (2, 2, 1)
+    assert summary.tasks_without_attempts == ["sm_90a/t1"]
+    assert "extraction.provider_error" not in taxonomy_counts(attempts)
+    assert best_of_turns(attempts, 2) == [(1, pytest.approx(2 / 3)), (2, pytest.approx(2 / 3))]
+    (t0, t1) = summarize(attempts, bootstrap=0)
+    assert t1.n_attempts == 0 and set(t1.rates.values()) == {None} and t1.speedup_geomean is None
+    table = summary_table([t0, t1])
+    assert "| provider errors |" in _rows(table)[0] and "2 sample(s) were never answered by the provider" in table
+
+
+def test_pass_at_k_counts_answered_samples_and_says_so_when_too_few() -> None:
+    attempts = synthetic_run({"t0": 1}, n=3) + [unanswered("t0", 9)]
+    assert only(summarize(attempts, by=(), k=3, bootstrap=0)).rates["correct"].value == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"at least 4 attempts per task; too few in: sm_90a/t0 \(3\) "
+                                         r"\(provider errors are no attempts\)"):
+        summarize(attempts, by=(), k=4)

@@ -11,25 +11,40 @@ import typer
 _K = Annotated[int, typer.Option("-k", min=1)]
 
 
+_RESAMPLE = {"auto": None, "samples": False, "tasks": True}
+
+
 def metrics(runs: Annotated[list[Path], typer.Argument(help="Run directories")],
             by: Annotated[str, typer.Option("--by", help="Comma-separated grouping fields, e.g. model,condition; "
                                             "'' for all")] = "task",
             k: _K = 1, bootstrap: Annotated[int, typer.Option("--bootstrap", min=0)] = 1000,
+            resample: Annotated[str, typer.Option("--resample", help=(
+                "What the intervals resample: samples (within each task), tasks (then their samples), or auto "
+                "(tasks where a task has a single attempt)"))] = "auto",
             as_json: Annotated[bool, typer.Option("--json", help="The summaries as JSON (a rate not measured is "
                                                   "null)")] = False
             ) -> None:
     """Metrics with 95 % bootstrap intervals (pass@k, fast_p, speedup, generalization) as Markdown; a rate
-    that nothing measured reads – (null in JSON), never 0."""
-    from ptxbench.results.attempts import attempts_from_run
+    that nothing measured reads – (null in JSON), never 0. A damaged item is named and left out."""
+    from ptxbench.cli.output import errors
+    from ptxbench.errors import OptionError
+    from ptxbench.results.attempts import read_attempts
     from ptxbench.results.metrics import summarize, summary_table
 
-    attempts = [a for run_dir in runs for a in attempts_from_run(run_dir)]
+    if resample not in _RESAMPLE:
+        raise OptionError(f"--resample takes auto, samples or tasks, not {resample!r}")
+    read = [read_attempts(run_dir) for run_dir in runs]
+    attempts = [a for run in read for a in run.attempts]
+    damaged = [d for run in read for d in run.damaged]
     groups = tuple(field for field in by.split(",") if field)
-    summaries = summarize(attempts, by=groups, k=k, bootstrap=bootstrap)
+    summaries = summarize(attempts, by=groups, k=k, bootstrap=bootstrap, resample_tasks=_RESAMPLE[resample])
     if as_json:
+        for item in damaged:
+            errors.print(f"warning: {item.path}: {item.reason}; left out", markup=False, highlight=False,
+                         soft_wrap=True)
         print(json.dumps([json.loads(s.model_dump_json()) for s in summaries], indent=2))
         return
-    print(summary_table(summaries))
+    print(summary_table(summaries, damaged))
 
 
 def compare(run_a: Annotated[Path, typer.Argument()], run_b: Annotated[Path, typer.Argument()],

@@ -57,7 +57,9 @@ async def run_item(task: Task, sample: int, config: RunConfig, complete: Callabl
                    grader: Grader | None, rundir: RunDir, one_shot: OneShot | None = None,
                    build_slots: asyncio.Semaphore | None = None, opening: list[Message] | None = None,
                    item: str | None = None) -> ItemResult:
-    """Sample, extract, grade and feed back, up to ``config.turns`` times; stop at the first pass.
+    """Sample, extract, grade and feed back, up to ``config.turns`` times; stop at the first pass, or at a
+    turn the provider did not answer (kept in the trajectory, ungraded: the item's verdict stays the one of the
+    turn before it, and an item never answered has none).
 
     ``opening`` replaces the task's conversation (Fixit's repairs start from a failed kernel)."""
     folder = rundir.item(task.id, item or item_name(sample))
@@ -75,7 +77,7 @@ async def run_item(task: Task, sample: int, config: RunConfig, complete: Callabl
         if extraction.ok:
             write_atomic(turn_dir / "candidate.cu", extraction.source)
         feedback = None
-        if config.evaluate:
+        if config.evaluate and not completion.error:  # a turn the provider never answered is graded by no one
             if not extraction.ok:
                 feedback = extraction_feedback(extraction, task.entry_point)
             else:
@@ -90,7 +92,9 @@ async def run_item(task: Task, sample: int, config: RunConfig, complete: Callabl
             break
         messages = [*messages, Message(role="assistant", content=completion.text),
                     feedback_message(feedback.text, turn + 1, config.turns)]
-    last = turns[-1].feedback
+    # The verdict is the last answered turn's: a provider failure asks the model nothing, so it overwrites none.
+    answered = [t for t in turns if not t.completion.error]
+    last = answered[-1].feedback if answered else None
     result = ItemResult(task=task.id, task_hash=task.content_hash, sample=sample, arch=config.arch,
                         context=config.context, prompt_version=str(PROMPT_VERSION), turns=turns,
                         passed=bool(last and last.passed), verified_on_gpu=bool(last and last.verified_on_gpu),

@@ -4,6 +4,15 @@ Metrics, reports and Fixit read attempts, never the run directory's internals: a
 contributes one attempt per candidate, a ``generate``/``run`` run one per turn of every sample. Every
 failure carries one class of the error taxonomy (``taxonomy.py``).
 
+A sample's outcome (``last_turn``) is its last *answered* turn: a turn the provider never answered (the
+refinement's last, since a provider failure ends it) is kept as an attempt of class
+``extraction.provider_error`` but is no verdict, so it does not overwrite the one before it. A sample the
+provider never answered at all has that provider error as its only attempt (``metrics`` counts it apart).
+
+Reading is local to each item: ``read_attempts`` names a damaged ``result.json`` (cut short, not JSON, not
+the record the run's kind writes) with its reason and reads every other item; ``attempts_from_run`` refuses
+a run with a damaged item, for readers that must not go on without it.
+
 One status model for every path: a turn graded without a GPU, a file evaluated without one, and run
 directories written before this rule (whose static turns hold a check report) are all judged by
 ``static_only``, and every evaluation, whichever path made it, becomes an attempt through
@@ -15,21 +24,22 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import Field
 
 from ptxbench.evaluate.static_only import decided_by_build, static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.evaluation import Evaluation, Generation
-from ptxbench.records.rundir import RESULT_FILE, RunDir, load_result
+from ptxbench.records.rundir import RESULT_FILE, Result, RunDir, RunDirError, load_result
 from ptxbench.records.trajectory import ItemResult, Turn
 from ptxbench.records.version import Versioned
 from ptxbench.results.taxonomy import classify_evaluation, classify_extraction
 
-ATTEMPT_VERSION = 3
+ATTEMPT_VERSION = 4
 """2: ``provider``; an answer without code and a verdict the build decided have no correctness (None).
-3: ``heldout_variant_correct``; ``heldout_correct`` counts the held-out shapes outside held-out variants."""
+3: ``heldout_variant_correct``; ``heldout_correct`` counts the held-out shapes outside held-out variants.
+4: ``requirements``, each required feature's stage (absent | source | ptx | sass | unsupported)."""
 
 
 def _attempt_from_v1(record: dict[str, Any]) -> dict[str, Any]:
@@ -44,9 +54,14 @@ def _attempt_from_v2(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _attempt_from_v3(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 had no ``requirements``: they read as empty (not recorded), which no rate reads."""
+    return record
+
+
 class Attempt(Versioned):
     RECORD = "attempt"
-    MIGRATIONS = {1: _attempt_from_v1, 2: _attempt_from_v2}
+    MIGRATIONS = {1: _attempt_from_v1, 2: _attempt_from_v2, 3: _attempt_from_v3}
 
     version: int = ATTEMPT_VERSION
     run: str = Field(description="The run directory's name")
@@ -58,10 +73,15 @@ class Attempt(Versioned):
     family: str | None = None
     sample: str = Field(description="Sample (or candidate) identifier within the task")
     turn: int = 0
-    last_turn: bool = True
+    last_turn: bool = Field(default=True, description=(
+        "This turn is the sample's outcome: its last answered turn (a turn the provider never answered is not, "
+        "unless the sample has no answered turn at all)"))
     compiled: bool = False
     features_in_ptx: bool = Field(default=False, description="every required feature requested in the PTX")
     features_in_sass: bool = False
+    requirements: dict[str, str] = Field(default_factory=dict, description=(
+        "Each required feature (its label) -> how far it got: absent | source | ptx | sass | unsupported; empty "
+        "where nothing was built and read"))
     correct: bool | None = Field(default=None, description="None: not measured (no GPU evaluation)")
     visible_correct: bool | None = None
     heldout_correct: bool | None = Field(default=None,
@@ -121,6 +141,7 @@ def _from_evaluation(evaluation: Evaluation, base: dict[str, Any]) -> Attempt:
         compiled=bool(evaluation.build and evaluation.build.ok),
         features_in_ptx=_in_ptx(static),
         features_in_sass=bool(static and static.requirements_in_sass),
+        requirements={r.requirement.label: r.stage.value for r in static.requirements} if static else {},
         correct=(evaluation.correct and not cheated) if ran else None,
         visible_correct=roles.get("visible") if ran else None,
         heldout_correct=roles.get("heldout") if ran else None,
@@ -155,30 +176,80 @@ def turns_of_run(path: Path | str) -> Iterator[tuple[Attempt, Turn]]:
             yield from _turns(rundir, result_file, result)
 
 
+class DamagedItem(NamedTuple):
+    """An item whose ``result.json`` is there but cannot be read as its record: left out, and said so."""
+
+    item: str
+    """``<task>/<item>``, as the run directory names it under ``items/``."""
+    path: Path
+    reason: str
+    """What is wrong with the file, in one line (cut short, not JSON, a field missing, unreadable)."""
+
+
+class RunAttempts(NamedTuple):
+    """What a run directory holds: the attempts of every readable item, and the items that could not be read."""
+
+    attempts: list[Attempt]
+    damaged: list[DamagedItem]
+
+
+def read_attempts(path: Path | str) -> RunAttempts:
+    """Every attempt of a run directory, reading each item on its own: an item whose result is damaged is named
+    with its reason in ``damaged`` and the others are read. A result written by a newer ptxbench is no damage
+    (it is to be read, by an upgraded ptxbench): ``RecordVersionError`` as ever. Items without a result are
+    still running: skipped."""
+    rundir = RunDir.load(path)
+    attempts: list[Attempt] = []
+    damaged: list[DamagedItem] = []
+    for result_file in rundir.results():
+        item = f"{result_file.parent.parent.name}/{result_file.parent.name}"
+        try:
+            result = load_result(result_file, rundir.header)
+        except RunDirError as exc:
+            damaged.append(DamagedItem(item, result_file, str(exc).removeprefix(f"{result_file}: ")))
+            continue
+        except OSError as exc:
+            damaged.append(DamagedItem(item, result_file, f"cannot be read ({exc.strerror or exc})"))
+            continue
+        attempts += _item_attempts(rundir, result_file, result)
+    return RunAttempts(attempts, damaged)
+
+
 def attempts_from_run(path: Path | str) -> list[Attempt]:
-    """Every attempt stored in a run directory (items without a result are still running: skipped)."""
+    """Every attempt stored in a run directory (items without a result are still running: skipped); a damaged
+    item's result is an error naming it (``read_attempts`` reads around it)."""
     rundir = RunDir.load(path)
     attempts: list[Attempt] = []
     for result_file in rundir.results():
-        result = load_result(result_file, rundir.header)
-        if isinstance(result, ItemResult):
-            attempts += [attempt for attempt, _ in _turns(rundir, result_file, result)]
-            continue
-        task_id, item = result_file.parent.parent.name, result_file.parent.name
-        base = {"run": rundir.path.name, "arch": rundir.header.config.get("arch", "sm_90a"), "task": task_id,
-                "family": _family(task_id), "sample": item, **_labels(result.generation)}
-        attempts.append(_from_evaluation(result, base))
+        attempts += _item_attempts(rundir, result_file, load_result(result_file, rundir.header))
     return attempts
+
+
+def _item_attempts(rundir: RunDir, result_file: Path, result: Result) -> list[Attempt]:
+    if isinstance(result, ItemResult):
+        return [attempt for attempt, _ in _turns(rundir, result_file, result)]
+    task_id, item = result_file.parent.parent.name, result_file.parent.name
+    base = {"run": rundir.path.name, "arch": rundir.header.config.get("arch", "sm_90a"), "task": task_id,
+            "family": _family(task_id), "sample": item, **_labels(result.generation)}
+    return [_from_evaluation(result, base)]
+
+
+def outcome_turn(result: ItemResult) -> Turn | None:
+    """The turn a sample is judged by: its last answered one (a provider failure asks nothing, so it overwrites
+    no verdict); its only turn where none was answered; None for a trajectory without turns."""
+    answered = [turn for turn in result.turns if not turn.completion.error]
+    return answered[-1] if answered else (result.turns[-1] if result.turns else None)
 
 
 def _turns(rundir: RunDir, result_file: Path, result: ItemResult) -> Iterator[tuple[Attempt, Turn]]:
     model = rundir.header.config.get("model")
     task_id = result_file.parent.parent.name
+    final = outcome_turn(result)
     for turn in result.turns:
         base = {"run": rundir.path.name, "model": model, "provider": model.partition(":")[0] if model else None,
                 "condition": result.context.value, "arch": result.arch.value, "task": task_id,
                 "family": _family(task_id), "sample": result_file.parent.name, "turn": turn.turn,
-                "last_turn": turn is result.turns[-1]}
+                "last_turn": turn is final}
         yield turn_attempt(turn, base), turn
 
 
@@ -194,4 +265,5 @@ def turn_attempt(turn: Turn, base: dict[str, Any]) -> Attempt:
     return Attempt(**base, error_class=classify_extraction(turn.extraction, None))  # a grader that kept no record
 
 
-__all__ = ["Attempt", "attempts_from_run", "turns_of_run", "RESULT_FILE"]
+__all__ = ["Attempt", "DamagedItem", "RunAttempts", "attempts_from_run", "outcome_turn", "read_attempts", "turns_of_run",
+           "RESULT_FILE"]

@@ -17,10 +17,10 @@ from pydantic import Field, computed_field
 
 from ptxbench.errors import PtxbenchError
 from ptxbench.records import Record
-from ptxbench.results.attempts import Attempt, attempts_from_run
+from ptxbench.results.attempts import Attempt, DamagedItem, read_attempts
 from ptxbench.results.measured import NotMeasured, is_measured
 from ptxbench.results.metrics import (
-    CONFIDENCE, Estimate, MetricSummary, Problem, check_metric, fast_metric, format_rate, last_turns, summarize,
+    CONFIDENCE, Estimate, MetricSummary, Problem, at_k, check_metric, fast_metric, format_rate, last_turns, summarize,
     task_rates, unmeasured,
 )
 
@@ -142,7 +142,8 @@ def compare_runs(a: list[Attempt], b: list[Attempt], metric: str = "correct", k:
         difference=estimate(2, column(2)), p_value=p_value, test=test, rows=rows,
         only_in_a=[f"{arch}/{task}" for arch, task in sorted(set(rates_a) - set(rates_b))],
         only_in_b=[f"{arch}/{task}" for arch, task in sorted(set(rates_b) - set(rates_a))],
-        n_unmeasured_a=sum(unmeasured(x) for x in a), n_unmeasured_b=sum(unmeasured(x) for x in b))
+        n_unmeasured_a=sum(unmeasured(x) for x in last_turns(a)),
+        n_unmeasured_b=sum(unmeasured(x) for x in last_turns(b)))
 
 
 class LeaderboardRow(Record):
@@ -155,6 +156,7 @@ class LeaderboardRow(Record):
     rate: Estimate | None = Field(description="None: the run measured the metric for no attempt (ranked last)")
     n_tasks: int
     n_samples: int
+    n_attempts: int = Field(default=0, description="Samples the provider answered (the rate's denominator)")
     n_unmeasured: int
 
 
@@ -186,7 +188,8 @@ def leaderboard(runs: dict[str, list[Attempt]], metric: str = "fast_1.0", k: int
 
     scored.sort(key=order)
     return [LeaderboardRow(rank=i + 1, name=name, metric=metric, k=k, rate=summary.rates[metric],
-                           n_tasks=summary.n_tasks, n_samples=summary.n_samples, n_unmeasured=summary.n_unmeasured)
+                           n_tasks=summary.n_tasks, n_samples=summary.n_samples, n_attempts=summary.n_attempts,
+                           n_unmeasured=summary.n_unmeasured)
             for i, (name, summary) in enumerate(scored)]
 
 
@@ -209,11 +212,15 @@ def _unmeasured_note(counts: dict[str, int]) -> list[str]:
             "count them as failures and are not comparable with a GPU run." for name, count in counts.items() if count]
 
 
-def comparison_table(comparison: Comparison) -> str:
-    """Markdown: the headline (both rates, B - A, p-value), then one row per paired problem."""
+def _damage_notes(damaged: Sequence[DamagedItem]) -> list[str]:
+    return [f"> Damaged item, left out: {d.path}: {d.reason}" for d in damaged]
+
+
+def comparison_table(comparison: Comparison, damaged: Sequence[DamagedItem] = ()) -> str:
+    """Markdown: what @k means, the headline (both rates, B - A, p-value), then one row per paired problem."""
     c = comparison
     name = f"{c.metric}@{c.k}"
-    lines = [f"| run | {name} (%) |", "|---|---|",
+    lines = [at_k(c.k), "", f"| run | {name} (%) |", "|---|---|",
              f"| A: {_cell(c.label_a)} | {format_rate(c.rate_a)} |",
              f"| B: {_cell(c.label_b)} | {format_rate(c.rate_b)} |",
              f"| B − A | {_points(c.difference)} |",
@@ -226,19 +233,21 @@ def comparison_table(comparison: Comparison) -> str:
     for label, only in ((c.label_a, c.only_in_a), (c.label_b, c.only_in_b)):
         if only:
             notes.append(f"> Only in {label} (left out): {', '.join(only)}")
+    notes += _damage_notes(damaged)
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
-def leaderboard_table(rows: Sequence[LeaderboardRow]) -> str:
-    """Markdown: rank, run, rate in % with its 95 % interval, and what it was computed over."""
+def leaderboard_table(rows: Sequence[LeaderboardRow], damaged: Sequence[DamagedItem] = ()) -> str:
+    """Markdown: what @k means, then rank, run, rate in % with its 95 % interval, and what it was computed over."""
     if not rows:
         return "_no runs_\n"
     name = f"{rows[0].metric}@{rows[0].k}"
-    lines = [f"| rank | run | {name} (%) | tasks | samples | not measured |", "|---|---|---|---|---|---|"]
+    lines = [at_k(rows[0].k), "", f"| rank | run | {name} (%) | tasks | attempts | not measured |",
+             "|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row.rank} | {_cell(row.name)} | {format_rate(row.rate)} | {row.n_tasks} | {row.n_samples} | "
+        lines.append(f"| {row.rank} | {_cell(row.name)} | {format_rate(row.rate)} | {row.n_tasks} | {row.n_attempts} | "
                      f"{row.n_unmeasured} |")
-    notes = _unmeasured_note({row.name: row.n_unmeasured for row in rows})
+    notes = _unmeasured_note({row.name: row.n_unmeasured for row in rows}) + _damage_notes(damaged)
     return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
@@ -251,15 +260,16 @@ def _names(paths: Sequence[Path]) -> list[str]:
 def compare_command(run_a: Path, run_b: Path, metric: str = "correct", k: int = 1) -> str:
     """What ``ptxbench compare`` prints: run B against run A, as Markdown."""
     label_a, label_b = _names([Path(run_a), Path(run_b)])
-    comparison = compare_runs(attempts_from_run(run_a), attempts_from_run(run_b), metric, k,
-                              label_a=label_a, label_b=label_b)
-    return comparison_table(comparison)
+    (a, damaged_a), (b, damaged_b) = read_attempts(run_a), read_attempts(run_b)
+    comparison = compare_runs(a, b, metric, k, label_a=label_a, label_b=label_b)
+    return comparison_table(comparison, [*damaged_a, *damaged_b])
 
 
 def leaderboard_command(runs: list[Path], metric: str = "fast_1.0") -> str:
     """What ``ptxbench leaderboard`` prints: the runs ranked by ``metric``@1, as Markdown."""
-    loaded = {name: attempts_from_run(path) for name, path in zip(_names([Path(p) for p in runs]), runs)}
-    return leaderboard_table(leaderboard(loaded, metric))
+    read = {name: read_attempts(path) for name, path in zip(_names([Path(p) for p in runs]), runs)}
+    damaged = [item for run in read.values() for item in run.damaged]
+    return leaderboard_table(leaderboard({name: run.attempts for name, run in read.items()}, metric), damaged)
 
 
 __all__ = [

@@ -12,9 +12,13 @@ For each metric an attempt is in one of three states:
   speed was not timed).
 
 A group's rate is measured when an attempt of the group was judged, or when every attempt is settled (0 is
-then decided, not missing). A group with an unknown attempt and none judged is not measured. And where the
-whole table (``scope``) judged no attempt and left one unknown, the stage was not measured in it at all:
-every row reads "not measured", so one column never mixes 0 and "not measured" for the same missing stage.
+then decided, not missing). A group with an unknown attempt and none judged is not measured, and so is a group
+without attempts (a task whose every sample the provider never answered). And where the whole table
+(``scope``) judged no attempt and left one unknown, the stage was not measured in it at all: every row reads
+"not measured", so one column never mixes 0 and "not measured" for the same missing stage.
+
+A turn the provider never answered (``taxonomy.PROVIDER_ERROR``) is no attempt of the model's and is counted
+apart before any of this; should one reach ``state`` it is unknown for every metric, never a settled failure.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from enum import Enum
 
 from ptxbench.errors import PtxbenchError
 from ptxbench.results.attempts import Attempt
+from ptxbench.results.taxonomy import is_provider_error
 
 
 class NotMeasured(PtxbenchError, ValueError):
@@ -37,7 +42,8 @@ class State(str, Enum):
 
 
 def _without_code(attempt: Attempt) -> bool:
-    return attempt.error_class.startswith("extraction.")
+    """The model answered without a usable candidate (a provider's failure to answer is no answer)."""
+    return attempt.error_class.startswith("extraction.") and not is_provider_error(attempt.error_class)
 
 
 def _build_failed(attempt: Attempt) -> bool:

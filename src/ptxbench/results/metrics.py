@@ -1,23 +1,35 @@
 """Metrics over attempts: pass@k-style rates with bootstrap intervals, speedups, generalization, turns, taxonomy.
 
-A *sample* is one trajectory of one task (all its turns); its outcome is its last turn, because a
-multi-turn run stops at the first pass and the last turn is what the model finally handed in. A
-*problem* is ``(arch, task)``: the same task on another architecture asks for other instructions, so
-it is scored apart. Every ``@k`` rate is the unbiased pass@k estimator per problem, averaged over the
-problems of a group, so a task with many samples weighs no more than one with few.
+One vocabulary, shared with the report. A *sample* is one trajectory of one task (all its turns). An
+*attempt* is a sample the provider answered, scored by its last answered turn (``last_turns``): what the
+model finally handed in; a refinement stops at its first pass, so a passing turn is always the last, but
+a rate is never the best of a sample's turns (a kernel that built at turn 0 and broke at turn 1 counts as
+not built). *Turns* (every answered turn) are counted apart. A *problem* is ``(arch, task)``: the same task
+on another architecture asks for other instructions, so it is scored apart. ``@k`` (``AT_K``) is the
+unbiased pass@k estimator per problem over its attempts, averaged over the problems of a group, so a task
+with many samples weighs no more than one with few.
 
-Failures count against every rate: the denominator is all samples, including those that never
+A *provider error* (``taxonomy.PROVIDER_ERROR``) is a turn the provider never answered: no verdict. A
+provider failure at turn n > 0 leaves the sample judged by turn n - 1 (``MetricSummary.n_cut_short`` counts
+such samples: fewer turns of feedback than asked). A sample never answered has no attempt: it is counted in
+``n_provider_errors`` and enters no denominator, neither as the model's failure (the provider's reliability
+is no property of the model's kernels) nor as a pass. Leaving it out is unbiased only if provider failures
+are unrelated to the task's difficulty (a time-out on a long answer may not be), so the count is always
+shown beside the rates, and a task left without any attempt is named; resample those items to close the gap.
+
+Failures count against every rate: the denominator is all attempts, including those that never
 compiled or whose answer held no code. ``None`` (correctness not measured, features not verified by the
 profiler) never counts as a pass. A rate that nothing in its group measured (``measured.py``: correctness
-in a run without a GPU, compilation in a run that only sampled) is None, shown as "–" and null in JSON,
-never 0; a rate measured for some attempts counts the others as failures and says how many in
-``MetricSummary.n_unmeasured``, rather than looking like a weak GPU run.
+in a run without a GPU, compilation in a run that only sampled, any rate of a group without attempts) is
+None, shown as "–" and null in JSON, never 0; a rate measured for some attempts counts the others as
+failures and says how many in ``MetricSummary.n_unmeasured``, rather than looking like a weak GPU run.
 
-Confidence intervals are 95 % percentile bootstrap intervals. Samples are resampled within each
-problem (the question: how much would the numbers move with other draws from the same model on
-these tasks?); ``resample_tasks=True`` also resamples the problems, which answers the wider question
-(other tasks like these) and is the honest choice when there is one sample per task, where
-within-task resampling has nothing to vary.
+Confidence intervals are 95 % percentile bootstrap intervals, resampling (``MetricSummary.interval``)
+either the samples within each problem (the question: how much would the numbers move with other draws
+from the same model on these tasks?) or the problems too, then their samples (the wider question: other
+tasks like these). By default samples are resampled where every problem of the group has at least two, and
+problems where one has a single sample, since resampling a single sample varies nothing and would give an
+interval of zero width; where neither can vary (one problem, one sample) no interval is given.
 """
 
 from __future__ import annotations
@@ -25,21 +37,34 @@ from __future__ import annotations
 import math
 import zlib
 from collections import Counter, defaultdict
-from typing import TYPE_CHECKING, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
 
 from pydantic import Field
 
 from ptxbench.errors import OptionError
 from ptxbench.records import Record
-from ptxbench.results.attempts import Attempt
+from ptxbench.results.attempts import Attempt, DamagedItem
 from ptxbench.results.measured import State, is_measured, state
+from ptxbench.results.taxonomy import is_provider_error
 
 if TYPE_CHECKING:
     import numpy as np
 
 BASE_METRICS = ("compile", "features_in_ptx", "features_in_sass", "correct", "features_executed")
-DEFAULT_PS = (0.5, 0.8, 1.0, 1.2)
+DEFAULT_PS = (0.0, 0.5, 1.0, 1.5, 2.0)
+"""The fast_p thresholds shown by default, by ``metrics`` and the report alike: p = 0 is "correct, features
+executed, timed"; 1 is the vendor's speed; the report's plot draws the whole curve from 0 to 2."""
 CONFIDENCE = 0.95
+
+Resampling = Literal["samples", "tasks"]
+"""What a bootstrap interval resamples: the samples within each problem, or the problems (then their samples)."""
+
+
+def at_k(k: int) -> str:
+    """What ``@k`` means, said once wherever a rate@k is printed (``metrics``, ``compare``, ``leaderboard``)."""
+    return (f"@{k}: the unbiased pass@{k} per task over its attempts, averaged over tasks; an attempt is a sample "
+            "scored by its last answered turn (a refinement stops at its first pass), not the best of its turns; "
+            "samples the provider never answered are counted apart (provider errors), in no rate.")
 
 Problem = tuple[str, str]
 """``(arch, task)``: the unit that pass@k is computed over."""
@@ -114,15 +139,44 @@ def _sample_key(attempt: Attempt) -> tuple[str | None, ...]:
     return (attempt.run, attempt.model, attempt.condition, attempt.arch, attempt.task, attempt.sample)
 
 
+def answered(attempt: Attempt) -> bool:
+    """The provider answered this turn, so it can be a verdict (``taxonomy.PROVIDER_ERROR``)."""
+    return not is_provider_error(attempt.error_class)
+
+
 def last_turns(attempts: Sequence[Attempt]) -> list[Attempt]:
-    """Each sample's outcome: its attempt marked ``last_turn`` (or, if none is, its highest turn)."""
+    """The attempts: each answered sample's outcome, its last answered turn (marked ``last_turn`` by
+    ``attempts.py``; among answered turns the one marked, else the highest). Samples without any answered turn
+    are not here: ``provider_errors`` has them."""
     best: dict[tuple[str | None, ...], Attempt] = {}
     for attempt in attempts:
+        if not answered(attempt):
+            continue
         key = _sample_key(attempt)
         held = best.get(key)
         if held is None or (attempt.last_turn, attempt.turn) > (held.last_turn, held.turn):
             best[key] = attempt
     return [best[key] for key in sorted(best, key=_sortable)]
+
+
+def provider_errors(attempts: Sequence[Attempt]) -> list[Attempt]:
+    """Samples the provider never answered (one provider-error attempt each): no verdict, in no denominator."""
+    has_answer = {_sample_key(a) for a in attempts if answered(a)}
+    lost: dict[tuple[str | None, ...], Attempt] = {}
+    for attempt in attempts:
+        if not answered(attempt) and _sample_key(attempt) not in has_answer:
+            lost.setdefault(_sample_key(attempt), attempt)
+    return [lost[key] for key in sorted(lost, key=_sortable)]
+
+
+def cut_short(attempts: Sequence[Attempt]) -> int:
+    """Answered samples whose refinement a provider failure ended early: judged by the turn before it."""
+    has_answer = {_sample_key(a) for a in attempts if answered(a)}
+    return len({_sample_key(a) for a in attempts if not answered(a) and _sample_key(a) in has_answer})
+
+
+def _sample_count(attempts: Sequence[Attempt]) -> int:
+    return len({_sample_key(a) for a in attempts})
 
 
 class TaskRate(NamedTuple):
@@ -148,7 +202,7 @@ def task_rates(attempts: Sequence[Attempt], metric: str = "correct", k: int = 1)
 
 
 class Estimate(Record):
-    """A point estimate and its 95 % bootstrap interval (None without resampling)."""
+    """A point estimate and its 95 % bootstrap interval (None where none is given: see ``MetricSummary.interval``)."""
 
     value: float
     low: float | None = None
@@ -160,9 +214,21 @@ class MetricSummary(Record):
 
     group: dict[str, str | int | bool | None] = Field(description="The grouping fields and this group's values")
     k: int
-    n_attempts: int = Field(description="Attempts of every turn")
-    n_samples: int = Field(description="Trajectories; each contributes its last turn to the rates")
-    n_tasks: int = Field(description="Problems, (arch, task) pairs")
+    n_attempts: int = Field(description=(
+        "Samples the provider answered, each scored by its last answered turn: the denominator of every rate"))
+    n_samples: int = Field(description="Trajectories drawn: the attempts and the provider errors")
+    n_turns: int = Field(description="Answered turns of every attempt (a multi-turn run's refinement steps)")
+    n_provider_errors: int = Field(default=0, description=(
+        "Samples the provider never answered: no verdict, in no rate (neither a failure nor a pass)"))
+    n_cut_short: int = Field(default=0, description=(
+        "Attempts whose refinement a provider failure ended before the turn limit; judged by their last answered "
+        "turn"))
+    n_tasks: int = Field(description="Problems, (arch, task) pairs, with at least one attempt")
+    tasks_without_attempts: list[str] = Field(default_factory=list, description=(
+        "arch/task of the group's problems whose every sample is a provider error: in no average"))
+    interval: Resampling | None = Field(default=None, description=(
+        "What the 95 % bootstrap intervals resample: 'samples' within each task, or 'tasks' (then their samples); "
+        "None: no interval (no bootstrap, or nothing to vary: one task with one attempt)"))
     n_unmeasured: int = Field(description="Attempts that built but were never measured on a GPU (see `unmeasured`)")
     n_unverified: int = Field(description="Correct attempts whose executed features are unverified (no profiler); "
                                           "fast_p counts them as failures")
@@ -238,8 +304,30 @@ def _interval(point: float, replicates: "np.ndarray | None") -> Estimate | None:
     return Estimate(value=point, low=float(low), high=float(high))
 
 
+def resampling(counts: Sequence[int], resample_tasks: bool | None = None) -> Resampling | None:
+    """What a group's bootstrap resamples, given its attempts per problem: ``resample_tasks`` True or False asks
+    for the problems or for the samples within them; None chooses (the problems where one has a single
+    attempt, since resampling one attempt varies nothing). None where the choice could vary nothing: the
+    problems with only one of them, the samples with one in every problem."""
+    varies_tasks, varies_samples = len(counts) > 1, any(n > 1 for n in counts)
+    wanted: Resampling = ("tasks" if counts and min(counts) == 1 else "samples") if resample_tasks is None else \
+        "tasks" if resample_tasks else "samples"
+    if wanted == "tasks" and not varies_tasks:
+        wanted = "samples"
+    return wanted if wanted == "tasks" or varies_samples else None
+
+
+def _without_attempts(group: dict[str, str | int | bool | None], k: int, metrics: list[str], attempts: list[Attempt],
+                      problems: list[str]) -> MetricSummary:
+    """A group whose every sample is a provider error: nothing of the model's to rate."""
+    return MetricSummary(group=group, k=k, n_attempts=0, n_samples=_sample_count(attempts), n_turns=0,
+                         n_provider_errors=len(provider_errors(attempts)), n_tasks=0, tasks_without_attempts=problems,
+                         n_unmeasured=0, n_unverified=0, rates={m: None for m in metrics}, speedup_geomean=None,
+                         roofline_pct_mean=None, generalization=None, variant_generalization=None)
+
+
 def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[Attempt], k: int,
-                     metrics: list[str], bootstrap: int, seed: int, resample_tasks: bool,
+                     metrics: list[str], bootstrap: int, seed: int, resample_tasks: bool | None,
                      scope: list[Attempt]) -> MetricSummary:
     import numpy as np
 
@@ -248,10 +336,14 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
     for attempt in samples:
         blocks[(attempt.arch, attempt.task)].append(_columns(attempt, metrics))
     problems = sorted(blocks)
+    lost = sorted({f"{a.arch}/{a.task}" for a in attempts} - {f"{arch}/{task}" for arch, task in problems})
+    if not problems:
+        return _without_attempts(group, k, metrics, attempts, lost)
     short = [f"{arch}/{task} ({len(blocks[(arch, task)])})" for arch, task in problems if len(blocks[(arch, task)]) < k]
     if short:
         fewest = min(len(blocks[p]) for p in problems)
-        raise OptionError(f"pass@{k} needs at least {k} samples per task; too few in: {', '.join(short)}: "
+        unanswered = " (provider errors are no attempts)" if provider_errors(attempts) else ""
+        raise OptionError(f"pass@{k} needs at least {k} attempts per task; too few in: {', '.join(short)}{unanswered}: "
                           f"use at most -k {fewest}, or sample more")
     arrays = [np.asarray(blocks[p], dtype=float) for p in problems]
     tables = [np.array([pass_at_k(len(a), c, k) for c in range(len(a) + 1)]) for a in arrays]
@@ -259,12 +351,13 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
 
     observed = np.stack([a.sum(axis=0) for a in arrays])[None]
     point = _statistics(observed, np.ones((1, len(problems))), tables, n_rates)[0]
+    how = resampling([len(a) for a in arrays], resample_tasks) if bootstrap > 0 else None
     replicates = None
-    if bootstrap > 0:
+    if how is not None:
         # Seeded by the group itself, so a group's interval does not depend on which other groups exist.
         rng = np.random.default_rng([seed, zlib.crc32(repr(sorted(group.items())).encode())])
         sums = np.stack([a[rng.integers(0, len(a), size=(bootstrap, len(a)))].sum(axis=1) for a in arrays], axis=1)
-        if resample_tasks:
+        if how == "tasks":
             weights = rng.multinomial(len(problems), np.full(len(problems), 1 / len(problems)), size=bootstrap)
         else:
             weights = np.ones((bootstrap, len(problems)))
@@ -275,9 +368,11 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
 
     rates = {metric: estimate(j) if is_measured(samples, metric, scope) else None for j, metric in enumerate(metrics)}
     return MetricSummary(
-        group=group, k=k, n_attempts=len(attempts), n_samples=len(samples), n_tasks=len(problems),
-        n_unmeasured=sum(unmeasured(a) for a in attempts),
-        n_unverified=sum(a.correct is True and a.features_executed is None for a in attempts),
+        group=group, k=k, n_attempts=len(samples), n_samples=_sample_count(attempts),
+        n_turns=sum(answered(a) for a in attempts), n_provider_errors=len(provider_errors(attempts)),
+        n_cut_short=cut_short(attempts), n_tasks=len(problems), tasks_without_attempts=lost, interval=how,
+        n_unmeasured=sum(unmeasured(a) for a in samples),
+        n_unverified=sum(a.correct is True and a.features_executed is None for a in samples),
         rates=rates,
         speedup_geomean=estimate(n_rates), roofline_pct_mean=estimate(n_rates + 1),
         generalization=estimate(n_rates + 2), variant_generalization=estimate(n_rates + 3))
@@ -285,12 +380,13 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
 
 def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int = 1,
               ps: Sequence[float] = DEFAULT_PS, bootstrap: int = 1000, seed: int = 0,
-              *, resample_tasks: bool = False) -> list[MetricSummary]:
+              *, resample_tasks: bool | None = None) -> list[MetricSummary]:
     """One summary per group of attempts sharing the values of the fields ``by`` (``()``: one group).
 
     Rates: compile, features in PTX / SASS, correct, features executed, and fast_p for each p in
-    ``ps``, all @k. Speedup, roofline and generalization pool the correct samples of the group.
-    ``bootstrap`` replicates (0: no intervals) are drawn from a generator seeded with ``seed``.
+    ``ps``, all @k (``at_k``). Speedup, roofline and generalization pool the correct attempts of the group.
+    ``bootstrap`` replicates (0: no intervals) are drawn from a generator seeded with ``seed``;
+    ``resample_tasks`` says what they resample (None: chosen per group, see ``resampling``).
     """
     unknown = [name for name in by if name not in Attempt.model_fields]
     if unknown:
@@ -325,13 +421,15 @@ def best_of_turns(attempts: Sequence[Attempt], max_turns: int, metric: str = "co
     """The curve of a multi-turn run: for t = 1..max_turns, the share passing at any of its first t turns.
 
     A sample that stopped early (runs stop at the first pass) keeps its state for later turns. The
-    share is averaged over problems like the @1 rates, so the curve ends at ``summarize``'s rate@1.
+    share is averaged over problems like the @1 rates; unlike them it is the best of the turns, so it ends above
+    ``summarize``'s rate@1 where a sample met the metric at one turn and lost it at a later one (correct but
+    rejected, then wrong). Turns the provider never answered are no turns here, and samples without any none.
     """
     check_metric(metric)
     if max_turns < 1:
         raise ValueError(f"max_turns must be >= 1 (got {max_turns})")
     first_pass: dict[Problem, dict[tuple[str | None, ...], float]] = defaultdict(dict)
-    for attempt in attempts:
+    for attempt in (a for a in attempts if answered(a)):
         samples = first_pass[(attempt.arch, attempt.task)]
         key = _sample_key(attempt)
         turn = attempt.turn if outcome(attempt, metric) else math.inf
@@ -344,8 +442,10 @@ def best_of_turns(attempts: Sequence[Attempt], max_turns: int, metric: str = "co
 
 
 def taxonomy_counts(attempts: Sequence[Attempt], last_turn_only: bool = False) -> dict[str, int]:
-    """How often each error class occurs among failed attempts (error_class != 'ok'), most frequent first."""
-    counts = Counter(a.error_class for a in attempts if a.error_class != "ok" and (a.last_turn or not last_turn_only))
+    """How often each error class occurs among failed attempts (error_class != 'ok'), most frequent first.
+    Provider errors are no failure of the model's: not here (``provider_errors`` counts them)."""
+    counts = Counter(a.error_class for a in attempts if a.error_class != "ok" and answered(a)
+                     and (a.last_turn or not last_turn_only))
     return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
@@ -374,25 +474,59 @@ _RATE_HEADERS = {"compile": "compile", "features_in_ptx": "in PTX", "features_in
                  "correct": "correct", "features_executed": "executed"}
 
 
-def summary_table(summaries: Sequence[MetricSummary]) -> str:
-    """A Markdown table, one row per summary: rates in % with 95 % intervals, then the pooled statistics."""
+_INTERVALS = {
+    "samples": "95 % bootstrap intervals resampling the attempts within each task",
+    "tasks": "95 % bootstrap intervals resampling the tasks, then their attempts (a task with one attempt leaves "
+             "nothing to resample within it)",
+    None: "no interval (nothing to resample: one task with one attempt; or --bootstrap 0)",
+}
+
+
+def _row_name(summary: MetricSummary) -> str:
+    return " · ".join("–" if v is None else str(v) for v in summary.group.values()) or "all"
+
+
+def intervals_line(summaries: Sequence[MetricSummary]) -> str:
+    """What the intervals of these rows resample, said once (per kind where the rows differ)."""
+    kinds = list(dict.fromkeys(s.interval for s in summaries))
+    if len(kinds) == 1:
+        return f"Intervals: {_INTERVALS[kinds[0]]}."
+    parts = [f"{_INTERVALS[kind]} in {', '.join(_row_name(s) for s in summaries if s.interval == kind)}"
+             for kind in kinds]
+    return "Intervals: " + "; ".join(parts) + "."
+
+
+def _damage_notes(damaged: Sequence[DamagedItem]) -> list[str]:
+    return [f"> Damaged item, left out of every count: {d.item} ({d.path}): {d.reason}" for d in damaged]
+
+
+def summary_table(summaries: Sequence[MetricSummary], damaged: Sequence[DamagedItem] = ()) -> str:
+    """Markdown: what ``@k`` and the intervals mean, a table with one row per summary (rates in % with their
+    intervals, the pooled statistics, then what they were counted over), and notes on whatever is not a
+    measurement: attempts never measured, unverified features, provider errors, damaged items left out."""
     if not summaries:
-        return "_no attempts_\n"
+        return "\n".join(["_no attempts_", *([""] + _damage_notes(damaged) if damaged else [])]) + "\n"
     fields = list(summaries[0].group)
     metrics = list(summaries[0].rates)
     k = summaries[0].k
+    lost = any(s.n_provider_errors for s in summaries)
     header = fields + [f"{_RATE_HEADERS.get(m, m)}@{k}" for m in metrics] + [
-        "speedup (geomean)", "roofline %", "generalization", "held-out variants", "tasks", "samples", "attempts",
-        "not measured"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        "speedup (geomean)", "roofline %", "generalization", "held-out variants", "tasks", "attempts", "turns",
+        *(["provider errors"] if lost else []), "not measured"]
+    lines = [at_k(k), "", intervals_line(summaries), "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for summary in summaries:
         cells = [_cell("–" if summary.group[f] is None else summary.group[f]) for f in fields]
         cells += [format_rate(summary.rates.get(m)) for m in metrics]
         cells += [_format_estimate(summary.speedup_geomean, suffix="×"), _format_estimate(summary.roofline_pct_mean),
                   format_rate(summary.generalization), format_rate(summary.variant_generalization),
-                  str(summary.n_tasks), str(summary.n_samples),
-                  str(summary.n_attempts), str(summary.n_unmeasured)]
+                  str(summary.n_tasks), str(summary.n_attempts), str(summary.n_turns),
+                  *([str(summary.n_provider_errors)] if lost else []), str(summary.n_unmeasured)]
         lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + [""] + _notes(summaries) + _damage_notes(damaged)).rstrip("\n") + "\n"
+
+
+def _notes(summaries: Sequence[MetricSummary]) -> list[str]:
     notes = []
     unmeasured_total = sum(s.n_unmeasured for s in summaries)
     if unmeasured_total:
@@ -403,11 +537,24 @@ def summary_table(summaries: Sequence[MetricSummary]) -> str:
     if unverified_total:
         notes.append(f"> {unverified_total} correct attempt(s) have unverified executed features (no profiler): "
                      "fast_p counts them as failures.")
-    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+    lost = sum(s.n_provider_errors for s in summaries)
+    if lost:
+        notes.append(f"> {lost} sample(s) were never answered by the provider (provider errors): they have no "
+                     "verdict and are in no rate, neither as failures nor as passes; if the provider failed on the "
+                     "harder tasks, the rates are biased up: sample those items again.")
+    without = sorted({task for s in summaries for task in s.tasks_without_attempts})
+    if without:
+        notes.append(f"> Tasks without any answered sample, in no average: {', '.join(without)}.")
+    short = sum(s.n_cut_short for s in summaries)
+    if short:
+        notes.append(f"> {short} attempt(s) had their refinement ended early by a provider failure: each is judged "
+                     "by its last answered turn.")
+    return notes
 
 
 __all__ = [
-    "BASE_METRICS", "CONFIDENCE", "DEFAULT_PS", "Estimate", "MetricSummary", "Problem", "TaskRate", "TurnRate",
-    "best_of_turns", "check_metric", "fast_metric", "format_rate", "last_turns", "outcome", "pass_at_k",
-    "summarize", "summary_table", "task_rates", "taxonomy_counts", "unmeasured",
+    "BASE_METRICS", "CONFIDENCE", "DEFAULT_PS", "Estimate", "MetricSummary", "Problem", "Resampling", "TaskRate",
+    "TurnRate", "answered", "at_k", "best_of_turns", "check_metric", "cut_short", "fast_metric", "format_rate",
+    "intervals_line", "last_turns", "outcome", "pass_at_k", "provider_errors", "resampling", "summarize",
+    "summary_table", "task_rates", "taxonomy_counts", "unmeasured",
 ]

@@ -5,6 +5,7 @@ Classes are ``<stage>.<kind>``: ``extraction.*``; ``compile.*`` (the build class
 ``numerical.*`` (nan, wrong_values); ``instruction.*`` (absent: a required feature not in the SASS;
 not_executed: in the SASS but never run; minor_share: run, but doing too little of the work);
 ``guard.*`` (the guard that rejected it); ``infra.*`` (never the candidate's fault); and ``ok``.
+``extraction.provider_error`` keeps its historical name but is no failure of the model's (``PROVIDER_ERROR``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ CLASSES = (
     *(f"guard.{guard.value}" for guard in Guard if guard is not Guard.FEATURE_NOT_EXECUTED),
     "infra.no_gpu", "infra.tool_missing", "infra.harness_error",
 )
+
+PROVIDER_ERROR = "extraction.provider_error"
+"""The one class that is no verdict: the provider gave no answer (a time-out, a refused request, no replayed line),
+so nothing the model wrote was judged. Metrics and the report count such turns apart from the model's failures:
+a sample keeps the verdict of its last answered turn, and one never answered is a provider error, in no rate."""
+
+
+def is_provider_error(error_class: str) -> bool:
+    """Whether an attempt of this class is a turn the provider never answered (``PROVIDER_ERROR``)."""
+    return error_class == PROVIDER_ERROR
+
 
 _RUNTIME = [
     ("runtime.illegal_address", re.compile(r"illegal (memory access|address)", re.IGNORECASE)),
