@@ -14,10 +14,15 @@ def report(run_dir: Annotated[Path, typer.Argument(help="A run directory (eval, 
            out: Annotated[Optional[Path], typer.Option("--out", help="Where to write report.md and report.html")
                           ] = None) -> None:
     """Write a Markdown report and one self-contained HTML page with plots for a run."""
+    from ptxbench.results.attempts import DamagedItem
     from ptxbench.results.report import PLOTS_NEED_MATPLOTLIB, plots_available, write_report
 
-    files = write_report(run_dir, out)
+    def warn(damaged: DamagedItem) -> None:
+        errors.print(f"warning: {damaged.path}: {damaged.reason}; left out of the report (which names it)",
+                     markup=False, highlight=False, soft_wrap=True)
+
+    files = write_report(run_dir, out, on_damaged=warn)
     if not plots_available():
         errors.print(f"note: {PLOTS_NEED_MATPLOTLIB}; the report has its tables, without plots", markup=False,
                      highlight=False, soft_wrap=True)
-    console.print(f"wrote {files[0]} and {files[1]}", highlight=False)
+    console.print(f"wrote {files.markdown} and {files.html}", highlight=False)

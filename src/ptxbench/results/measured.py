@@ -86,7 +86,10 @@ def _stage_measured(states: set[State]) -> bool:
 
 
 def is_measured(group: Sequence[Attempt], metric: str, scope: Sequence[Attempt] | None = None) -> bool:
-    """Whether ``metric`` over ``group`` is a measurement; ``scope`` is the whole table the group is a row of."""
+    """Whether ``metric`` over ``group`` is a measurement; ``scope`` is the whole table the group is a row of.
+    A group without attempts measured nothing."""
+    if not group:
+        return False
     states = {state(a, metric) for a in group}
     if State.JUDGED in states:
         return True

@@ -9,11 +9,12 @@ draws the plots.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 from ptxbench._io import write_atomic
-from ptxbench.results.attempts import Attempt, attempts_from_run
+from ptxbench.results.attempts import Attempt, DamagedItem, read_attempts
 from ptxbench.results.report.content import FunnelStage, counted, funnel, report_content
 from ptxbench.results.report.html import render_html
 from ptxbench.results.report.markdown import render_markdown
@@ -34,13 +35,14 @@ class ReportFiles(NamedTuple):
     html: Path
 
 
-def render_report(attempts: list[Attempt], title: str, header: RunHeader | None = None) -> Report:
+def render_report(attempts: list[Attempt], title: str, header: RunHeader | None = None,
+                  damaged: list[DamagedItem] | None = None) -> Report:
     """The report of ``attempts`` as Markdown and as one self-contained HTML page.
 
     ``header`` (the run's header, when there is one) adds provenance: when, on which GPU, with which
-    toolchain and revision.
+    toolchain and revision; ``damaged`` names the items whose result could not be read (left out).
     """
-    content = report_content(list(attempts), title, header)
+    content = report_content(list(attempts), title, header, damaged)
     try:
         figures = plots(content.attempts, content.info) if content.attempts else []
     except ReportError as missing:  # the light install: the tables say everything, the plots only draw it
@@ -49,12 +51,18 @@ def render_report(attempts: list[Attempt], title: str, header: RunHeader | None 
     return Report(markdown=render_markdown(content), html=render_html(content, figures))
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None) -> ReportFiles:
-    """Write ``report.md`` and ``report.html`` for the run in ``run_dir`` into ``out_dir`` (default: the run)."""
+def write_report(run_dir: Path, out_dir: Path | None = None,
+                 on_damaged: Callable[[DamagedItem], None] | None = None) -> ReportFiles:
+    """Write ``report.md`` and ``report.html`` for the run in ``run_dir`` into ``out_dir`` (default: the run).
+    An item whose result is damaged is named in the report (and given to ``on_damaged``), and the others are
+    reported."""
     run_dir = Path(run_dir)
     rundir = RunDir.load(run_dir)
-    attempts = attempts_from_run(run_dir)
-    report = render_report(attempts, f"PTXBench report: {rundir.path.resolve().name}", header=rundir.header)
+    attempts, damaged = read_attempts(run_dir)
+    for item in damaged if on_damaged is not None else ():
+        on_damaged(item)
+    report = render_report(attempts, f"PTXBench report: {rundir.path.resolve().name}", header=rundir.header,
+                           damaged=damaged)
     target = Path(out_dir) if out_dir is not None else run_dir
     files = ReportFiles(target / MARKDOWN_FILE, target / HTML_FILE)
     write_atomic(files.markdown, report.markdown)

@@ -8,9 +8,14 @@ without a profiler has correct kernels whose required instructions are unverifie
 "not measured" or "unverified", never 0.
 
 Counts here are simple and computed from the attempts directly; estimators with confidence intervals
-(pass@k, bootstrap) live in ``metrics.py``. In a multi-turn run every count is over the *last* turn of
-each sample (what the sample ended with), with a per-turn table beside it. The cells are final text, so
-the Markdown and HTML renderers only lay them out and cannot disagree on a number.
+(pass@k, bootstrap) live in ``metrics.py``, whose vocabulary this shares: an *attempt* is a sample scored
+by its last answered turn (what the sample ended with), turns are counted apart (a per-turn table beside
+the rest), and a sample the provider never answered is a *provider error*, said in a notice, a card and a
+column of its own and in no share. The per-task table lists each task's candidates beside it (grouped by
+their verdict and how far each required feature got), so a share such as "features in SASS 0 %" can be
+read back to the kernels behind it. Items whose result is damaged are named with their reason and left
+out. The cells are final text, so the Markdown and HTML renderers only lay them out and cannot disagree on
+a number.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
-from ptxbench.results.attempts import Attempt
+from ptxbench.results.attempts import Attempt, DamagedItem
 from ptxbench.results.measured import State, is_measured, state, unknown
+from ptxbench.results.metrics import DEFAULT_PS, answered, cut_short, last_turns, provider_errors, taxonomy_counts
 from ptxbench.records.rundir import RunHeader
 
-FAST_P_TABLE = (0.0, 0.5, 1.0, 1.5, 2.0)
-"""The p values the text tables show; the plot draws the whole curve from 0 to 2."""
+FAST_P_TABLE = DEFAULT_PS
+"""The p values the text tables show, the same as ``metrics``'; the plot draws the whole curve from 0 to 2."""
 
 # The error taxonomy's stages in the order a candidate meets them (the plots give each its colour).
 STAGES = {
@@ -61,6 +67,8 @@ class Table(NamedTuple):
     rows: list[list[str]]
     numeric: list[bool]
     """Columns to right-align (counts and speedups)."""
+    notes: tuple[str, ...] = ()
+    """Said below the table: what a mark in a cell refers to, kept out of the cell so the columns stay narrow."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -69,9 +77,8 @@ class Table(NamedTuple):
 
 
 def counted(attempts: list[Attempt]) -> list[Attempt]:
-    """The attempts the report counts: each sample's outcome (its last turn), as the metrics count it."""
-    from ptxbench.results.metrics import last_turns
-
+    """The attempts the report counts: each answered sample's outcome (its last answered turn), as the metrics
+    count it; samples the provider never answered are ``provider_errors``, counted apart."""
     return last_turns(attempts)
 
 
@@ -120,8 +127,6 @@ def speedups(attempts: Iterable[Attempt]) -> list[float]:
 
 
 def failure_classes(attempts: Iterable[Attempt]) -> Counter[str]:
-    from ptxbench.results.metrics import taxonomy_counts
-
     return Counter(taxonomy_counts(list(attempts)))
 
 
@@ -143,9 +148,18 @@ class Measured(NamedTuple):
     unverified: int
     """Correct attempts whose executed instructions were not counted."""
     infra: Counter[str]
+    unanswered: tuple[Attempt, ...] = ()
+    """Samples the provider never answered (one provider-error turn each): no attempt, in no share."""
+    cut_short: int = 0
+    """Attempts whose refinement a provider failure ended early: counted by their last answered turn."""
+    damaged: tuple[DamagedItem, ...] = ()
+    """Items whose result could not be read: named, left out."""
 
 
-def measured(attempts: list[Attempt]) -> Measured:
+def measured(attempts: list[Attempt], every_turn: list[Attempt] | None = None,
+             damaged: list[DamagedItem] | None = None) -> Measured:
+    """What the counted ``attempts`` measured; ``every_turn`` (all the run's attempts) adds the provider errors."""
+    turns = attempts if every_turn is None else every_turn
     return Measured(
         built=is_measured(attempts, "compile"),
         gpu=any(a.correct is not None for a in attempts),
@@ -153,12 +167,13 @@ def measured(attempts: list[Attempt]) -> Measured:
         unjudged=unknown(attempts, "correct"),
         unverified=sum(bool(a.correct) and a.features_executed is None for a in attempts),
         infra=Counter(a.error_class for a in attempts if stage_of(a.error_class) == "infra"),
+        unanswered=tuple(provider_errors(turns)), cut_short=cut_short(turns), damaged=tuple(damaged or ()),
     )
 
 
 def groups(attempts: list[Attempt]) -> dict[str, list[Attempt]]:
     """Attempts by (model, condition, arch), naming only the fields that differ within the run."""
-    fields = [f for f in ("model", "condition", "arch") if len({getattr(a, f) for a in attempts}) > 1]
+    fields = _group_fields(attempts)
     if not fields:
         return {"all attempts": list(attempts)}
     grouped: dict[str, list[Attempt]] = {}
@@ -233,14 +248,14 @@ def _top_error(rows: list[Attempt]) -> str:
     return f"{name} ({count})"
 
 
-def _task_row(label: str, family: str, rows: list[Attempt], scope: list[Attempt],
-              baseline_warning: str | None = None) -> list[str]:
+def _task_row(label: str, family: str, rows: list[Attempt], scope: list[Attempt], lost: int | None,
+              weak_baseline: bool = False) -> list[str]:
+    """One row of the per-task table; ``lost``: its provider errors (None: the run has none, no such column)."""
     times = speedups(rows)
-    speed = _times(statistics.median(times) if times else None)
-    if baseline_warning is not None:
-        speed = f"{speed} (⚠ {baseline_warning})"
-    return [label, family, str(len(rows)), _compiled_cell(rows, scope), _sass_cell(rows, scope),
-            _correct_cell(rows, scope), _executed_cell(rows, scope), _fast_cell(rows, scope), speed, _top_error(rows)]
+    speed = _times(statistics.median(times) if times else None) + (" ⚠" if weak_baseline else "")
+    return [label, family, str(len(rows)), *([] if lost is None else [str(lost)]), _compiled_cell(rows, scope),
+            _sass_cell(rows, scope), _correct_cell(rows, scope), _executed_cell(rows, scope), _fast_cell(rows, scope),
+            speed, _top_error(rows)]
 
 
 def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
@@ -255,19 +270,71 @@ def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
     return {task_id: text for task_id, text in warnings.items() if text is not None}
 
 
-def task_table(attempts: list[Attempt]) -> Table:
-    """One row per task, then the total; a task whose best baseline is weak says so beside its speedup."""
-    by_task: dict[str, list[Attempt]] = {}
+def task_table(attempts: list[Attempt], unanswered: Iterable[Attempt] = ()) -> Table:
+    """One row per task, then the total. A task whose best baseline is weak has its speedup marked, and the
+    warning said below the table, where it does not squeeze the columns. A task whose samples were all provider
+    errors still has its row, with no attempt; the provider errors column is there only where there are some."""
+    lost_by_task = Counter(a.task for a in unanswered)
+    by_task: dict[str, list[Attempt]] = {task: [] for task in lost_by_task}
     for attempt in attempts:
         by_task.setdefault(attempt.task, []).append(attempt)
     warnings = weak_baseline_warnings(by_task)
-    rows = [_task_row(task, rows[0].family or "—", rows, attempts, warnings.get(task))
-            for task, rows in sorted(by_task.items())]
+    with_lost = bool(lost_by_task)
+    rows, notes = [], []
+    for task, rows_ in sorted(by_task.items()):
+        family = next((a.family for a in [*rows_, *unanswered] if a.task == task and a.family), None) or "—"
+        marked = task in warnings and bool(speedups(rows_))  # a warning about a speedup only where one is shown
+        rows.append(_task_row(task, family, rows_, attempts, lost_by_task[task] if with_lost else None, marked))
+        if marked:
+            notes.append(f"⚠ {task}: {warnings[task]}.")
     if len(by_task) > 1:
-        rows.append(_task_row("all tasks", "", attempts, attempts))
-    return Table(["task", "family", "attempts", "compiled", "in SASS", "correct", "executed", "fast_1.0",
-                  "median speedup", "top error class"], rows,
-                 [False, False, True, True, True, True, True, True, True, False])
+        rows.append(_task_row("all tasks", "", attempts, attempts, sum(lost_by_task.values()) if with_lost else None))
+    headers = ["task", "family", "attempts", *(["provider errors"] if with_lost else []), "compiled", "in SASS",
+               "correct", "executed", "fast_1.0", "median speedup", "top error class"]
+    return Table(headers, rows, [False, False, True, *([True] if with_lost else []), True, True, True, True, True,
+                                 True, False], tuple(notes))
+
+
+def _features_cell(attempt: Attempt) -> str:
+    """Each required feature and how far it got (absent | source | ptx | sass | unsupported), or why there is
+    nothing to say: no code, no build, not recorded."""
+    if attempt.requirements:
+        return " · ".join(f"{label}: {stage}" for label, stage in attempt.requirements.items())
+    if not answered(attempt):
+        return "no answer"
+    if stage_of(attempt.error_class) in ("extraction", "compile", "unevaluated") or not attempt.compiled:
+        return "not built"
+    return "not recorded"
+
+
+def _named(attempts: list[Attempt], shown: int = 6) -> str:
+    """'3: s0, s1 (turn 2), s2', the first ``shown`` named and the rest counted."""
+    names = [a.sample + (f" (turn {a.turn})" if a.turn else "") for a in attempts]
+    listed = ", ".join(names[:shown]) + (f", … (+{len(names) - shown})" if len(names) > shown else "")
+    return f"{len(names)}: {listed}"
+
+
+def _group_fields(attempts: list[Attempt]) -> list[str]:
+    """The grouping fields that differ within the run (``groups`` labels its groups by them)."""
+    return [f for f in ("model", "condition", "arch") if len({getattr(a, f) for a in attempts}) > 1]
+
+
+def candidate_table(attempts: list[Attempt], unanswered: Iterable[Attempt] = ()) -> Table:
+    """The candidates behind each task's row: grouped by verdict and by how far each required feature got, so
+    a share of the per-task table (features in SASS 0 %) reads back to the kernels that make it. Where the run
+    holds several groups (models, contexts, targets), a column says whose candidates a row lists."""
+    every = [*attempts, *unanswered]
+    fields = _group_fields(every)
+    found: dict[tuple[str, str, str, str], list[Attempt]] = {}
+    for attempt in sorted(every, key=lambda a: (a.task, a.sample, a.turn)):
+        label = " · ".join(str(getattr(attempt, f) or "none") for f in fields)
+        verdict = "no answer (provider error)" if not answered(attempt) else attempt.error_class
+        found.setdefault((attempt.task, label, verdict, _features_cell(attempt)), []).append(attempt)
+    ordered = sorted(found.items(), key=lambda item: (item[0][0], item[0][1], -len(item[1]), item[0]))
+    rows = [[task, *([label] if fields else []), _named(kept), verdict, features]
+            for (task, label, verdict, features), kept in ordered]
+    headers = ["task", *(["group"] if fields else []), "candidates", "verdict", "required features: how far each got"]
+    return Table(headers, rows, [False] * len(headers))
 
 
 def funnel_table(stages: list[FunnelStage]) -> Table:
@@ -308,23 +375,28 @@ def error_table(attempts: list[Attempt]) -> Table:
 
 
 def turn_table(attempts: list[Attempt]) -> Table | None:
-    """Per turn of a multi-turn run (every turn's attempts, not only the last); None for single-turn runs."""
+    """Per turn of a multi-turn run (every answered turn, not only the last); None for single-turn runs. Turns
+    the provider never answered are a column of their own where there are some, and in no other cell."""
     turns = sorted({a.turn for a in attempts})
     if len(turns) < 2:
         return None
     from ptxbench.results.metrics import best_of_turns
 
-    measured = any(a.correct is not None for a in attempts)
-    correct_by = best_of_turns(attempts, len(turns)) if measured else []
-    fast_by = best_of_turns(attempts, len(turns), metric="fast_1.0") if measured else []
+    answers = [a for a in attempts if answered(a)]
+    with_lost = len(answers) < len(attempts)
+    measured = any(a.correct is not None for a in answers)
+    correct_by = best_of_turns(answers, len(turns)) if measured else []
+    fast_by = best_of_turns(answers, len(turns), metric="fast_1.0") if measured else []
     rows = []
     for index, turn in enumerate(turns):
-        rows_ = [a for a in attempts if a.turn == turn]
+        rows_ = [a for a in answers if a.turn == turn]
+        lost = [str(sum(a.turn == turn for a in attempts if not answered(a)))] if with_lost else []
         best = (f"{correct_by[index].rate:.0%} / {fast_by[index].rate:.0%}" if measured else "not measured")
-        rows.append([str(turn), str(len(rows_)), _compiled_cell(rows_, attempts), _sass_cell(rows_, attempts),
-                     _correct_cell(rows_, attempts), _fast_cell(rows_, attempts), best])
-    return Table(["turn", "attempts", "compiled", "in SASS", "correct", "fast_1.0",
-                  "best of turns so far (correct / fast_1.0)"], rows, [True] * 7)
+        rows.append([str(turn), str(len(rows_)), *lost, _compiled_cell(rows_, answers), _sass_cell(rows_, answers),
+                     _correct_cell(rows_, answers), _fast_cell(rows_, answers), best])
+    headers = ["turn", "samples", *(["provider errors"] if with_lost else []), "compiled", "in SASS", "correct",
+               "fast_1.0", "best of turns so far (correct / fast_1.0)"]
+    return Table(headers, rows, [True] * len(headers))
 
 
 def speedup_summary(attempts: list[Attempt], info: Measured) -> str:
@@ -339,21 +411,56 @@ def speedup_summary(attempts: list[Attempt], info: Measured) -> str:
             f"at least as fast as the vendor.")
 
 
+def _listed(names: list[str], shown: int = 8) -> str:
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def _damage_notices(info: Measured) -> list[tuple[str, str]]:
+    if not info.damaged:
+        return []
+    listed = "; ".join(f"{d.item}: {d.reason}" for d in info.damaged)
+    return [("Damaged items.", f"Left out of every count, their result unreadable: {listed}. Every other item "
+                               "is counted.")]
+
+
+def _provider_notices(info: Measured) -> list[tuple[str, str]]:
+    out = []
+    if info.unanswered:
+        names = [f"{a.task}/{a.sample}" for a in info.unanswered]
+        out.append(("Provider errors.",
+                    f"{_n(len(names), 'sample')} never answered by the provider ({_listed(names)}): they have no "
+                    "verdict, so they are in no count or share of this report, neither as the model's failures nor "
+                    "as 0. If the provider failed on the harder tasks the shares are biased up: sample those items "
+                    "again (remove their result.json and resume the run)."))
+    if info.cut_short:
+        out.append(("Refinement cut short.",
+                    f"{_n(info.cut_short, 'attempt')} lost a later turn to a provider error: each is counted by its "
+                    "last answered turn, with fewer turns of feedback than the run asked for."))
+    return out
+
+
 def notices(attempts: list[Attempt], info: Measured) -> list[tuple[str, str]]:
     """(headline, explanation) pairs for everything a reader could mistake for a measured number."""
-    out = []
+    out = _damage_notices(info) + _provider_notices(info)
     if not attempts:
-        return [("No finished attempts.", "No item of this run has a result yet, so there is nothing to count.")]
+        if info.unanswered:
+            return out + [("No answered attempts.", "The provider answered no sample of this run, so there is "
+                                                    "nothing of the model's to count.")]
+        return out + [("No finished attempts.", "No item of this run has a result yet, so there is nothing to count.")]
     if not info.built:
         out.append(("Nothing built.",
                     "No candidate in this run was built (a `generate` run samples only), so compilation, the "
                     "static instruction check, correctness and speed are all not measured: evaluate the run "
                     "(`ptxbench eval RUN`) to measure them."))
     elif not info.gpu:
+        decided = is_measured(attempts, "fast_1.0")  # every attempt failed before a GPU could have judged it
         out.append(("Not measured on a GPU.",
                     "No attempt in this run was executed on a GPU, so correctness, speed and executed instructions "
                     "are not measured: only compilation and the static instruction check (required features "
-                    "requested in the PTX, present in the SASS) are. fast_p is undefined here, not zero."))
+                    "requested in the PTX, present in the SASS) are. " + (
+                        "Every attempt failed before a GPU could judge it (no code, or no build), so its 0 for "
+                        "correctness and fast_p is decided by that failure, not measured." if decided else
+                        "fast_p is undefined here, not zero.")))
     elif info.unjudged:
         out.append(("Correctness partly measured.",
                     f"{_n(info.unjudged, 'attempt')} not judged for correctness (the GPU evaluation "
@@ -424,23 +531,28 @@ class ReportContent(NamedTuple):
     scope: str
     attempts: list[Attempt]
     info: Measured
+    candidates: Table = Table([], [], [])
+    left_out: tuple[tuple[str, str], ...] = ()
+    """(plot, why) for each plot not drawn because it would be empty (no GPU, nothing timed, no failure)."""
 
 
-def headline(attempts: list[Attempt], info: Measured) -> list[tuple[str, str, str]]:
+def headline(attempts: list[Attempt], info: Measured, multi_turn: bool = False) -> list[tuple[str, str, str]]:
     """(label, value, detail) for the cards at the top of the page."""
     total = len(attempts)
     stages = {s.key: s for s in funnel(attempts)}
     times = speedups(attempts)
     correct = sum(bool(a.correct) for a in attempts)
-    cards = [("attempts", str(total), scope_sentence(attempts, short=True))]
+    cards = [("attempts", str(total), _scope_short(multi_turn, bool(info.unanswered)))]
+    if info.unanswered:
+        cards.append(("provider errors", str(len(info.unanswered)), "samples never answered: in no share"))
     if info.built:
         cards += [("compiled", pct(stages["compiled"].count, total), f"{stages['compiled'].count} of {total}"),
                   ("features in SASS", pct(sum(a.features_in_sass for a in attempts), total),
                    f"{sum(a.features_in_sass for a in attempts)} of {total}")]
     else:
-        cards += [("compiled", "not measured", "nothing built in this run"),
-                  ("features in SASS", "not measured", "nothing built in this run")]
-    why = "no GPU in this run" if info.built else "nothing built in this run"
+        why = "nothing built in this run" if attempts else "no answered attempt"
+        cards += [("compiled", "not measured", why), ("features in SASS", "not measured", why)]
+    why = ("no GPU in this run" if info.built else "nothing built in this run") if attempts else "no answered attempt"
     if is_measured(attempts, "correct"):
         cards.append(("correct", pct(correct, total), f"{correct} of {total}"))
     else:
@@ -457,31 +569,64 @@ def headline(attempts: list[Attempt], info: Measured) -> list[tuple[str, str, st
     return cards
 
 
+def _scope_short(multi_turn: bool, lost: bool) -> str:
+    if multi_turn:
+        return "last answered turn of each sample" if lost else "last turn of each sample"
+    return "one per evaluated candidate"
+
+
 def scope_sentence(attempts: list[Attempt], short: bool = False) -> str:
+    """What the report counts, said once below the cards; ``attempts``: every turn of the run."""
     multi = any(a.turn > 0 for a in attempts)
+    answers = [a for a in attempts if answered(a)]
+    lost = len(answers) < len(attempts)
     if short:
-        return "last turn of each sample" if multi else "one per evaluated candidate"
+        return _scope_short(multi, lost)
     if multi:
-        return (f"Counted: the last turn of each sample ({len(counted(attempts))} attempts; {len(attempts)} turns in "
+        which = "last answered turn" if lost else "last turn"
+        return (f"Counted: the {which} of each sample ({len(counted(attempts))} attempts; {len(answers)} turns in "
                 "all, by turn below).")
-    return f"Counted: {len(attempts)} attempts, one per evaluated candidate or sample."
+    return f"Counted: {len(counted(attempts))} attempts, one per evaluated candidate or sample."
 
 
-def report_content(all_attempts: list[Attempt], title: str, header: RunHeader | None) -> ReportContent:
-    """The report of ``all_attempts`` (every turn); counts are over ``counted`` of them."""
+def plots_left_out(attempts: list[Attempt], info: Measured) -> tuple[tuple[str, str], ...]:
+    """(plot, why) for each plot that would be an empty panel: left out of the page, and the page says why."""
+    out = []
+    if not info.gpu:
+        out += [("fast_p", "no attempt ran on a GPU"), ("speedup", "no attempt ran on a GPU")]
+    elif not speedups(attempts):
+        out.append(("speedup", "no correct attempt was timed"))
+    if not failure_classes(attempts):
+        out.append(("error taxonomy", "no failures"))
+    return tuple(out)
+
+
+def report_content(all_attempts: list[Attempt], title: str, header: RunHeader | None,
+                   damaged: list[DamagedItem] | None = None) -> ReportContent:
+    """The report of ``all_attempts`` (every turn); counts are over ``counted`` of them. ``damaged``: the items
+    whose result could not be read, named in a notice."""
     attempts = counted(all_attempts)
-    info = measured(attempts)
+    info = measured(attempts, all_attempts, damaged)
+    multi = any(a.turn > 0 for a in all_attempts)
     return ReportContent(
         title=title, provenance=provenance(all_attempts, header), notices=notices(attempts, info),
-        headline=headline(attempts, info), funnel=funnel_table(funnel(attempts)), fast=fast_table(attempts, info),
-        speed=speedup_summary(attempts, info), tasks=task_table(attempts), errors=error_table(attempts),
-        turns=turn_table(all_attempts), scope=scope_sentence(all_attempts), attempts=attempts, info=info)
+        headline=headline(attempts, info, multi), funnel=funnel_table(funnel(attempts)),
+        fast=fast_table(attempts, info), speed=speedup_summary(attempts, info),
+        tasks=task_table(attempts, info.unanswered), errors=error_table(attempts), turns=turn_table(all_attempts),
+        scope=scope_sentence(all_attempts), attempts=attempts, info=info,
+        candidates=candidate_table(attempts, info.unanswered),
+        left_out=plots_left_out(attempts, info) if attempts else ())
 
 
 # What each column and card means, said once at the foot of both pages.
 DEFINITIONS = [
+    ("attempt", "a sample scored by its last answered turn (what it finally handed in); turns are counted apart"),
+    ("provider error", "a sample the provider never answered: no verdict, in no count or share"),
     ("features in PTX", "every feature the task requires is requested in the PTX the build produced"),
     ("features in SASS", "every required feature survived compilation into the binary (SASS)"),
+    ("absent · source · ptx · sass", "how far a required feature got: not written; written, gone before the PTX; "
+                                     "in the PTX, gone from the SASS; in the binary (unsupported: the target has "
+                                     "no such instruction)"),
     ("correct", "every correctness trial passed, visible and held-out shapes alike (measured on a GPU)"),
     ("features executed", "Nsight Compute counted the required instructions running in the candidate's own "
                           "kernels, doing the required share of the work"),

@@ -13,7 +13,8 @@ from ptxbench.results.report.content import DEFINITIONS, ReportContent, Table
 from ptxbench.results.report.plots import Plot
 
 
-def _html_table(table: Table, total_row: bool = False) -> str:
+def _html_table(table: Table, total_row: bool = False, names: bool = False) -> str:
+    """The table, then its notes; ``names``: its first column holds names (tasks) that must never wrap."""
     head = "".join(f'<th class="{"num" if right else ""}">{html.escape(h)}</th>'
                    for h, right in zip(table.headers, table.numeric))
     body = []
@@ -22,7 +23,9 @@ def _html_table(table: Table, total_row: bool = False) -> str:
         cells = "".join(f'<td class="{_cell_class(cell, right)}">{html.escape(cell)}</td>'
                         for cell, right in zip(row, table.numeric))
         body.append(f"<tr{css}>{cells}</tr>")
-    return f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    notes = "".join(f'<p class="note">{html.escape(note)}</p>' for note in table.notes)
+    css = ' class="names"' if names else ""
+    return f'<table{css}><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>{notes}'
 
 
 def _cell_class(cell: str, numeric: bool) -> str:
@@ -62,6 +65,8 @@ figcaption { color: var(--muted); font-size: 12.5px; margin-top: 6px; }
 table { border-collapse: collapse; width: 100%; font-size: 13.5px; font-variant-numeric: tabular-nums; }
 th, td { padding: 6px 10px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 td { overflow-wrap: anywhere; }
+table.names td:first-child { white-space: nowrap; overflow-wrap: normal; }
+p.note { color: var(--muted); font-size: 12.5px; margin: 6px 0 0; }
 th { background: var(--soft); font-weight: 600; font-size: 12.5px; color: #3a4149; white-space: nowrap; }
 td.num, th.num { text-align: right; }
 td.muted { color: var(--muted); font-style: italic; }
@@ -92,7 +97,10 @@ def render_html(content: ReportContent, figures: list[Plot]) -> str:
     images = "".join(
         f'<figure><h3>{esc(plot.title)}</h3><img alt="{esc(plot.title)}" src="data:image/png;base64,{plot.png_base64}">'
         f"<figcaption>{esc(plot.caption)}</figcaption></figure>" for plot in figures)
+    left_out = ('<p class="scope">Not drawn, having nothing to show: ' + esc("; ".join(
+        f"{plot} ({why})" for plot, why in content.left_out)) + ".</p>") if content.left_out else ""
     turns = (f"<h2>By turn</h2>{_html_table(content.turns)}" if content.turns is not None else "")
+    candidates = _html_table(content.candidates, names=True) if content.candidates.rows else "<p>None.</p>"
     errors = _html_table(content.errors) if content.errors.rows else "<p>No failures.</p>"
     definitions = "".join(f"<dt>{esc(term)}</dt><dd>{esc(text)}</dd>" for term, text in DEFINITIONS)
     made = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -113,9 +121,12 @@ def render_html(content: ReportContent, figures: list[Plot]) -> str:
 {notes}
 <section class="cards">{cards}</section>
 <p class="scope">{esc(content.scope)}</p>
-<section class="plots">{images}</section>
+<section class="plots">{images}</section>{left_out}
 <h2>Per task</h2>
-{_html_table(content.tasks, total_row=len(content.tasks.rows) > 1 and content.tasks.rows[-1][0] == "all tasks")}
+{_html_table(content.tasks, total_row=len(content.tasks.rows) > 1 and content.tasks.rows[-1][0] == "all tasks",
+             names=True)}
+<h2>Candidates per task</h2>
+{candidates}
 <div class="two">
 <section><h2>fast_p</h2>{_html_table(content.fast)}<p class="speed">{esc(content.speed)}</p>
 <h2>Instruction funnel</h2>{_html_table(content.funnel)}</section>

@@ -16,6 +16,8 @@ def _markdown_table(table: Table) -> str:
     lines = ["| " + " | ".join(table.headers) + " |",
              "|" + "|".join("---:" if right else "---" for right in table.numeric) + "|"]
     lines += ["| " + " | ".join(clean(c) for c in row) + " |" for row in table.rows]
+    if table.notes:
+        lines += ["", *(f"{note}  " for note in table.notes[:-1]), table.notes[-1]]
     return "\n".join(lines)
 
 
@@ -29,11 +31,17 @@ def render_markdown(content: ReportContent) -> str:
     parts += [content.scope, "", "## Instruction funnel", "", _markdown_table(content.funnel), "",
               "## fast_p", "", _markdown_table(content.fast), "",
               "## Speedup", "", content.speed, "",
-              "## Per task", "", _markdown_table(content.tasks), ""]
+              "## Per task", "", _markdown_table(content.tasks), "",
+              "## Candidates per task", "",
+              _markdown_table(content.candidates) if content.candidates.rows else "None.", ""]
     if content.turns is not None:
         parts += ["## By turn", "", _markdown_table(content.turns), ""]
     parts += ["## Error taxonomy", ""]
     parts += [_markdown_table(content.errors) if content.errors.rows else "No failures.", ""]
     parts += ["## Definitions", ""] + [f"- **{term}**: {text}" for term, text in DEFINITIONS]
-    parts += ["", "Plots: see report.html beside this file.", ""]
+    drawn = "Plots: see report.html beside this file"
+    if content.left_out:
+        drawn += "; not drawn there, having nothing to show: " + "; ".join(
+            f"{plot} ({why})" for plot, why in content.left_out)
+    parts += ["", drawn + ".", ""]
     return "\n".join(parts)

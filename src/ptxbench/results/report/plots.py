@@ -24,6 +24,7 @@ from ptxbench.results.report.content import (
     funnel,
     groups,
     pct,
+    plots_left_out,
     speedups,
 )
 
@@ -276,19 +277,22 @@ class Plot(NamedTuple):
 
 
 def plots(attempts: list[Attempt], info: Measured) -> list[Plot]:
-    """The four figures of the page, for the counted ``attempts``; ``ReportError`` when matplotlib is missing."""
+    """The figures of the page, for the counted ``attempts``: the funnel, fast_p, the speedups and the error
+    taxonomy, less those ``content.plots_left_out`` names (an empty panel says nothing the page does not say
+    in words); ``ReportError`` when matplotlib is missing."""
     matplotlib = _matplotlib()
     stages = funnel(attempts)
+    skipped = {plot for plot, _ in plots_left_out(attempts, info)}
     with matplotlib.rc_context(_STYLE):
         made = [
-            (plot_funnel(stages), "Instruction funnel", funnel_caption(stages)),
-            (plot_fast_p(attempts, info), "fast_p: correct, features executed, ≥ p× vendor speed",
+            ("funnel", lambda: plot_funnel(stages), "Instruction funnel", funnel_caption(stages)),
+            ("fast_p", lambda: plot_fast_p(attempts, info), "fast_p: correct, features executed, ≥ p× vendor speed",
              "Share of attempts that are correct, executed their required features, and at least p times the "
              "vendor baseline's speed."),
-            (plot_speedups(attempts, info), "Speedup over the vendor baseline",
+            ("speedup", lambda: plot_speedups(attempts, info), "Speedup over the vendor baseline",
              "Vendor time over candidate time for each correct, timed attempt (log scale); right of the dashed "
              "line is faster than the vendor."),
-            (plot_errors(attempts), "Error taxonomy",
+            ("error taxonomy", lambda: plot_errors(attempts), "Error taxonomy",
              "One class per failed attempt, grouped by the stage where it failed."),
         ]
-        return [Plot(title, _png(figure), caption) for figure, title, caption in made]
+        return [Plot(title, _png(draw()), caption) for key, draw, title, caption in made if key not in skipped]
