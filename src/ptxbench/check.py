@@ -14,7 +14,7 @@ from pathlib import Path
 from ptxbench.arch.registry import Arch
 from ptxbench.context.wrappers import inline_wrapper_header
 from ptxbench.contract.signature import HEADER_NAME, header
-from ptxbench.errors import CandidateError
+from ptxbench.errors import CandidateError, UnreadableCandidate
 from ptxbench.records.check import CheckReport
 from ptxbench.static.report import static_report
 from ptxbench.static.sass import kernel_names
@@ -31,17 +31,17 @@ def read_candidate(path: Path | str, *, to_compile: bool = True) -> str:
     path = Path(path)
     if path.suffix not in CANDIDATE_SUFFIXES:
         raise CandidateError(f"{path}: a candidate is one CUDA C++ file ({', '.join(CANDIDATE_SUFFIXES)})")
-    not_text = CandidateError(f"{path}: not a text file (a candidate is one CUDA C++ source)")
+    not_text = UnreadableCandidate(f"{path}: not a text file (a candidate is one CUDA C++ source)")
     try:
         source = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise not_text from None
     except OSError as exc:
-        raise CandidateError(f"cannot read candidate {path}: {exc.strerror or exc}") from None
+        raise UnreadableCandidate(f"cannot read candidate {path}: {exc.strerror or exc}") from None
     if "\0" in source:  # valid UTF-8 but with NUL bytes: still an object file, an archive, an image
         raise not_text
     if not source.strip():
-        raise CandidateError(f"{path}: the file is empty")
+        raise UnreadableCandidate(f"{path}: the file is empty", empty=True)
     return inline_wrapper_header(source, line_directives=to_compile)
 
 

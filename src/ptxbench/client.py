@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ptxbench.arch.registry import Arch
     from ptxbench.records.evaluation import Evaluation
     from ptxbench.records.trajectory import Feedback
-    from ptxbench.serve.evaluation import Candidate, EvalOptions
+    from ptxbench.serve.evaluation import Candidate, EvalOptions, Resumption
     from ptxbench.tasks.model import Task
 
 EXTRA_MISSING = "the ptxbench client needs httpx (the 'serve' extra): pip install 'ptxbench[serve]'"
@@ -251,9 +251,11 @@ def _finished(client: Client, job: Accepted, candidate: "Candidate") -> tuple["E
 
 
 def evaluate_on_server(candidates: list["Candidate"], arch: "Arch", out: Path | str, options: "EvalOptions",
-                       client: Client, *, on_done: Callable[["Evaluation"], None] | None = None) -> list["Evaluation"]:
+                       client: Client, *, on_done: Callable[["Evaluation"], None] | None = None,
+                       resumption: "Resumption | None" = None) -> list["Evaluation"]:
     """``ptxbench eval --server``: the candidates evaluated by the server, recorded into the run directory
-    ``out`` here as a local ``eval`` records them (resumable; items already done are not sent). A job the
+    ``out`` here as a local ``eval`` records them (resumable; items already done are not sent; ``resumption``
+    hears what was done with them, as with a local ``eval``). A job the
     server answered from an identical earlier one carries this candidate's name, as a local result would."""
     from ptxbench.serve.evaluation import evaluate_elsewhere
 
@@ -271,7 +273,7 @@ def evaluate_on_server(candidates: list["Candidate"], arch: "Arch", out: Path | 
     environment = {"backend": "server", "server": client.url, "server_version": health.version,
                    "gpus": health.gpus, "on_gpus": health.on_gpus}
     return evaluate_elsewhere(candidates, arch, out, options, remote, environment, on_gpus=health.on_gpus,
-                              on_done=on_done)
+                              on_done=on_done, resumption=resumption)
 
 
 # -- ptxbench run --server, fixit repair --server ----------------------------------------------------------
@@ -297,6 +299,9 @@ class ServerGrader:
         candidate = Candidate(task=task, item="candidate", source=source, origin="candidate.cu")  # GpuGrader's name
         (job,) = self.client.submit(request_for(candidate, arch, self.options))
         evaluation, _ = _finished(self.client, job, candidate)
+        # what the server's run directory keys its item by is not the trajectory's business: the record is the
+        # one a local grader makes
+        evaluation = evaluation.model_copy(update={"judged": None})
         if not self.health.on_gpus and evaluation.build is not None:
             return static_feedback(evaluation)
         return gpu_feedback(evaluation, task)

@@ -24,6 +24,15 @@ class CandidateError(PtxbenchError):
     """A candidate file cannot be read or is not a CUDA source."""
 
 
+class UnreadableCandidate(CandidateError):
+    """A candidate file whose content holds no candidate: ``empty`` (nothing but white space) or not (not text,
+    or not readable). Where one of many files is so, it is that file's failed item, not the whole command's."""
+
+    def __init__(self, message: str, *, empty: bool = False) -> None:
+        super().__init__(message)
+        self.empty = empty
+
+
 class ProviderError(PtxbenchError):
     """An LLM provider cannot be set up or used: bad 'provider:name' spec, bad options, unreadable replay file."""
 

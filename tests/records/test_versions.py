@@ -129,7 +129,7 @@ def test_a_result_of_an_unknown_version_is_refused_with_one_line(tmp_path: Path,
     with pytest.raises(RecordVersionError) as refused:
         load_result(file)
     assert str(refused.value) == (f"{file}: evaluation version {version!r} is unknown; this ptxbench ({__version__}) "
-                                  "reads version 1, 2")
+                                  "reads version 1, 2, 3")
 
 
 def test_an_evaluation_of_version_1_is_migrated(tmp_path: Path) -> None:
@@ -184,7 +184,7 @@ def test_load_result_reads_the_type_the_run_header_names(tmp_path: Path) -> None
 
 def test_a_result_of_another_kind_than_its_header_says_is_one_line_naming_the_file(tmp_path: Path) -> None:
     file = _run(tmp_path, "run", _evaluation())
-    with pytest.raises(RunDirError, match=rf"^{file}: not the result of a generated item \(missing field 'sample'"):
+    with pytest.raises(RunDirError, match=rf"^{file}: not the result of a generated item \(a record of kind 'evaluation'\)"):
         load_result(file)
 
 

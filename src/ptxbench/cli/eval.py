@@ -39,6 +39,8 @@ def evaluate(
     call_timeout_s: Annotated[float, typer.Option("--call-timeout-s")] = 60.0,
     regrade: Annotated[bool, typer.Option("--regrade", help="Recompute verdicts from the stored evidence; run "
                                           "nothing")] = False,
+    repair: Annotated[bool, typer.Option("--repair", help="Rebuild the damaged run.json of the run given from its "
+                                         "items' records; run nothing")] = False,
     gold: Annotated[bool, typer.Option("--gold", help="Evaluate the reference kernels shipped with the package "
                                        "(ptxbench/kernels/reference/<arch>)")] = False,
     gpus: Annotated[Optional[str], typer.Option("--gpus", help="Local GPUs to use, e.g. 0,1 (default: every "
@@ -55,8 +57,11 @@ def evaluate(
 ) -> None:
     """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
     arch = benchmark_arch(arch)
+    if repair:
+        _repair(paths or [], gold, regrade, server)
+        return
     from ptxbench.evaluate.evaluator import EvalOptions
-    from ptxbench.evaluate.fleet.run import GpusRetired, evaluate_candidates, gpu_available
+    from ptxbench.evaluate.fleet.run import GpusRetired, Resumption, evaluate_candidates, gpu_available
     from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note
 
     if server is not None:
@@ -71,6 +76,7 @@ def evaluate(
         paths = [reference_folder(arch.value)]
         if not paths[0].is_dir():
             fail(f"no reference kernels for {arch.value} yet ({paths[0]})")
+        _say_tasks_without_reference(paths[0], arch)
     elif not paths:
         fail("give candidate files or folders to evaluate (or --gold for the bundled reference kernels)")
     candidates, out = _candidates(paths, task, out, regrade)
@@ -82,17 +88,19 @@ def evaluate(
                           **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}),
                           **({"lanes": lanes} if lanes is not None else {}))
     retired = None
+    resumption = Resumption()
     with EvalProgress(console, len(candidates), f"eval → {out}") as progress:
         try:
             if server is not None:
                 from ptxbench.client import Client, evaluate_on_server
 
                 with Client(server, token) as client:
-                    results = evaluate_on_server(candidates, arch, out, options, client, on_done=progress.done)
+                    results = evaluate_on_server(candidates, arch, out, options, client, on_done=progress.done,
+                                                 resumption=resumption)
             else:
                 results = evaluate_candidates(candidates, arch, out, options, regrade=regrade, gpus=chosen,
                                               backend="ray" if backend == "ray" else "local", address=address,
-                                              on_done=progress.done)
+                                              on_done=progress.done, resumption=resumption)
         except GpusRetired as exc:
             results, retired = exc.results, exc
     table = Table("candidate", "task", "status", "detail")
@@ -107,9 +115,41 @@ def evaluate(
     rejected = all_rejected_note(results, arch)
     if rejected is not None:
         console.print(rejected, highlight=False, markup=False)
+    resumed = resumption.summary()
+    if resumed is not None:
+        console.print(resumed, highlight=False, markup=False)
     run_directory(out)
     if retired is not None:
         fail(str(retired))
+
+
+def _repair(paths: list[Path], gold: bool, regrade: bool, server: Optional[str]) -> None:
+    """``eval --repair RUN``: the run's damaged header rebuilt from its items, the damaged file kept beside it."""
+    from ptxbench.records.rundir import repair_header
+
+    if len(paths) != 1 or gold or regrade or server is not None:
+        fail("--repair rebuilds one run directory's run.json: give the run directory alone (no --gold, --regrade "
+             "or --server)")
+    repaired = repair_header(paths[0])
+    if repaired.damaged_kept is None:
+        console.print(f"{paths[0] / 'run.json'} is intact: nothing to repair", highlight=False, markup=False)
+        return
+    header = repaired.header
+    known = ", ".join(sorted(header.config)) or "nothing"
+    console.print(f"{paths[0] / 'run.json'} rebuilt from {header.environment['rebuilt_from_items']} item(s): a "
+                  f"{header.kind} run; its configuration holds what every item agrees on ({known}); the damaged "
+                  f"file is kept as {repaired.damaged_kept}", highlight=False, markup=False)
+
+
+def _say_tasks_without_reference(folder: Path, arch: Arch) -> None:
+    """``--gold`` evaluates the references there are; the tasks that have none for ``arch`` are named."""
+    from ptxbench.tasks.loader import bundled_suite
+
+    present = {file.stem for file in folder.glob("*.cu")}
+    missing = sorted(task.id for task in bundled_suite() if task.id not in present)
+    if missing:
+        console.print(f"note: {len(missing)} of the suite's tasks have no reference kernel for {arch.value} yet, so "
+                      f"--gold does not evaluate them: {', '.join(missing)}", highlight=False, markup=False)
 
 
 def _server_fits(gpus: Optional[str], backend: str, address: Optional[str], regrade: bool,

@@ -23,9 +23,10 @@ from ptxbench.static.report import StaticReport
 from ptxbench.tasks.model import Requirement
 from ptxbench.toolchain.compile import BuildResult
 
-EVALUATION_VERSION = 2
+EVALUATION_VERSION = 3
 """2: ``extraction`` (an answer without a candidate is an item) and ``generation`` (the labels of the run that
-sampled the candidate); version 1 records read as they are, without either."""
+sampled the candidate); version 1 records read as they are, without either. 3: ``judged`` (what was judged, so
+a stored result is reused only for the same question); version 2 records read without it."""
 
 
 class Comparison(Record):
@@ -181,14 +182,31 @@ class Generation(Record):
     turn: int = Field(default=0, description="The turn whose answer this is (the last one with code)")
 
 
+class Judged(Record):
+    """What an evaluation answered: the source it built and the options that shape the verdict. With the task's
+    hash and the arch (the evaluation's own fields) it is the question a stored result answers, so a resumed run
+    reuses the result only where the question is the same (``ptxbench.evaluate.fleet.run``)."""
+
+    source_sha256: str = Field(description=(
+        "SHA-256 of the source as built (the wrapper header inlined, UTF-8); of the empty text for an answer "
+        "without code"))
+    options: dict[str, Any] = Field(default_factory=dict, description=(
+        "The evaluation options, without those that only say how a run is carried out (lanes)"))
+
+
 def _from_v1(record: dict[str, Any]) -> dict[str, Any]:
     """Version 1 had neither ``extraction`` nor ``generation``: both read as None, their defaults."""
     return record
 
 
+def _from_v2(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 had no ``judged``: it reads as None (what was judged is then told by the item's candidate.cu)."""
+    return record
+
+
 class Evaluation(Versioned):
     RECORD = "evaluation"
-    MIGRATIONS = {1: _from_v1}
+    MIGRATIONS = {1: _from_v1, 2: _from_v2}
 
     version: int = EVALUATION_VERSION
     kind: Literal["evaluation"] = Field(default="evaluation", description=(
@@ -203,6 +221,8 @@ class Evaluation(Versioned):
         "Why the model's answer held no candidate (no code block, no entry point, empty, provider error): "
         "the model's failure, decided before anything is built; None for every candidate that has code"))
     generation: Generation | None = Field(default=None, description="The labels of the run that sampled it")
+    judged: Judged | None = Field(default=None, description=(
+        "The source and options judged, set where the result is recorded; None in records of version 2 and older"))
     message: str = ""
     build: BuildResult | None = None
     static: StaticReport | None = None

@@ -6,6 +6,12 @@ A rerun with a different configuration is refused rather than mixed into the sam
 An item's result is one typed record, chosen by the header's kind (``load_result``): an ``Evaluation``
 for an ``eval`` run, an ``ItemResult`` (the sample's trajectory) for the others.
 ``RunLedger`` keeps what a run's driver wrote in memory and checks the folder against it at the end.
+
+Damage stays local: a damaged header (cut short, not JSON, not a header) is rebuilt from the items' own
+records (``rebuilt_header``), with a warning when a run is read and written back when a run is resumed with a
+configuration the items agree with or by ``ptxbench eval --repair RUN`` (``repair_header``); the damaged file
+is kept beside it. A stored item that no longer answers (another source under the same name, a damaged
+record) is set aside under ``superseded/``, never silently replaced.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -61,6 +68,14 @@ class RunDirError(PtxbenchError):
     pass
 
 
+class DamagedHeader(RunDirError):
+    """The header file is there but is no readable run header (cut short, not JSON, not a header): what the
+    items hold can rebuild it (``rebuilt_header``)."""
+
+
+log = logging.getLogger(__name__)
+
+
 def read_header(file: Path) -> RunHeader:
     """A run's header, or one line naming the file and what is wrong with it: unreadable, not JSON, not a
     run header (a foreign or damaged file), or a version this ptxbench cannot read (a newer one wrote it)."""
@@ -69,19 +84,19 @@ def read_header(file: Path) -> RunHeader:
     except OSError as exc:
         raise RunDirError(f"{file}: cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
-        raise RunDirError(f"{file}: not a run header: not UTF-8 text") from None
+        raise DamagedHeader(f"{file}: not a run header: not UTF-8 text") from None
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise RunDirError(f"{file}: not a run header: not valid JSON ({exc})") from None
+        raise DamagedHeader(f"{file}: not a run header: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise RunDirError(f"{file}: not a run header: a JSON {type(data).__name__}, not an object")
+        raise DamagedHeader(f"{file}: not a run header: a JSON {type(data).__name__}, not an object")
     try:
         return RunHeader.model_validate(data)
     except RecordVersionError as exc:
         raise RecordVersionError(f"{file}: {exc}") from None
     except ValidationError as exc:
-        raise RunDirError(f"{file}: not a run header ({field_problems(exc)})") from None
+        raise DamagedHeader(f"{file}: not a run header ({field_problems(exc)})") from None
 
 
 R = TypeVar("R", bound=BaseModel)
@@ -92,7 +107,12 @@ def read_result(file: Path, model: type[R], what: str, read: Callable[[Path], st
     """An item's record (``what``: 'an evaluation'), or one line naming the file, what is wrong with it and
     the ``fix``. ``read`` reads the text (a ``RunLedger``'s, to keep what was read)."""
     try:
-        return model.model_validate_json(read(file))
+        text = read(file)
+        kind = _kind_of(text)
+        if kind is not None and kind != _kind_of_model(model):  # another record altogether, whatever its version
+            problem = f"a record of kind {kind!r}"
+        else:
+            return model.model_validate_json(text)
     except RecordVersionError as exc:
         raise RecordVersionError(f"{file}: {exc}") from None
     except UnicodeDecodeError:
@@ -100,6 +120,21 @@ def read_result(file: Path, model: type[R], what: str, read: Callable[[Path], st
     except ValidationError as exc:
         problem = field_problems(exc)
     raise RunDirError(f"{file}: not {what} ({problem})" + (f"; {fix}" if fix else ""))
+
+
+def _kind_of(text: str) -> str | None:
+    """The ``kind`` a record's text says it is (an evaluation, a check report), or None (no kind, not JSON)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    kind = data.get("kind") if isinstance(data, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def _kind_of_model(model: type[BaseModel]) -> str | None:
+    field = model.model_fields.get("kind")
+    return field.default if field is not None and isinstance(field.default, str) else None
 
 
 Result = Evaluation | ItemResult
@@ -146,6 +181,25 @@ def _identity(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "options": {k: v for k, v in options.items() if k not in RUN_LOCAL_OPTIONS}}
 
 
+def _differences(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """Where two configurations differ, to the option: ``options.trials (3 -> 5)``."""
+    found = []
+    for key in sorted(set(before) | set(now)):
+        old, new = before.get(key), now.get(key)
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            found += _differences(old, new, f"{prefix}{key}.")
+        else:
+            found.append(f"{prefix}{key} ({_short(old)} -> {_short(new)})")
+    return found
+
+
+def _short(value: Any, width: int = 40) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 class RunDir:
     """A run's folder. ``open`` creates it or resumes it; items live under ``items/<task>/<item>``."""
 
@@ -155,15 +209,20 @@ class RunDir:
 
     @classmethod
     def open(cls, path: Path | str, header: RunHeader) -> "RunDir":
+        """Create the run, or resume it when its configuration is ``header``'s. A damaged header is written anew
+        (the damaged file kept beside it) when the items' records agree with ``header``, else refused."""
         path = Path(path)
         existing = path / HEADER_FILE
         if existing.is_file():
-            previous = read_header(existing)
+            try:
+                previous = read_header(existing)
+            except DamagedHeader as damage:
+                _resume_with_damaged_header(path, header, damage)
+                return cls(path, header)
             before, now = _identity(previous.config), _identity(header.config)
             if previous.kind != header.kind or before != now:
-                changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
                 raise RunDirError(f"{path} holds a run with another configuration (differs in: "
-                                  f"{', '.join(changed) or 'kind'}); choose a new --out directory")
+                                  f"{', '.join(_differences(before, now)) or 'kind'}); choose a new --out directory")
             return cls(path, previous)
         path.mkdir(parents=True, exist_ok=True)
         write_model(existing, header)
@@ -171,10 +230,18 @@ class RunDir:
 
     @classmethod
     def load(cls, path: Path | str) -> "RunDir":
+        """An existing run, to read; a damaged header is rebuilt from the items in memory, with a warning."""
         path = Path(path)
         if not (path / HEADER_FILE).is_file():
             raise RunDirError(f"{path} is not a run directory (no {HEADER_FILE})")
-        return cls(path, read_header(path / HEADER_FILE))
+        try:
+            return cls(path, read_header(path / HEADER_FILE))
+        except DamagedHeader as damage:
+            rebuilt = rebuilt_header(path, damage)
+            log.warning("warning: %s; read with a header rebuilt from its %s item(s) (a %s run); `ptxbench eval "
+                        "--repair %s` writes it back", damage, rebuilt.environment["rebuilt_from_items"], rebuilt.kind,
+                        path)
+            return cls(path, rebuilt)
 
     def item(self, task_id: str, item: str) -> Path:
         return self.path / "items" / task_id / item
@@ -186,7 +253,111 @@ class RunDir:
         return sorted(self.path.glob(f"items/*/*/{RESULT_FILE}"))
 
 
+DAMAGED_SUFFIX = ".damaged"
+
+
+def _readable_items(path: Path) -> list[Result]:
+    """Every item record of the run at ``path`` that can be read without its header (damaged ones left out)."""
+    found: list[Result] = []
+    for file in sorted(path.glob(f"items/*/*/{RESULT_FILE}")):
+        for model in (Evaluation, ItemResult):
+            try:
+                found.append(model.model_validate_json(file.read_text()))
+                break
+            except (OSError, UnicodeDecodeError, ValidationError, PtxbenchError):
+                continue
+    return found
+
+
+def _one(values: list[Any]) -> list[Any]:
+    """``[value]`` where every value is the same (and there is one), else ``[]``: a field known for the run."""
+    distinct = {json.dumps(v, sort_keys=True) for v in values}
+    return [values[0]] if values and len(distinct) == 1 else []
+
+
+def rebuilt_header(path: Path, damage: DamagedHeader) -> RunHeader:
+    """A header for the run at ``path`` from what its items' records say (the kind, the arch, and for an eval run
+    the options each evaluation records; for a generation run the model, context and tasks): only what every
+    item agrees on is in its configuration. ``environment`` says that it was rebuilt and from how many items."""
+    items = _readable_items(path)
+    if not items:
+        raise RunDirError(f"{damage}; no readable item to rebuild it from: choose a new --out directory")
+    environment = {"rebuilt_from_items": len(items), "damaged_header": str(damage)}
+    evaluations = [i for i in items if isinstance(i, Evaluation)]
+    if evaluations:
+        config: dict[str, Any] = {}
+        for arch in _one([e.arch.value for e in evaluations]):
+            config["arch"] = arch
+        if all(e.judged is not None for e in evaluations):
+            for options in _one([e.judged.options for e in evaluations if e.judged is not None]):
+                config["options"] = options
+        return RunHeader(kind="eval", config=config, environment=environment)
+    trajectories = [i for i in items if isinstance(i, ItemResult)]
+    config = {"tasks": sorted({t.task for t in trajectories})}
+    for field, values in (("arch", [t.arch.value for t in trajectories]),
+                          ("context", [t.context.value for t in trajectories]),
+                          ("prompt_version", [int(t.prompt_version) if t.prompt_version.isdigit() else t.prompt_version
+                                              for t in trajectories]),  # the header's is a number
+                          ("model", [turn.completion.model for t in trajectories for turn in t.turns])):
+        for value in _one(values):
+            config[field] = value
+    graded = any(turn.feedback is not None for t in trajectories for turn in t.turns)
+    return RunHeader(kind="run" if graded else "generate", config=config, environment=environment)
+
+
+def _agrees(rebuilt: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The keys of a rebuilt configuration that ``config`` contradicts (its tasks must include the items')."""
+    config = _identity(config)
+    return sorted(key for key, value in _identity(rebuilt).items()
+                  if not (set(value) <= set(config.get(key) or []) if key == "tasks" else config.get(key) == value))
+
+
+def _resume_with_damaged_header(path: Path, header: RunHeader, damage: DamagedHeader) -> None:
+    """Resuming over a damaged header: written anew from ``header`` when the items agree with it."""
+    rebuilt = rebuilt_header(path, damage)
+    if rebuilt.kind != header.kind or (differ := _agrees(rebuilt.config, header.config)):
+        raise RunDirError(f"{damage}; its items were written by a {rebuilt.kind} run that differs from this one in: "
+                          f"{', '.join(differ) if rebuilt.kind == header.kind else 'kind'}: choose a new --out "
+                          f"directory (`ptxbench eval --repair {path}` rebuilds the header to read the run)")
+    kept = _keep_damaged(path / HEADER_FILE)
+    write_model(path / HEADER_FILE, header)
+    log.warning("warning: %s; its %s item(s) agree with this run: the header is written anew (the damaged one kept "
+                "as %s)", damage, rebuilt.environment["rebuilt_from_items"], kept.name)
+
+
+def _keep_damaged(file: Path) -> Path:
+    kept = file.with_name(file.name + DAMAGED_SUFFIX)
+    while kept.exists():
+        kept = kept.with_name(kept.name + DAMAGED_SUFFIX)
+    os.rename(file, kept)
+    return kept
+
+
+class Repair(BaseModel):
+    """What ``repair_header`` did: the header now in place, and where the damaged one went (None: intact)."""
+
+    header: RunHeader
+    damaged_kept: str | None = None
+
+
+def repair_header(path: Path | str) -> Repair:
+    """Write a damaged header anew from the items (``rebuilt_header``), the damaged file kept beside it as
+    ``run.json.damaged``; an intact header is left as it is."""
+    path = Path(path)
+    file = path / HEADER_FILE
+    if not file.is_file():
+        raise RunDirError(f"{path} is not a run directory (no {HEADER_FILE})")
+    try:
+        return Repair(header=read_header(file))
+    except DamagedHeader as damage:
+        rebuilt = rebuilt_header(path, damage)
+        kept = _keep_damaged(file)
+        write_model(file, rebuilt)
+        return Repair(header=rebuilt, damaged_kept=kept.name)
+
+
 QUARANTINE_DIR = "quarantine"
+SUPERSEDED_DIR = "superseded"
 
 
 class RunAudit(BaseModel):
@@ -241,6 +412,26 @@ class RunLedger:
         text = path.read_text()
         self._kept[path] = text
         return text
+
+    def set_aside(self, folder: Path, why: str) -> str:
+        """Move an item's folder, whose result no longer answers (``why``: 'source changed', 'damaged'), to
+        ``superseded/<task>/<item>/<n>-<why>/`` with every file in it, and remember its files there (the audit
+        then neither restores them at the old place nor takes them for planted). Returns the new place,
+        relative to the run."""
+        slug = "-".join("".join(c if c.isalnum() else " " for c in why.lower()).split())[:40] or "superseded"
+        base = self.rundir.path / SUPERSEDED_DIR / folder.relative_to(self.rundir.path / "items")
+        number = 1
+        while os.path.lexists(base / f"{number}-{slug}"):
+            number += 1
+        target = base / f"{number}-{slug}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(folder, target)
+        moved = {path: target / path.relative_to(folder) for path in [*self._earlier, *self._kept]
+                 if path.is_relative_to(folder)}
+        for old, new in moved.items():
+            self._earlier[new] = self._earlier.pop(old) if old in self._earlier else _digest(new)
+            self._kept.pop(old, None)
+        return self._name(target)
 
     def audit(self) -> RunAudit:
         planted_root = self._clear_quarantine_root()

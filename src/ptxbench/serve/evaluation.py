@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ptxbench.evaluate.evaluator import DEFAULT_LANES, HANDLER, EvalOptions
 from ptxbench.evaluate.fleet.engine import Engine, Submission
-from ptxbench.evaluate.fleet.run import Candidate, evaluate_elsewhere
+from ptxbench.evaluate.fleet.run import Candidate, Resumption, evaluate_elsewhere
 
-__all__ = ["DEFAULT_LANES", "HANDLER", "Candidate", "Engine", "EvalOptions", "Submission", "evaluate_elsewhere"]
+__all__ = ["DEFAULT_LANES", "HANDLER", "Candidate", "Engine", "EvalOptions", "Resumption", "Submission",
+           "evaluate_elsewhere"]

@@ -11,8 +11,8 @@ stage result a caller hears), while the GPUs evaluate earlier ones; then it join
 result is recorded into the run directory its submission names exactly as ``eval`` records it (the item's
 ``candidate.cu``, ``build.log``, ``placement.json``, ``result.json`` last), through one ``RunLedger`` per
 run directory that is audited when the engine closes. An item whose result is already stored is answered
-from it (a finished one; an infrastructure failure is evaluated again where GPUs are), as a resumed ``eval``
-does. Without GPUs the same path builds and reads each candidate and records what the build decides
+from it where it answers the same question (a finished one; an infrastructure failure is evaluated again where
+GPUs are), as a resumed ``eval`` does. Without GPUs the same path builds and reads each candidate and records what the build decides
 (``static_only``), as ``eval`` does on such a machine.
 """
 
@@ -35,10 +35,10 @@ from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.fleet.run import (
     Candidate,
     _audit,
+    _attributed,
     _header,
-    _kept,
-    _labelled,
     _record,
+    _reusable,
     _without_code,
     gpu_environment,
 )
@@ -199,7 +199,8 @@ class Engine:
         candidate, arch = submission.candidate, submission.arch
         rundir, ledger = self._run(submission)
         with self._lock:
-            stored = _kept(rundir, candidate, ledger, on_gpus=self.on_gpus)
+            stored = _reusable(rundir, candidate, arch, submission.options, ledger, on_gpus=self.on_gpus,
+                               resumption=None)
         if stored is not None:
             submission.on_stage("stored", {"item": str(rundir.item(candidate.task.id, candidate.item))})
             self._finish(key, stored, None, record=False)
@@ -275,7 +276,7 @@ class Engine:
             self._running.pop(key, None)
             if submission is None:
                 return
-            evaluation = _labelled(submission.candidate, evaluation)
+            evaluation = _attributed(submission.candidate, evaluation, submission.options)
             if record:
                 _, ledger = self._run(submission)
                 _record(ledger, submission.candidate, evaluation, placement)

@@ -22,33 +22,43 @@ rewrites the files that changed, moves files it did not write (under ``items/`` 
 into ``quarantine/``, and logs a warning naming them, before the results are returned. Results of an
 earlier run that is resumed are read as they are: this in-run guarantee is what holds without OS
 protection.
+
+A stored result is reused only for the question it answered: the same source (its SHA-256, as built), task
+(its content hash), arch and options (``Judged``, recorded with every result). Another source under the same
+item name (an edited file, a file of the same name from another folder), a changed task or a damaged record is
+evaluated again, and the earlier item is set aside under ``superseded/``, never silently replaced; a
+``Resumption`` counts what was reused and what was evaluated again, and why.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
-from ptxbench.errors import CandidateError, PtxbenchError
+from ptxbench.errors import CandidateError, PtxbenchError, UnreadableCandidate
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
 from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.fleet.scheduler import Job, SerialSlot, schedule, start_slots
 from ptxbench.evaluate.static_only import static_verdict
 from ptxbench.evaluate.verdict import decide
 from ptxbench.records.completion import ExtractionStatus
-from ptxbench.records.evaluation import Evaluation, Generation, InfraFailure
+from ptxbench.records.evaluation import Evaluation, Generation, InfraFailure, Judged
 from ptxbench.records.rundir import (
     HEADER_FILE,
     RESULT_FILE,
     RUN_LOCAL_OPTIONS,
+    SUPERSEDED_DIR,
     Result,
     RunAudit,
     RunDir,
@@ -114,13 +124,17 @@ def is_eval_run(path: Path) -> bool:
 def candidates_from_eval_run(path: Path) -> list[Candidate]:
     """The candidates an eval run directory stored, each under its own item, with the labels and the
     extraction failure (a sample without code) they were evaluated with: what ``eval RUN --regrade``
-    recomputes in place."""
+    recomputes in place. A damaged item is left out with a warning naming it; the others are regraded."""
     from ptxbench.tasks.loader import get_task
 
     found = []
     rundir = RunDir.load(path)
     for result_file in rundir.results():
-        evaluation = _evaluation(load_result(result_file, rundir.header), result_file)
+        try:
+            evaluation = _evaluation(load_result(result_file, rundir.header), result_file)
+        except RunDirError as exc:
+            log.warning("warning: %s: left as it is", exc)
+            continue
         folder = result_file.parent
         source_file = folder / "candidate.cu"
         found.append(Candidate(task=get_task(evaluation.task), item=folder.name,
@@ -131,7 +145,14 @@ def candidates_from_eval_run(path: Path) -> list[Candidate]:
 
 
 def candidate_from_file(path: Path, task: Task) -> Candidate:
-    return Candidate(task=task, item=path.stem, source=read_candidate(path), origin=str(path))
+    """The file as a candidate. A file whose content holds none (empty, not text, unreadable) is a candidate
+    without code, the reason in its notes: its own failed item, beside the other files given with it."""
+    try:
+        source = read_candidate(path)
+    except UnreadableCandidate as exc:
+        status = ExtractionStatus.EMPTY if exc.empty else ExtractionStatus.NO_CODE
+        return Candidate(task=task, item=path.stem, source="", origin=str(path), extraction=status, notes=[str(exc)])
+    return Candidate(task=task, item=path.stem, source=source, origin=str(path))
 
 
 def gpu_available() -> bool:
@@ -156,11 +177,20 @@ def _without_code(candidate: Candidate, arch: Arch) -> Evaluation:
                       message="; ".join(candidate.notes) or f"the answer held no candidate: {kind}")
 
 
-def _labelled(candidate: Candidate, evaluation: Evaluation) -> Evaluation:
-    """The evaluation with the labels of the run that sampled the candidate (a GPU host does not know them)."""
-    if candidate.generation is None or evaluation.generation is not None:
-        return evaluation
-    return evaluation.model_copy(update={"generation": candidate.generation})
+def judged(candidate: Candidate, options: EvalOptions) -> Judged:
+    """What evaluating ``candidate`` with ``options`` judges (with its task's hash and the arch): the question
+    its stored result answers."""
+    return Judged(source_sha256=hashlib.sha256(candidate.source.encode()).hexdigest(),
+                  options=options.model_dump(exclude=set(RUN_LOCAL_OPTIONS)))
+
+
+def _attributed(candidate: Candidate, evaluation: Evaluation, options: EvalOptions) -> Evaluation:
+    """The evaluation with what the driver knows and a GPU host does not: what was judged, and the labels of
+    the run that sampled the candidate."""
+    update: dict[str, object] = {"judged": judged(candidate, options)}
+    if candidate.generation is not None and evaluation.generation is None:
+        update["generation"] = candidate.generation
+    return evaluation.model_copy(update=update)
 
 
 def _distinct(candidates: list[Candidate]) -> None:
@@ -191,20 +221,21 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
                         *, regrade: bool = False, device: int | None = None,
                         on_done: Callable[[Evaluation], None] | None = None, gpus: Sequence[int] | None = None,
                         backend: Backend = "local", address: str | None = None, handler: str = HANDLER,
-                        reference_device: str = "cuda") -> list[Evaluation]:
+                        reference_device: str = "cuda", resumption: Resumption | None = None) -> list[Evaluation]:
     """Evaluate ``candidates`` into the run directory ``out`` and return their evaluations in order.
 
     ``gpus``: the local GPUs to use, as CUDA numbers them here (default: every visible one; ``device``
     is the older one-GPU form). ``backend="ray"`` uses every GPU of the Ray cluster at ``address``
     (None starts one on this machine). ``handler`` and ``reference_device`` are the GPU side's
-    stand-ins for tests, as in ``GpuEvaluator``. Raises ``GpusRetired`` once everything is recorded
-    if every GPU was retired.
+    stand-ins for tests, as in ``GpuEvaluator``. ``resumption`` hears what was done with the results already
+    stored (reused, or evaluated again and why). Raises ``GpusRetired`` once everything is recorded if every GPU
+    was retired.
     """
     options = options or EvalOptions()
     _distinct(candidates)
     spec = HostSpec(options=options, handler=handler, reference_device=reference_device)
     if regrade:
-        return _sequential(candidates, arch, RunDir.load(out), regrade=True, on_done=on_done)
+        return _regrade(candidates, RunDir.load(out), on_done)
     connected = False
     from ptxbench.evaluate.isolation.confinement import name_protected_paths
     from ptxbench.paths import cache_root
@@ -223,9 +254,9 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
             slots = list(local_slots(chosen, spec))
         if not slots:
             _prebuild(candidates, arch)
-            return _sequential(candidates, arch, RunDir.open(out, _header(arch, options, {"gpu": None})),
-                               regrade=False, on_done=on_done)
-        return _on_gpus(candidates, arch, out, options, slots, backend, on_done)
+            return _build_only(candidates, arch, RunDir.open(out, _header(arch, options, {"gpu": None})), options,
+                               on_done, resumption)
+        return _on_gpus(candidates, arch, out, options, slots, backend, on_done, resumption)
     finally:
         restore_protected()
         if connected:
@@ -249,15 +280,6 @@ def _prebuild(candidates: list[Candidate], arch: Arch) -> None:
 log = logging.getLogger(__name__)
 
 
-def _stored(rundir: RunDir, candidate: Candidate, ledger: RunLedger | None = None) -> Evaluation | None:
-    """The item's stored result; read through ``ledger``, the text read is the one kept for this run."""
-    record = rundir.item(candidate.task.id, candidate.item) / RESULT_FILE
-    if not record.is_file():
-        return None
-    return _evaluation(load_result(record, rundir.header, ledger.read_text if ledger else Path.read_text,
-                                   fix="remove it to evaluate the item again"), record)
-
-
 def _evaluation(result: Result, file: Path) -> Evaluation:
     """An eval run's result is an evaluation; another run's (a trajectory) is refused, naming its run."""
     if not isinstance(result, Evaluation):
@@ -266,16 +288,94 @@ def _evaluation(result: Result, file: Path) -> Evaluation:
     return result
 
 
-def _to_evaluate(stored: Evaluation | None) -> bool:
-    """On GPUs: a new item, or one the harness could not judge before (an infrastructure failure)."""
-    return stored is None or stored.infra_failure is not None
+INFRA_AGAIN = "infrastructure failure"
+"""Why a stored result of the same question is evaluated again where GPUs are: the harness could not judge it."""
+DAMAGED = "stored result damaged"
 
 
-def _kept(rundir: RunDir, candidate: Candidate, ledger: RunLedger | None, *, on_gpus: bool) -> Evaluation | None:
-    """The item's stored result where it stands as the answer (a resumed run, a repeated submission): always
-    without GPUs; on GPUs unless it is an infrastructure failure, which is evaluated again."""
-    stored = _stored(rundir, candidate, ledger)
-    return stored if stored is not None and (not on_gpus or not _to_evaluate(stored)) else None
+class Stored(NamedTuple):
+    """What an item's stored result is worth to a candidate now: the answer (``evaluation``), or why it is
+    evaluated again (``again``); both None where nothing is stored."""
+
+    evaluation: Evaluation | None
+    again: str | None
+
+
+def _why_again(stored: Evaluation, candidate: Candidate, arch: Arch, options: EvalOptions,
+               stored_source: str | None) -> str | None:
+    """Why ``stored`` does not answer ``candidate``'s question (None: it does). A record written before results
+    said what they judged (``judged`` None) is told by the item's ``candidate.cu`` (``stored_source``)."""
+    if stored.task_hash != candidate.task.content_hash:
+        return "task changed"
+    if stored.arch is not arch:
+        return "arch changed"
+    if stored.extraction != candidate.extraction:
+        return "source changed"
+    if stored.judged is None:
+        return "source changed" if candidate.extraction is None and stored_source != candidate.source else None
+    now = judged(candidate, options)
+    if stored.judged.source_sha256 != now.source_sha256:
+        return "source changed"
+    return "options changed" if stored.judged.options != now.options else None
+
+
+def _stored_answer(rundir: RunDir, candidate: Candidate, arch: Arch, options: EvalOptions,
+                   ledger: RunLedger | None, *, on_gpus: bool) -> Stored:
+    """The item's stored result where it stands as the answer (a resumed run, a repeated submission): one of the
+    same question, always without GPUs, on GPUs unless it is an infrastructure failure. Read through ``ledger``,
+    the texts read are the ones kept for this run."""
+    folder = rundir.item(candidate.task.id, candidate.item)
+    record = folder / RESULT_FILE
+    if not record.is_file():
+        return Stored(None, None)
+    read = ledger.read_text if ledger else Path.read_text
+    try:
+        stored = _evaluation(load_result(record, rundir.header, read), record)
+    except RunDirError as exc:
+        log.warning("warning: %s: the item is evaluated again", exc)
+        return Stored(None, DAMAGED)
+    source_file = folder / "candidate.cu"
+    stored_source = read(source_file) if stored.judged is None and source_file.is_file() else None
+    again = _why_again(stored, candidate, arch, options, stored_source)
+    if again is None and on_gpus and stored.infra_failure is not None:
+        again = INFRA_AGAIN
+    return Stored(None, again) if again else Stored(stored, None)
+
+
+@dataclass
+class Resumption:
+    """What a run did with the results stored under its candidates' names: how many it reused, how many it
+    evaluated again and why, and where the earlier items it set aside went (relative to the run)."""
+
+    reused: int = 0
+    again: Counter[str] = field(default_factory=Counter)
+    set_aside: list[str] = field(default_factory=list)
+
+    def summary(self) -> str | None:
+        """``3 stored results reused, 1 re-evaluated: source changed``; None where nothing was stored."""
+        if not self.reused and not self.again:
+            return None
+        parts = [f"{self.reused} stored result{'' if self.reused == 1 else 's'} reused"]
+        parts += [f"{count} re-evaluated: {why}" for why, count in sorted(self.again.items())]
+        kept = f" (the earlier items kept under {SUPERSEDED_DIR}/)" if self.set_aside else ""
+        return ", ".join(parts) + kept
+
+
+def _reusable(rundir: RunDir, candidate: Candidate, arch: Arch, options: EvalOptions, ledger: RunLedger, *,
+              on_gpus: bool, resumption: Resumption | None) -> Evaluation | None:
+    """The stored answer to ``candidate`` (``_stored_answer``), else None with the stored item, if it answered
+    another question or is damaged, set aside; counted in ``resumption``."""
+    stored = _stored_answer(rundir, candidate, arch, options, ledger, on_gpus=on_gpus)
+    if stored.again is not None and stored.again != INFRA_AGAIN:
+        place = ledger.set_aside(rundir.item(candidate.task.id, candidate.item), stored.again)
+        if resumption is not None:
+            resumption.set_aside.append(place)
+    if resumption is not None:
+        if stored.evaluation is not None:
+            resumption.reused += 1
+        elif stored.again is not None:
+            resumption.again[stored.again] += 1
+    return stored.evaluation
 
 
 def _record(ledger: RunLedger, candidate: Candidate, evaluation: Evaluation, placement: dict | None = None) -> None:
@@ -298,25 +398,35 @@ def _audit(ledger: RunLedger) -> RunAudit:
     return audit
 
 
-def _sequential(candidates: list[Candidate], arch: Arch, rundir: RunDir, *, regrade: bool,
-                on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
-    """No GPU (build and read only) or ``--regrade`` (recompute verdicts from stored evidence)."""
+def _regrade(candidates: list[Candidate], rundir: RunDir,
+             on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
+    """``--regrade``: every stored verdict recomputed from its stored evidence, in place; nothing runs."""
     results: list[Evaluation] = []
     ledger = RunLedger(rundir)
     for candidate in candidates:
-        evaluation = _stored(rundir, candidate, ledger)
-        if evaluation is not None:
-            if regrade and evaluation.status is not None:
-                evaluation = Evaluation.model_validate({**evaluation.model_dump(), "status": decide(evaluation)})
-                ledger.write_model(rundir.item(candidate.task.id, candidate.item) / RESULT_FILE, evaluation)
-        else:
-            evaluation = _without_code(candidate, arch) if candidate.extraction else _static_only(candidate, arch)
-            _record(ledger, candidate, evaluation)
+        record = rundir.item(candidate.task.id, candidate.item) / RESULT_FILE
+        evaluation = _evaluation(load_result(record, rundir.header, ledger.read_text), record)
+        if evaluation.status is not None:
+            evaluation = Evaluation.model_validate({**evaluation.model_dump(), "status": decide(evaluation)})
+            ledger.write_model(record, evaluation)
         results.append(evaluation)
         if on_done:
             on_done(evaluation)
     _audit(ledger)
     return results
+
+
+def _build_only(candidates: list[Candidate], arch: Arch, rundir: RunDir, options: EvalOptions,
+                on_done: Callable[[Evaluation], None] | None, resumption: Resumption | None) -> list[Evaluation]:
+    """No GPU: each candidate built and read, recorded with what the build decides (``static_only``)."""
+    ledger = RunLedger(rundir)
+    results = _Results(candidates, ledger, on_done, arch, options, resumption)
+    try:
+        for index in results.to_evaluate(on_gpus=False, without_code_placement=None):
+            results.finish(index, _static_only(candidates[index], arch), None)
+    finally:
+        _audit(ledger)
+    return results.ordered()
 
 
 Elsewhere = Callable[[list[Candidate]], Iterator[tuple[int, Evaluation, dict]]]
@@ -326,7 +436,8 @@ placement) for each as it finishes."""
 
 def evaluate_elsewhere(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions,
                        evaluate: Elsewhere, environment: dict, *, on_gpus: bool = True,
-                       on_done: Callable[[Evaluation], None] | None = None) -> list[Evaluation]:
+                       on_done: Callable[[Evaluation], None] | None = None,
+                       resumption: Resumption | None = None) -> list[Evaluation]:
     """Evaluate ``candidates`` through ``evaluate`` into the run directory ``out``, recorded as this module
     records a local evaluation: the items already done are not sent again (nor, where the other side has no
     GPU, ``on_gpus`` False, those stored as infrastructure failures), an answer without code is recorded here,
@@ -334,9 +445,9 @@ def evaluate_elsewhere(candidates: list[Candidate], arch: Arch, out: Path | str,
     (where they were evaluated) goes into a new run's header."""
     _distinct(candidates)
     ledger = RunLedger(RunDir.open(out, _header(arch, options, environment)))
-    results = _Results(candidates, ledger, on_done)
+    results = _Results(candidates, ledger, on_done, arch, options, resumption)
     try:
-        sent = results.to_evaluate(arch, on_gpus=on_gpus, without_code_placement=None)
+        sent = results.to_evaluate(on_gpus=on_gpus, without_code_placement=None)
         for position, evaluation, placement in evaluate([candidates[i] for i in sent]):
             results.finish(sent[position], evaluation, placement)
     finally:
@@ -348,16 +459,17 @@ class _Results:
     """One run's results by position, recorded as they come (an item's files, ``result.json`` last) and heard by
     ``on_done``; the same candidate given twice is one item (``_distinct``), evaluated once."""
 
-    def __init__(self, candidates: list[Candidate], ledger: RunLedger,
-                 on_done: Callable[[Evaluation], None] | None) -> None:
+    def __init__(self, candidates: list[Candidate], ledger: RunLedger, on_done: Callable[[Evaluation], None] | None,
+                 arch: Arch, options: EvalOptions, resumption: Resumption | None) -> None:
         self.candidates, self.ledger, self.on_done = candidates, ledger, on_done
+        self.arch, self.options, self.resumption = arch, options, resumption
         self.by_index: dict[int, Evaluation] = {}
         self.first_of: dict[Path, int] = {}
 
-    def to_evaluate(self, arch: Arch, *, on_gpus: bool, without_code_placement: dict | None) -> list[int]:
-        """The positions still to evaluate, each item once: a stored result is kept (one of the harness's
-        infrastructure failures only where the other side has no GPU, ``on_gpus`` False), an answer without code
-        is recorded here."""
+    def to_evaluate(self, *, on_gpus: bool, without_code_placement: dict | None) -> list[int]:
+        """The positions still to evaluate, each item once: a stored answer to the same question is kept (one of
+        the harness's infrastructure failures only where the other side has no GPU, ``on_gpus`` False), an
+        answer without code is recorded here."""
         rundir = self.ledger.rundir
         pending: list[int] = []
         for index, candidate in enumerate(self.candidates):
@@ -365,17 +477,18 @@ class _Results:
             if folder in self.first_of:
                 continue
             self.first_of[folder] = index
-            stored = _kept(rundir, candidate, self.ledger, on_gpus=on_gpus)
+            stored = _reusable(rundir, candidate, self.arch, self.options, self.ledger, on_gpus=on_gpus,
+                               resumption=self.resumption)
             if stored is not None:
                 self._keep(index, stored)
             elif candidate.extraction is not None:  # nothing to build or run
-                self.finish(index, _without_code(candidate, arch), without_code_placement)
+                self.finish(index, _without_code(candidate, self.arch), without_code_placement)
             else:
                 pending.append(index)
         return pending
 
     def finish(self, index: int, evaluation: Evaluation, placement: dict | None) -> None:
-        evaluation = _labelled(self.candidates[index], evaluation)
+        evaluation = _attributed(self.candidates[index], evaluation, self.options)
         _record(self.ledger, self.candidates[index], evaluation, placement)
         self._keep(index, evaluation)
 
@@ -399,20 +512,22 @@ def gpu_environment(devices: dict[str, dict], retired: dict[str, str], backend: 
 
 
 def _on_gpus(candidates: list[Candidate], arch: Arch, out: Path | str, options: EvalOptions, slots: list[SerialSlot],
-             backend: Backend, on_done: Callable[[Evaluation], None] | None) -> list[Evaluation]:
+             backend: Backend, on_done: Callable[[Evaluation], None] | None,
+             resumption: Resumption | None) -> list[Evaluation]:
     if backend == "local":  # builds run while the GPUs open; a Ray node builds for itself
         find_toolchain().path("nvcc")  # a missing compiler is said once, not found as a fault on every GPU
         previous = RunDir.load(out) if (Path(out) / HEADER_FILE).is_file() else None
-        _prebuild([c for c in candidates if previous is None or _kept(previous, c, None, on_gpus=True) is None], arch)
+        _prebuild([c for c in candidates if previous is None
+                   or _stored_answer(previous, c, arch, options, None, on_gpus=True).evaluation is None], arch)
     ledger: RunLedger | None = None
     try:
         started = start_slots(slots)
         rundir = RunDir.open(out, _header(arch, options, gpu_environment(started.devices, started.retired, backend)))
         ledger = RunLedger(rundir)
-        results = _Results(candidates, ledger, on_done)
+        results = _Results(candidates, ledger, on_done, arch, options, resumption)
         jobs = [Job(index, HostJob(task=candidates[index].task, arch=arch, source=candidates[index].source,
                                    origin=candidates[index].origin))
-                for index in results.to_evaluate(arch, on_gpus=True,
+                for index in results.to_evaluate(on_gpus=True,
                                                  without_code_placement={"backend": backend, "slot": None})]
         no_gpu_left: list[int] = []
 
