@@ -28,6 +28,13 @@ def test_gold_evaluates_every_reference_kernel(tmp_path: Path, monkeypatch: pyte
         assert all(r["stage"] == "sass" for r in evaluation["static"]["requirements"]), evaluation["task"]
     stored = (records[0].parent / "candidate.cu").read_text()
     assert "inlined by PTXBench" in stored  # the run keeps exactly what was compiled
+    from ptxbench.tasks.loader import bundled_suite
+
+    without = sorted(t.id for t in bundled_suite() if t.id not in tasks)
+    assert without, "the suite has tasks without a reference kernel"
+    said = " ".join(result.output.split())
+    assert f"{len(without)} of the suite's tasks have no reference kernel for sm_90a" in said
+    assert ", ".join(without) in said, "--gold names the tasks it does not evaluate"
 
 
 def test_eval_needs_paths_or_gold(tmp_path: Path) -> None:
