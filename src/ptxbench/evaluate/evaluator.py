@@ -40,6 +40,7 @@ from ptxbench.evaluate.baseline_cache import BaselineCache
 from ptxbench.evaluate.child.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.child.gpu_side import CANARY_VALUE
 from ptxbench.evaluate.compare import compare_outputs
+from ptxbench.evaluate.fresh_inputs import freshened_inputs, replay
 from ptxbench.evaluate.guards import (
     canary_guards,
     datasheet_peaks,
@@ -60,6 +61,7 @@ from ptxbench.evaluate.launches import base_name, launches_of
 from ptxbench.evaluate.static_only import verdict_before_running
 from ptxbench.evaluate.timing import (
     BaselineFailed,
+    CheckedCall,
     Interleaved,
     baseline_call,
     call_limit_s,
@@ -458,9 +460,12 @@ class GpuEvaluator:
         with self._stage("diagnosis"):
             return with_diagnosis(message, task, workload.sizes, shared_object)
 
-    def _expect(self, task: Task, workload: Workload, seed: int) -> tuple[dict, dict]:
-        """The trial's inputs as drawn here (to check the candidate left its copy unchanged) and the reference."""
+    def _expect(self, task: Task, workload: Workload, seed: int, fresh_keys: tuple[int, ...] = ()) -> tuple[dict, dict]:
+        """The trial's inputs as drawn here (to check the candidate left its copy unchanged) and the reference;
+        ``fresh_keys``: the changes timing made to that input set before its last timed call (``fresh_inputs``)."""
         inputs = dict(make_inputs(task, workload.sizes, seed, device=self.reference_device))
+        if fresh_keys:
+            replay(inputs, freshened_inputs(task), fresh_keys)
         return inputs, run_reference(task, inputs, workload.sizes)
 
     def _judge_trial(self, task: Task, workload: Workload, seed: int, reply: dict, inputs: dict, expected: dict,
@@ -597,15 +602,17 @@ class GpuEvaluator:
             reply = measured[workload.name]
             assert reply.candidate is not None and reply.launches is not None and reply.last_outputs is not None
             assert reply.last_seed is not None  # a candidate's measurement (``interleaved``) has them all
-            _, expected = self._expect(task, workload, reply.last_seed)
-            recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in reply.last_outputs.items()},
-                                      expected)
-            if not all(c.passed for c in recheck):
-                trials = [*evaluation.trials, TrialResult(workload=workload.name, role="timed-recheck",
-                                                          seed=reply.last_seed, comparisons=recheck, passed=False)]
-                return evaluation.model_copy(update={
-                    "trials": trials, "timings": [], "status": Status.INCORRECT,
-                    "message": f"outputs of timed calls on {workload.name} were wrong"})
+            for call in (CheckedCall(reply.last_seed, reply.fresh_keys, reply.last_outputs), *reply.checked):
+                _, expected = self._expect(task, workload, call.seed, call.fresh_keys)
+                recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in call.outputs.items()},
+                                          expected)
+                del expected
+                if not all(c.passed for c in recheck):
+                    trials = [*evaluation.trials, TrialResult(workload=workload.name, role="timed-recheck",
+                                                              seed=call.seed, comparisons=recheck, passed=False)]
+                    return evaluation.model_copy(update={
+                        "trials": trials, "timings": [], "status": Status.INCORRECT,
+                        "message": f"outputs of timed calls on {workload.name} were wrong"})
             guards += timed_launch_guards(workload.name, _last_launches(evaluation, workload.name), reply.launches,
                                           _own_kernels(evaluation))
             timings.append(timing_of(task, workload, reply, clean_of[workload.name][reply.variant], peaks))

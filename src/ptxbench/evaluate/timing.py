@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ptxbench.errors import PtxbenchError
 from ptxbench.evaluate.child.gpu_side import median_iqr
+from ptxbench.evaluate.fresh_inputs import WARM_UP_ROUNDS
 from ptxbench.evaluate.isolation.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.evaluate.launches import timed_launches_per_call
 from ptxbench.records.evaluation import Timing
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 # stage of a bf16 GEMM candidate from 3.4 to 2.3 s, of an rmsnorm one from 2.0 to 0.8 s
 # (timing_evaluations_*_h200.json).
 CHUNK_MS = 1.0
-WARM_UP_ROUNDS = 3
 MAX_CHUNK_ROUNDS = 64
 MIN_SAMPLES = 5
 MAX_SAMPLES = 500  # per side: bounds the time of kernels of a few microseconds
@@ -78,7 +78,18 @@ class Interleaved(NamedTuple):
     launch_gated: bool | None = None  # every timed call of both sides ran behind the launch gate
     last_seed: int | None = None  # the input set of the candidate's last timed call, and that call's outputs
     last_outputs: dict[str, torch.Tensor] | None = None
+    fresh_keys: tuple[int, ...] = ()  # the changes that set had had by then (``fresh_inputs.replay``)
+    checked: tuple["CheckedCall", ...] = ()  # more timed calls of the candidate, chosen at random, to check
     spent: dict[str, float] | None = None  # wall seconds by part of the protocol (``Spent``), for diagnosis
+
+
+class CheckedCall(NamedTuple):
+    """One timed call of the candidate kept for the parent's check: the seed of its input set, the changes that
+    set had had (``fresh_inputs``), and the outputs the call left."""
+
+    seed: int
+    fresh_keys: tuple[int, ...]
+    outputs: dict[str, torch.Tensor]
 
 
 class Spent:
@@ -183,12 +194,15 @@ def interleaved(worker: Worker, baselines: Worker, workload: Workload, variant: 
     reply = worker.call("timed_outputs", timeout_s=limit_s)
     # the candidate's process ends with the lock: its outputs are copied out first
     last_outputs = {k: v.clone() for k, v in reply["last_outputs"].items()}
+    checked = tuple(CheckedCall(kept["seed"], tuple(kept["fresh_keys"]), {k: v.clone() for k, v in kept["outputs"].items()})
+                    for kept in reply.get("checked") or ())
     spent.lap("outputs")
     chunks = spent.seconds["candidate_chunks"] + spent.seconds["baseline_chunks"]
     spent.seconds["chunks_beyond_measured"] = max(0.0, chunks - measured_ms / 1e3)
     return Interleaved(variant, baseline, len(samples["baseline"]), candidate=median_iqr(samples["candidate"]),
                        launches=launches, launch_gated=launch_gated, last_seed=reply["last_seed"],
-                       last_outputs=last_outputs, spent=spent.seconds)
+                       last_outputs=last_outputs, fresh_keys=tuple(reply.get("fresh_keys") or ()),
+                       checked=checked, spent=spent.seconds)
 
 
 def clean_times(worker: Worker, baselines: Worker, missing: list[tuple[Workload, str]], budget_ms: float,

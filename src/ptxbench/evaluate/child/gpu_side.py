@@ -107,6 +107,9 @@ class CandidateRunner:
         # lock and a spare gets through most of its start-up while another lane times; the warm-up's
         # kernels must not overlap a timing.
         self._flush = torch.empty(L2_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")  # contents never matter
+        # Where each timed round's input set is freshened (``fresh_inputs``): a stream of the harness's own, whose
+        # work the timed calls' trace leaves out, finished before the round's calls are queued.
+        self._fresh_stream = torch.cuda.Stream()
         self._loaded_gate, self.gate_note = self._open_gate()
         self._gate = self._loaded_gate  # None once dropped
         self._gate_timeouts = 0  # consecutive
@@ -321,6 +324,8 @@ class CandidateRunner:
         its timed call launches only the task's work."""
         from ptxbench.tasks.reference import make_inputs
 
+        from ptxbench.evaluate.fresh_inputs import CheckedCalls, checked_slots, freshened_inputs
+
         torch = self.torch
         if candidate and self.library is None:
             raise RuntimeError("no candidate is loaded to time")
@@ -340,7 +345,48 @@ class CandidateRunner:
         calls = {**({"candidate": run_candidate} if candidate else {}),
                  **{name: _timed_baseline(torch, per_set, turn) for name, per_set in prepared.items()}}
         self._timing = {"calls": calls, "turn": turn, "seeds": seeds, "outputs": outputs,
-                        "stream": torch.cuda.Stream()}
+                        "stream": torch.cuda.Stream(), "input_sets": input_sets,
+                        "fresh": freshened_inputs(self.task), "fresh_keys": [[] for _ in seeds]}
+        if candidate:
+            slots = checked_slots(sum(t.numel() * t.element_size() for t in outputs.values()))
+            self._timing["checks"] = CheckedCalls(slots, secret=sum(seeds) ^ 0x5BD1E995)
+            self._timing["kept"] = [None] * slots
+
+    def _keep_for_check(self) -> None:
+        """After the candidate's call of a round past the warm-up: its outputs kept, on the harness's own stream,
+        where the draw of ``CheckedCalls`` says, with what the parent needs to compute what they should be."""
+        from ptxbench.evaluate.fresh_inputs import WARM_UP_ROUNDS
+
+        timing = self._timing
+        assert timing is not None
+        turn = timing["turn"]["i"]
+        if turn <= WARM_UP_ROUNDS:
+            return
+        slot = timing["checks"].offer()
+        if slot is None:
+            return
+        index = turn % len(timing["seeds"])
+        with self.torch.cuda.stream(self._fresh_stream):
+            self._fresh_stream.wait_stream(timing["stream"])
+            kept = {name: tensor.clone() for name, tensor in timing["outputs"].items()}
+        self._fresh_stream.synchronize()
+        timing["kept"][slot] = {"seed": timing["seeds"][index], "fresh_keys": list(timing["fresh_keys"][index]),
+                                "outputs": kept}
+
+    def _freshen_round(self) -> None:
+        """The input set of this round (``turn``) given fresh contents (``fresh_inputs.freshen``), on the harness's
+        own stream, finished before the round's calls are queued; the round's key is kept for the parent's replay."""
+        from ptxbench.evaluate.fresh_inputs import freshen, round_key
+
+        timing = self._timing
+        assert timing is not None
+        turn = timing["turn"]["i"]
+        index = turn % len(timing["seeds"])
+        key = round_key(timing["seeds"][index], turn)
+        with self.torch.cuda.stream(self._fresh_stream):
+            freshen(timing["input_sets"][index], timing["fresh"], key)
+        self._fresh_stream.synchronize()
+        timing["fresh_keys"][index].append(key)
 
     def _loaded_variants(self, names: list[str]) -> dict[str, Any]:
         """The named baseline variants of the current task; an error naming the reason for one that
@@ -388,8 +434,11 @@ class CandidateRunner:
         times: dict[str, list[float]] = {name: [] for name in calls}
         for _ in range(rounds):
             turn["i"] += 1
+            self._freshen_round()
             for name, call in calls.items():
                 times[name] += self._time(call, stream, 1)
+                if name == "candidate":
+                    self._keep_for_check()
         _checked_sync(self.torch)
         return times
 
@@ -409,6 +458,10 @@ class CandidateRunner:
             trace.start()
         with self.torch.cuda.stream(stream):
             marker.add_(1)  # the trace's first activity names the timed stream
+        self.torch.cuda.synchronize()
+        with self.torch.cuda.stream(self._fresh_stream):
+            marker.add_(1)  # its second names the stream where the harness freshens the inputs
+        self.torch.cuda.synchronize()
         self._timing_trace = {"trace": trace, "owner": self._timing, "rounds": 0}
 
     def _stop_timing_trace(self) -> dict[str, Any] | None:
@@ -429,7 +482,9 @@ class CandidateRunner:
             return {"stream": None, "rounds": 0, "activities": [], "harness_kernels": self.harness_kernels}
         activities = traced_activities(record["trace"])
         stream = activities[0]["stream"] if activities else None
-        return {"stream": stream, "rounds": record["rounds"], "activities": activities[1:],
+        fresh = activities[1]["stream"] if len(activities) > 1 else None
+        return {"stream": stream, "rounds": record["rounds"],
+                "activities": [a for a in activities[2:] if a["stream"] != fresh],
                 "harness_kernels": self.harness_kernels}
 
     def timed_outputs(self) -> dict[str, Any]:
@@ -437,7 +492,10 @@ class CandidateRunner:
         if self._timing is None:
             raise RuntimeError("prepare_timing comes first")
         seeds, turn = self._timing["seeds"], self._timing["turn"]
-        return {"last_seed": seeds[turn["i"] % len(seeds)], "last_outputs": dict(self._timing["outputs"])}
+        index = turn["i"] % len(seeds)
+        return {"last_seed": seeds[index], "last_outputs": dict(self._timing["outputs"]),
+                "fresh_keys": list(self._timing["fresh_keys"][index]),
+                "checked": [kept for kept in self._timing.get("kept", []) if kept is not None]}
 
     def time(self, sizes: dict[str, int], seeds: list[int], baselines: list[str], budget_ms: float,
              warmup: int = 3, candidate: bool = True) -> dict[str, Any]:
