@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,14 +20,18 @@ if TYPE_CHECKING:
 EXAMPLES = REPO / "kernels" / "examples"
 
 
-def test_check_names_each_kernel_shortly_and_fits_80_columns() -> None:
-    result = cli("check", str(reference_folder("sm_90a") / "transpose.cu"),
-                 str(EXAMPLES / "softmax.cu"), "--task", "auto")
+def test_check_names_each_kernel_shortly_and_fits_80_columns(tmp_path: Path) -> None:
+    # Relative names from a folder of their own: each file's title line holds its path, and the checkout's or
+    # the temporary folder's path, whatever its length, is no part of what must fit.
+    for source in (reference_folder("sm_90a") / "transpose.cu", EXAMPLES / "softmax.cu"):
+        shutil.copy(source, tmp_path)
+    result = cli("check", "transpose.cu", "softmax.cu", "--task", "auto", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert widest_line(out) <= COLUMNS, out
     assert "anonymous namespace" not in out and "…" not in out, out
     lines = out.splitlines()
+    assert {"transpose.cu → sm_90a (task transpose)", "softmax.cu → sm_90a (task softmax)"} <= set(lines), out
     for kernel in ("transpose_tma_kernel<8>", "transpose_tma_kernel<12>", "transpose_plain_kernel", "softmax_kernel"):
         assert f"  kernel {kernel}" in lines, out
     assert any(line.startswith("    features in SASS: ") and "tma.store" in line for line in lines), out
@@ -155,36 +160,38 @@ def test_cache_commands_say_where_and_how_much_and_prune_oldest_first(tmp_path: 
     import os
     import time
 
-    root = tmp_path / "cache"
+    # The cache named relative to the command's folder: its path is printed, and must fit 80 columns whatever
+    # the length of the temporary folder's (pytest-xdist's workers add a level to it).
+    root = Path("cache")
     env = {"PTXBENCH_CACHE": str(root), "PTXBENCH_CACHE_MAX_SIZE": "2.5M"}
     folders = []
     for index, days in enumerate((3, 1, 2)):  # 1.2 MB each, last used 3, 1 and 2 days ago
         key = f"{index:02x}" + "f" * 62
-        folder = root / "builds" / key[:2] / key
+        folder = tmp_path / root / "builds" / key[:2] / key
         folder.mkdir(parents=True)
         (folder / "candidate.so").write_bytes(b"\0" * 1_200_000)
         used = time.time() - days * 86400
         os.utime(folder, (used, used))
         folders.append(folder)
 
-    shown = cli("cache", "info", env=env)
+    shown = cli("cache", "info", env=env, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert one_line(shown.stdout).startswith(f"build cache: {root / 'builds'} 3 entries, 3.6 MB (limit 2.5 MB; "
                                              "PTXBENCH_CACHE_MAX_SIZE sets it) last used: oldest "), shown.stdout
-    assert json.loads(cli("cache", "info", "--json", env=env).stdout)["bytes"] == 3_600_000
+    assert json.loads(cli("cache", "info", "--json", env=env, cwd=tmp_path).stdout)["bytes"] == 3_600_000
 
-    pruned = cli("cache", "prune", env=env)  # to the configured limit
+    pruned = cli("cache", "prune", env=env, cwd=tmp_path)  # to the configured limit
     assert pruned.returncode == 0, pruned.stderr
     assert one_line(pruned.stdout) == (f"removed 1 entry (1.2 MB), the longest unused first; 2 entries (2.4 MB) "
                                        f"left in {root / 'builds'}")
     assert [f.exists() for f in folders] == [False, True, True]
-    smaller = cli("cache", "prune", "--max-size", "1.5MB", env=env)
+    smaller = cli("cache", "prune", "--max-size", "1.5MB", env=env, cwd=tmp_path)
     assert smaller.returncode == 0 and [f.exists() for f in folders] == [False, True, False]
-    refused = cli("cache", "prune", "--max-size", "lots", env=env)
+    refused = cli("cache", "prune", "--max-size", "lots", env=env, cwd=tmp_path)
     assert refused.returncode == 2 and refused.stdout == ""
     assert one_line(refused.stderr) == ("error: 'lots' is not a size: give a number with an optional unit (500M, 5G, "
                                         "2GiB) or 'off'")
 
-    cleared = cli("cache", "clear", env=env)
+    cleared = cli("cache", "clear", env=env, cwd=tmp_path)
     assert cleared.returncode == 0 and one_line(cleared.stdout) == f"removed 1 entry (1.2 MB) from {root / 'builds'}"
-    assert f"{root / 'builds'} 0 entries, 0 B (limit" in one_line(cli("cache", "info", env=env).stdout)
+    assert f"{root / 'builds'} 0 entries, 0 B (limit" in one_line(cli("cache", "info", env=env, cwd=tmp_path).stdout)
