@@ -33,13 +33,47 @@ def _gpu_available() -> bool:
     return torch.cuda.is_available()
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: a machine without the plugin never calls it
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the README's test command): a worker per CPU this process may run on, and none where a GPU is
+    visible: the GPU tests time kernels and must have the GPU, and the machine, to themselves, one at a time.
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decides where set, as pytest-xdist documents."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "").isdigit():
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     if _gpu_available():
-        return
+        return 0
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """With pytest-xdist, tests are placed by their groups (``--dist loadgroup``) unless ``--dist`` says otherwise:
+    the groups below keep what must not be split on one worker."""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "no":
+        config.option.dist = "loadgroup"
+
+
+def _module_group(item: pytest.Item) -> str | None:
+    """The test's module where the test uses a fixture made once per module (a cluster, every build of a folder):
+    split over workers, each would make it again."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in item.fixturenames:
+        if any(definition.scope in ("module", "package", "class") for definition in info.name2fixturedefs.get(name, ())):
+            return item.nodeid.split("::")[0]
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu = _gpu_available()
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run `pytest -m gpu` on a GPU machine)")
     for item in items:
         if "gpu" in item.keywords:
-            item.add_marker(skip)
+            # one GPU, one test at a time, even where workers were asked for (`-n 4`)
+            item.add_marker(pytest.mark.xdist_group("gpu") if gpu else skip)
+        elif (group := _module_group(item)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session", autouse=True)
