@@ -261,8 +261,15 @@ def compare_command(run_a: Path, run_b: Path, metric: str = "correct", k: int = 
     """What ``ptxbench compare`` prints: run B against run A, as Markdown."""
     label_a, label_b = _names([Path(run_a), Path(run_b)])
     (a, damaged_a), (b, damaged_b) = read_attempts(run_a), read_attempts(run_b)
-    comparison = compare_runs(a, b, metric, k, label_a=label_a, label_b=label_b)
-    return comparison_table(comparison, [*damaged_a, *damaged_b])
+    damaged = list({d.path: d for d in [*damaged_a, *damaged_b]}.values())  # a run compared with itself: once
+    try:
+        comparison = compare_runs(a, b, metric, k, label_a=label_a, label_b=label_b)
+    except (NotMeasured, NothingInCommon) as refused:
+        if not damaged:
+            raise
+        raise type(refused)(f"{refused}; left out as damaged: " + "; ".join(f"{d.path}: {d.reason}" for d in damaged)
+                            ) from None
+    return comparison_table(comparison, damaged)
 
 
 def leaderboard_command(runs: list[Path], metric: str = "fast_1.0") -> str:

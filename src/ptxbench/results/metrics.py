@@ -497,7 +497,7 @@ def intervals_line(summaries: Sequence[MetricSummary]) -> str:
 
 
 def _damage_notes(damaged: Sequence[DamagedItem]) -> list[str]:
-    return [f"> Damaged item, left out of every count: {d.item} ({d.path}): {d.reason}" for d in damaged]
+    return [f"> Damaged item, left out of every count: {d.path}: {d.reason}" for d in damaged]
 
 
 def summary_table(summaries: Sequence[MetricSummary], damaged: Sequence[DamagedItem] = ()) -> str:
