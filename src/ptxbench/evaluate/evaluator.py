@@ -54,6 +54,7 @@ from ptxbench.evaluate.guards import (
     provenance_guards,
     timed_launch_guards,
     timing_agreement_guards,
+    wall_clock_guards,
 )
 from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
@@ -308,6 +309,11 @@ class GpuEvaluator:
             except ProfiledRunFailed as exc:
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR,
                                                      "message": f"executed-instruction proof: {exc}"})
+            durations = [launch.duration_ns / 1e6 for launch in launched if launch.duration_ns]
+            if durations:
+                evaluation = evaluation.model_copy(update={"timings": [
+                    t.model_copy(update={"profiled_kernel_ms": durations}) if t.workload == task.timed().name else t
+                    for t in evaluation.timings]})
             guards = feature_guards(features)
             guards += profiled_foreign_guards(launched, own_kernels)
             guards += profiled_launch_guards(_last_launches(evaluation, task.timed().name), launched)
@@ -618,6 +624,7 @@ class GpuEvaluator:
             timings.append(timing_of(task, workload, reply, clean_of[workload.name][reply.variant], peaks))
             guards += physical_floor_guards(workload.name, reply.candidate[0], task.bytes_for(workload.sizes),
                                             task.flops_for(workload.sizes), datasheet, fp8)
+            guards += wall_clock_guards(workload.name, reply.candidate[0], reply.unexplained_ms)
         return evaluation.model_copy(update={"timings": timings, "guards": unique(guards)})
 
 

@@ -79,6 +79,8 @@ class Interleaved(NamedTuple):
     last_seed: int | None = None  # the input set of the candidate's last timed call, and that call's outputs
     last_outputs: dict[str, torch.Tensor] | None = None
     fresh_keys: tuple[int, ...] = ()  # the changes that set had had by then (``fresh_inputs.replay``)
+    unexplained_ms: float | None = None  # per call, the candidate's wall time beyond its event times, less the
+    # baseline's (``wall_unexplained``): the median over the measured chunks
     checked: tuple["CheckedCall", ...] = ()  # more timed calls of the candidate, chosen at random, to check
     spent: dict[str, float] | None = None  # wall seconds by part of the protocol (``Spent``), for diagnosis
 
@@ -162,21 +164,27 @@ def interleaved(worker: Worker, baselines: Worker, workload: Workload, variant: 
     partner = "candidate" if candidate else variant
     worker.call("prepare_timing", workload.sizes, seeds, [] if candidate else [variant], candidate, timeout_s=limit_s)
     samples: dict[str, list[float]] = {"candidate": [], "baseline": []}
+    unexplained: list[float] = []
     rounds, warm_up = WARM_UP_ROUNDS, True
     measured_ms = 0.0
     spent.lap("setup")
     while True:
+        started = time.perf_counter()
         times = {"candidate": worker.call("time_rounds", rounds, timeout_s=limit_s)[partner]}
+        walls = {"candidate": time.perf_counter() - started}
         spent.lap("candidate_chunks")
         with worker.paused(), baseline_call(baselines):
             spent.lap("pause")
+            started = time.perf_counter()
             times["baseline"] = baselines.call("time_rounds", rounds, timeout_s=limit_s)[variant]
+            walls["baseline"] = time.perf_counter() - started
             spent.lap("baseline_chunks")
         spent.lap("pause")
         measured_ms += sum(times["candidate"]) + sum(times["baseline"])
         if not warm_up:
             for side, values in samples.items():
                 values += times[side]
+            unexplained.append(wall_unexplained(walls, times))
         warm_up = False
         if all(len(v) >= MIN_SAMPLES and sum(v) >= budget_ms for v in samples.values()) \
                 or len(samples["baseline"]) >= MAX_SAMPLES:
@@ -202,7 +210,20 @@ def interleaved(worker: Worker, baselines: Worker, workload: Workload, variant: 
     return Interleaved(variant, baseline, len(samples["baseline"]), candidate=median_iqr(samples["candidate"]),
                        launches=launches, launch_gated=launch_gated, last_seed=reply["last_seed"],
                        last_outputs=last_outputs, fresh_keys=tuple(reply.get("fresh_keys") or ()),
-                       checked=checked, spent=spent.seconds)
+                       checked=checked, unexplained_ms=statistics.median(unexplained) if unexplained else None,
+                       spent=spent.seconds)
+
+
+def wall_unexplained(walls_s: dict[str, float], times_ms: dict[str, list[float]]) -> float:
+    """Per call of one chunk, how much longer the candidate's chunk took on this process's wall clock than its
+    event times say, less the same for the baseline's chunk (``walls_s`` and ``times_ms`` by side). Both chunks
+    run the same protocol (rounds, fresh inputs, L2 flush, gate, round trip), so its cost cancels; what remains
+    is host work inside the candidate's call, or event times forged in its process, where the candidate's code
+    runs beside the timing code and the wall clock here is out of its reach."""
+    def beyond(side: str) -> float:
+        return (walls_s[side] * 1e3 - sum(times_ms[side])) / max(1, len(times_ms[side]))
+
+    return beyond("candidate") - beyond("baseline")
 
 
 def clean_times(worker: Worker, baselines: Worker, missing: list[tuple[Workload, str]], budget_ms: float,
@@ -244,6 +265,7 @@ def timing_of(task: Task, workload: Workload, measured: Interleaved, clean: Ms, 
                   baseline=measured.variant, baseline_ms=baseline_ms, baseline_iqr_ms=baseline_iqr,
                   baseline_clean_ms=clean[0], baseline_source="interleaved" if trusted else "clean",
                   samples=measured.samples, launch_gated=measured.launch_gated,
+                  wall_unexplained_ms=measured.unexplained_ms,
                   launches_per_call=timed_launches_per_call(measured.launches),
                   tflops=flops / seconds / 1e12 if flops else None, gbps=moved / seconds / 1e9,
                   roofline_pct=100 * attainable / seconds if attainable else None)

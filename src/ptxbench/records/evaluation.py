@@ -160,6 +160,13 @@ class Timing(Record):
     roofline_pct: float | None = Field(default=None, description=(
         "Share of the attainable time bound: max(bytes / measured copy bandwidth, FLOPs / best library matmul "
         "rate on this GPU) over the measured time, in percent"))
+    wall_unexplained_ms: float | None = Field(default=None, description=(
+        "Per timed call, how much longer the candidate's calls took on the harness's wall clock (outside the "
+        "candidate's process) than their event times say, less the same for the baseline's: host work inside the "
+        "call, or forged event times (the median over the measured chunks)"))
+    profiled_kernel_ms: list[float] | None = Field(default=None, description=(
+        "The durations of one call's kernel launches under Nsight Compute (each alone, caches flushed), in launch "
+        "order, for the timed workload where the executed instructions were profiled"))
     baseline_variants: dict[str, float | str] = Field(default_factory=dict, description=(
         "Every vendor variant defined for the task: its clean time in ms, or the reason it was skipped "
         "(a library that cannot be loaded, a setup that failed)"))

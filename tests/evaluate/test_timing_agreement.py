@@ -1,0 +1,70 @@
+"""Timing forged inside the candidate's process is bounded by clocks it cannot reach (Nsight Compute's durations
+and the parent's wall clock), without accusing an honest call of several kernels that ncu, running each kernel
+alone with cold caches, sums to more than the call takes back to back."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from ptxbench.arch.registry import Arch
+from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
+from ptxbench.evaluate.guards import (
+    MIN_TIMED_SHARE_OF_PROFILED,
+    WALL_HOST_ALLOWANCE_MS,
+    profiled_floor_ms,
+    timing_agreement_guards,
+    wall_clock_guards,
+)
+from ptxbench.evaluate.timing import wall_unexplained
+from ptxbench.records.evaluation import Guard, Status
+
+from ..conftest import EXAMPLES
+from .test_evaluator_orchestration import BEHAVIOUR, HANDLER, _small_softmax
+
+
+def _launches(*ms: float) -> list[SimpleNamespace]:
+    return [SimpleNamespace(duration_ns=value * 1e6) for value in ms]
+
+
+def test_one_kernel_must_take_nearly_what_ncu_measured() -> None:
+    assert profiled_floor_ms(_launches(0.2)) == pytest.approx(MIN_TIMED_SHARE_OF_PROFILED * 0.2)
+    assert timing_agreement_guards(0.185, _launches(0.2), alone=True) == []
+    (finding,) = timing_agreement_guards(0.16, _launches(0.2), alone=True)
+    assert finding.guard is Guard.TIMING_DISAGREES and "1.25x less than its own kernels" in finding.detail
+
+
+def test_an_honest_split_kv_decode_and_merge_is_not_accused() -> None:
+    """The case seen on an H100: 0.1627 ms timed, 0.2019 ms summed under ncu over a decode and a merge kernel."""
+    assert timing_agreement_guards(0.1627, _launches(0.1899, 0.0120), alone=True) == []
+    # the same sum in one kernel is a forgery
+    assert timing_agreement_guards(0.1627, _launches(0.2019), alone=True)
+    # several kernels still cannot beat their longest one, nor a large share of their sum
+    assert timing_agreement_guards(0.10, _launches(0.1899, 0.0120), alone=True)
+    assert timing_agreement_guards(0.10, _launches(*[0.02] * 10), alone=True)
+
+
+def test_the_wall_clock_bounds_what_an_event_time_can_hide() -> None:
+    # per call: the candidate's chunk took 6 ms beyond its events over 4 calls, the baseline's 2 ms: 1 ms each
+    assert wall_unexplained({"candidate": 0.010, "baseline": 0.006}, {"candidate": [1.0] * 4,
+                                                                      "baseline": [1.0] * 4}) == pytest.approx(1.0)
+    assert wall_clock_guards("w", 0.1, WALL_HOST_ALLOWANCE_MS * 0.9) == [], "host work inside the call is allowed"
+    assert wall_clock_guards("w", 2.0, 1.5) == [], "a call that took less than twice its event time"
+    (finding,) = wall_clock_guards("w", 0.1, 0.9)
+    assert finding.guard is Guard.TIMING_DISAGREES and "wall clock" in finding.detail
+    assert wall_clock_guards("w", 0.1, None) == []
+
+
+def test_a_forged_event_time_is_rejected_without_the_proof(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Event times that say 2 ms where each call takes 20 ms of the parent's wall clock: REJECTED with --no-profile."""
+    monkeypatch.setenv(BEHAVIOUR, "forged-when-timed")
+    evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=20, timing_budget_ms=20), handler=HANDLER,
+                             reference_device="cpu")
+    try:
+        evaluation = evaluator.evaluate(_small_softmax(), Arch.SM_90A, (EXAMPLES / "softmax.cu").read_text())
+    finally:
+        evaluator.close()
+    assert evaluation.status is Status.REJECTED, evaluation.message
+    assert {g.guard for g in evaluation.guards} == {Guard.TIMING_DISAGREES}
+    assert all(t.wall_unexplained_ms is not None and t.wall_unexplained_ms > 15 for t in evaluation.timings)
