@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from ptxbench import __version__
+from ptxbench.records.evaluation import EVALUATION_VERSION
 
 from ..conftest import EXAMPLES
 from .newcomer import cli, one_line
@@ -27,7 +28,7 @@ def test_a_result_of_a_newer_ptxbench_is_one_line_in_every_reader(tmp_path: Path
     result = tmp_path / "run" / "items" / "transpose" / "transpose" / "result.json"
     result.write_text(json.dumps({**json.loads(result.read_text()), "version": 9}))
     problem = (f"error: run/items/transpose/transpose/result.json: written with evaluation version 9; this ptxbench "
-               f"({__version__}) reads version 2; upgrade ptxbench to read it")
+               f"({__version__}) reads version {EVALUATION_VERSION}; upgrade ptxbench to read it")
     for command in (["report", "run"], ["metrics", "run"], ["fixit", "mine", "run", "--out", "failures.jsonl"],
                     ["eval", "run", "--regrade"], ["eval", str(EXAMPLES / "transpose.cu"), "--out", "run"]):
         done = cli(*command, cwd=tmp_path)
