@@ -100,7 +100,9 @@ def test_check_on_plain_sm90_of_the_wgmma_reference_gives_the_hint(tmp_path: Pat
     reference = next(folder / "sm_90a" / "gemm_bf16.cu" for folder in
                      (REPO / "src" / "ptxbench" / "kernels" / "reference", REPO / "kernels" / "reference")
                      if (folder / "sm_90a" / "gemm_bf16.cu").is_file())
-    done = cli("check", str(reference), "--task", "auto", "--arch", "sm_90")
+    # by a relative name: the log names the file, and its path, wrapped at 80 columns, would be the checkout's
+    (tmp_path / reference.name).write_text(reference.read_text())
+    done = cli("check", reference.name, "--task", "auto", "--arch", "sm_90", cwd=tmp_path)
     assert done.returncode == 1
     shown = one_line(done.stdout)
     assert "build failed: unsupported_on_target" in shown and "(ptxbench check --arch sm_90a)" in shown
