@@ -45,17 +45,9 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_cmdline_main(config: pytest.Config) -> None:
-    """With pytest-xdist, tests are placed by their groups (``--dist loadgroup``) unless ``--dist`` says otherwise:
-    the groups below keep what must not be split on one worker."""
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "no":
-        config.option.dist = "loadgroup"
-
-
 def _module_group(item: pytest.Item) -> str | None:
     """The test's module where the test uses a fixture made once per module (a cluster, every build of a folder):
-    split over workers, each would make it again."""
+    split over workers, each would make it again. Groups bind with ``--dist loadgroup`` (the README's command)."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
@@ -74,6 +66,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("gpu") if gpu else skip)
         elif (group := _module_group(item)) is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    # The slow ones first (a stable sort: the same order in every worker, as pytest-xdist requires): started last,
+    # one of them would keep its worker busy after the others ran out of work.
+    items.sort(key=lambda item: "slow" not in item.keywords)
 
 
 @pytest.fixture(scope="session", autouse=True)

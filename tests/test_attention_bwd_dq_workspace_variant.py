@@ -103,6 +103,7 @@ def test_a_warpgroup_multiplying_the_wrong_columns_of_k_is_caught() -> None:
     assert np.abs(right - wrong).max() > 0.1
 
 
+@pytest.mark.slow
 def test_the_variant_builds_with_reductions_and_leaves_d256_as_it_was() -> None:
     """As the evaluator builds it: no spills and no ptxas warnings; at D = 64 and 128 the dK/dV kernel gains the dQ
     GEMM (D = 128: 8 more m64n64k16 steps over 128 keys; D = 64: 4 over 64) and 16 vector reductions, and no dQ

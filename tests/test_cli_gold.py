@@ -15,6 +15,7 @@ from ptxbench.cli import app
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_gold_evaluates_every_reference_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("ptxbench.evaluate.fleet.run.gpu_available", lambda: False)
     result = runner.invoke(app, ["eval", "--gold", "--out", str(tmp_path / "gold")])

@@ -21,6 +21,7 @@ def test_every_task_has_an_example() -> None:
     assert sorted(p.stem for p in EXAMPLES.glob("*.cu")) == sorted(t.id for t in bundled_suite())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", BENCHMARK_ARCHS, ids=lambda a: a.value)
 def test_examples_build_and_report(arch: Arch) -> None:
     items = [(EXAMPLES / f"{t.id}.cu", t) for t in bundled_suite()]

@@ -33,6 +33,7 @@ def _evaluate(cache_root: Path) -> Evaluation:
         evaluator.close()
 
 
+@pytest.mark.slow
 def test_rewritten_baseline_times_are_ignored_in_the_run_and_measured_again_later(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv(BEHAVIOUR, "correct")

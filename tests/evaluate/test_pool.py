@@ -90,6 +90,7 @@ def test_a_gpu_that_computes_the_known_good_kernel_wrong_is_retired(tmp_path: Pa
     assert all(evaluation.infra_failure is InfraFailure.NO_GPU for evaluation, _, _ in stored(tmp_path / "run").values())
 
 
+@pytest.mark.slow
 def test_with_two_lanes_every_candidate_a_faulting_gpu_held_goes_to_another(tmp_path: Path,
                                                                              caplog: pytest.LogCaptureFixture) -> None:
     """The default: two hosts on each GPU. When GPU 1 breaks, whatever either of its lanes held is re-queued."""
@@ -139,6 +140,7 @@ def test_gpu_selection(monkeypatch: pytest.MonkeyPatch) -> None:
         pin_for(2)
 
 
+@pytest.mark.slow
 def test_lanes_share_a_gpu_and_timing_runs_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     spans_log = tmp_path / "spans"
     monkeypatch.setenv("PTXBENCH_FAKE_SPANS", str(spans_log))

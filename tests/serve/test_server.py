@@ -36,6 +36,7 @@ def _no_pinned_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
+@pytest.mark.slow
 def test_a_job_streams_its_stages_and_ends_with_the_evaluation_a_local_eval_gives(tmp_path: Path) -> None:
     with running(tmp_path / "state") as server, Client(server.url) as client:
         request = candidate()
@@ -70,6 +71,7 @@ def test_a_job_streams_its_stages_and_ends_with_the_evaluation_a_local_eval_give
     assert served.isolation is not None and served.isolation.split(":")[0] == local.isolation.split(":")[0]
 
 
+@pytest.mark.slow
 def test_a_server_killed_mid_queue_loses_no_job_and_finishes_them_all_after_a_restart(tmp_path: Path) -> None:
     state = tmp_path / "state"
     slow = {"PTXBENCH_FAKE_SPANS": str(tmp_path / "spans.log")}  # every trial takes 0.2 s
@@ -96,6 +98,7 @@ def test_a_server_killed_mid_queue_loses_no_job_and_finishes_them_all_after_a_re
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_full_queue_answers_429_with_retry_after_and_a_queued_job_can_be_cancelled(tmp_path: Path) -> None:
     slow = {"PTXBENCH_FAKE_SPANS": str(tmp_path / "spans.log")}
     long_job = JobOptions(trials=10, time=False, profile=False)  # 2 workloads x 10 trials x 0.2 s on the GPU

@@ -50,6 +50,7 @@ def test_a_signal_stops_the_server_gracefully_saying_so_with_128_plus_the_signal
     assert out == ""
 
 
+@pytest.mark.slow
 def test_a_stopped_server_audits_its_runs_and_keeps_every_unfinished_job_queued(tmp_path: Path) -> None:
     state = tmp_path / "state"
     slow = {"PTXBENCH_FAKE_SPANS": str(tmp_path / "spans.log")}  # every trial takes 0.2 s: 2 s a job
