@@ -108,8 +108,11 @@ class CandidateRunner:
         # kernels must not overlap a timing.
         self._flush = torch.empty(L2_FLUSH_BYTES // 8, dtype=torch.int64, device="cuda")  # contents never matter
         # Where each timed round's input set is freshened (``fresh_inputs``): a stream of the harness's own, whose
-        # work the timed calls' trace leaves out, finished before the round's calls are queued.
-        self._fresh_stream = torch.cuda.Stream()
+        # work the timed calls' trace leaves out, finished before the round's calls are queued. torch hands out
+        # its streams from a pool of 32 per priority in turn, so a pooled stream would sooner or later be the very
+        # stream a workload is timed on (seen on an H100: the attention tasks' timed kernels were left out with the
+        # fresh stream's work); it is a stream of its own, made through the driver, which no pool hands out.
+        self._fresh_stream = _own_stream(torch)
         self._loaded_gate, self.gate_note = self._open_gate()
         self._gate = self._loaded_gate  # None once dropped
         self._gate_timeouts = 0  # consecutive
@@ -527,6 +530,21 @@ class CandidateRunner:
         stream = torch.cuda.current_stream()
         times = self._time(lambda s: target.copy_(source), stream, 10)
         return 2 * source.numel() / (statistics.median(times) / 1e3)
+
+
+def _own_stream(torch: Any) -> Any:
+    """A CUDA stream that is this process's alone (``cuStreamCreate``, non-blocking), as a torch stream: never
+    one of the pooled streams ``torch.cuda.Stream()`` hands out, which are reused in turn."""
+    import ctypes
+
+    from ptxbench.evaluate.child.cuda_driver import Driver
+
+    torch.cuda.init()
+    driver = Driver()
+    driver.use_primary_context(torch.cuda.current_device())
+    handle = ctypes.c_void_p()
+    driver.call("cuStreamCreate", ctypes.byref(handle), 1)  # CU_STREAM_NON_BLOCKING
+    return torch.cuda.ExternalStream(handle.value)
 
 
 def median_iqr(values: list[float]) -> tuple[float, float]:
