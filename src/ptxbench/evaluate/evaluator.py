@@ -230,6 +230,15 @@ class GpuEvaluator:
         finally:
             self._count(name, time.perf_counter() - started)
 
+    def _release_cached_memory(self) -> None:
+        """Give the GPU memory this process's allocator keeps after computing references back to the driver: kept,
+        it is out of reach of the worker and baseline processes (and other lanes) that run next, which on an
+        80 GB card then ran out of memory timing the baseline of a large workload."""
+        if self.reference_device.startswith("cuda"):
+            import torch
+
+            torch.cuda.empty_cache()
+
     def _count(self, name: str, seconds: float) -> None:
         self._durations[name] = self._durations.get(name, 0.0) + seconds
 
@@ -287,8 +296,10 @@ class GpuEvaluator:
             return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
 
         if self.options.time:
+            self._release_cached_memory()  # the references of the trials: the timing processes need the memory
             with self._stage("timing"):
                 evaluation, final = self._timing(task, evaluation, shared_object)
+            self._release_cached_memory()  # the re-checks' references
             if final:  # a timed call failed, or its outputs were wrong
                 return evaluation
         if self.options.profile and find_toolchain().has("ncu"):

@@ -333,6 +333,7 @@ class CandidateRunner:
         if candidate and self.library is None:
             raise RuntimeError("no candidate is loaded to time")
         self._timing = None  # the previous workload's buffers go before this one's are drawn
+        torch.cuda.empty_cache()  # and back to the driver: this process is long-lived, other processes need it
         chosen = self._loaded_variants(baselines)
         input_sets = [make_inputs(self.task, sizes, seed, device="cuda") for seed in seeds]
         outputs, _ = self._outputs_with_canaries(sizes)
