@@ -45,30 +45,35 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _module_group(item: pytest.Item) -> str | None:
-    """The test's module where the test uses a fixture made once per module (a cluster, every build of a folder):
-    split over workers, each would make it again. Groups bind with ``--dist loadgroup`` (the README's command)."""
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns a bare -n into --dist load
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """With workers (``-n``) and no ``--dist`` given, each test file goes whole to one worker (``loadfile``), in the
+    order below: a fixture made once per module (a Ray cluster, the build of every adversarial case) is then made
+    once, not once per worker its tests were spread over. The scheduler runs here, in the controlling process, so
+    setting it here is enough. (``--dist loadgroup`` cannot do it: pytest-xdist 3.8 marks a group in a test's id
+    through an attribute that pytest 9.2 no longer reads, so every group is split.)"""
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "no":
+        config.option.dist = "loadfile"
+        config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
+
+
+def _makes_a_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture made once per module (or class): usually what its file spends most on."""
     info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    for name in item.fixturenames:
-        if any(definition.scope in ("module", "package", "class") for definition in info.name2fixturedefs.get(name, ())):
-            return item.nodeid.split("::")[0]
-    return None
+    return info is not None and any(definition.scope in ("module", "package", "class")
+                                    for name in item.fixturenames for definition in info.name2fixturedefs.get(name, ()))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    gpu = _gpu_available()
-    skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run `pytest -m gpu` on a GPU machine)")
-    for item in items:
-        if "gpu" in item.keywords:
-            # one GPU, one test at a time, even where workers were asked for (`-n 4`)
-            item.add_marker(pytest.mark.xdist_group("gpu") if gpu else skip)
-        elif (group := _module_group(item)) is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-    # The slow ones first (a stable sort: the same order in every worker, as pytest-xdist requires): started last,
-    # one of them would keep its worker busy after the others ran out of work.
-    items.sort(key=lambda item: "slow" not in item.keywords)
+    if not _gpu_available():
+        skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run `pytest -m gpu` on a GPU machine)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+    # The slow tests first, then the files that make a fixture once per module, then the rest (a stable sort: the
+    # same order in every worker, as pytest-xdist requires): a file started last keeps its worker busy after the
+    # others have run out of work. No test may depend on the order of others (workers run them apart anyway).
+    items.sort(key=lambda item: 0 if "slow" in item.keywords else 1 if _makes_a_module_fixture(item) else 2)
 
 
 @pytest.fixture(scope="session", autouse=True)
