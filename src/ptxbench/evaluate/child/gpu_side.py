@@ -535,16 +535,20 @@ class CandidateRunner:
 
 def _own_stream(torch: Any) -> Any:
     """A CUDA stream that is this process's alone (``cuStreamCreate``, non-blocking), as a torch stream: never
-    one of the pooled streams ``torch.cuda.Stream()`` hands out, which are reused in turn."""
+    one of the pooled streams ``torch.cuda.Stream()`` hands out, which are reused in turn. Where the driver
+    cannot be reached, a stream of torch's high-priority pool, which the harness takes nothing else from."""
     import ctypes
 
-    from ptxbench.evaluate.child.cuda_driver import Driver
+    from ptxbench.evaluate.child.cuda_driver import Driver, DriverError
 
     torch.cuda.init()
-    driver = Driver()
-    driver.use_primary_context(torch.cuda.current_device())
-    handle = ctypes.c_void_p()
-    driver.call("cuStreamCreate", ctypes.byref(handle), 1)  # CU_STREAM_NON_BLOCKING
+    try:
+        driver = Driver()
+        driver.use_primary_context(torch.cuda.current_device())
+        handle = ctypes.c_void_p()
+        driver.call("cuStreamCreate", ctypes.byref(handle), 1)  # CU_STREAM_NON_BLOCKING
+    except DriverError:
+        return torch.cuda.Stream(priority=-1)
     return torch.cuda.ExternalStream(handle.value)
 
 
