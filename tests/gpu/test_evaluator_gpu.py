@@ -89,7 +89,9 @@ Path(out).write_text(evaluation.model_dump_json())
 
 
 def _options_for(case: dict) -> EvalOptions:
-    if case.get("guard") == "forged_timing":  # judged on timing and ncu's durations together
+    # judged on timing and ncu's durations together: a forgery must be caught, an honest control (one of several
+    # kernels, split_kv_decode.cu) must not be accused, so both run the whole pipeline
+    if case.get("guard") == "forged_timing" or case.get("expect") == "PASSED":
         return EvalOptions(trials=1, timing_budget_ms=40, profile=True, call_timeout_s=30)
     if case.get("guard") in PROFILED_GUARDS:
         return EvalOptions(trials=1, time=False, profile=True, call_timeout_s=30)
