@@ -52,7 +52,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
     once, not once per worker its tests were spread over. The scheduler runs here, in the controlling process, so
     setting it here is enough. (``--dist loadgroup`` cannot do it: pytest-xdist 3.8 marks a group in a test's id
     through an attribute that pytest 9.2 no longer reads, so every group is split.)"""
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "no":
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses") \
+            and config.getoption("dist") == "no":
         config.option.dist = "loadfile"
         config.option.loadscopereorder = False  # keep the order of pytest_collection_modifyitems
 
