@@ -147,11 +147,18 @@ def test_flags_are_shown_as_flags_and_take_no_value() -> None:
 
 
 def test_a_binary_candidate_is_one_clear_line(tmp_path: Path) -> None:
+    """check refuses it in one line; eval records it as its own failed item with that reason (issue #43, item 4:
+    one unreadable file among many must not stop the others)."""
     (tmp_path / "softmax.cu").write_bytes(b"\x7fELF\x02\x01\x01\x00\x00\xff\xfe\x00\x80")
-    for command in (["check", "softmax.cu"], ["eval", "softmax.cu", "--out", "run"]):
-        done = cli(*command, cwd=tmp_path)
-        assert done.returncode == 2 and done.stdout == ""
-        assert _error_line(done.stderr) == "error: softmax.cu: not a text file (a candidate is one CUDA C++ source)"
+    reason = "softmax.cu: not a text file (a candidate is one CUDA C++ source)"
+    checked = cli("check", "softmax.cu", cwd=tmp_path)
+    assert checked.returncode == 2 and checked.stdout == ""
+    assert _error_line(checked.stderr) == f"error: {reason}"
+    evaluated = cli("eval", "softmax.cu", "--out", "run", cwd=tmp_path)
+    assert evaluated.returncode == 0 and "Traceback" not in evaluated.stderr
+    assert "extraction: no_code_block" in one_line(evaluated.stdout)
+    record = json.loads((tmp_path / "run" / "items" / "softmax" / "softmax" / "result.json").read_text())
+    assert record["extraction"] == "no_code_block" and record["message"] == reason
 
 
 def test_a_bad_replay_line_names_the_file_line_and_field(tmp_path: Path) -> None:

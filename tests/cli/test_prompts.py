@@ -46,7 +46,8 @@ def test_a_run_written_under_other_prompts_is_not_resumed(generated: Path, older
     header_file.write_text(json.dumps(header))
     done = cli(*GENERATE, "gen", cwd=generated)
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert one_line(done.stderr) == ("error: gen holds a run with another configuration (differs in: prompt_version); "
-                                     "choose a new --out directory")
+    was = "null" if older is None else older
+    assert one_line(done.stderr) == ("error: gen holds a run with another configuration (differs in: prompt_version "
+                                     f"({was} -> {PROMPT_VERSION})); choose a new --out directory")
     fresh = cli(*GENERATE, "gen2", cwd=generated)
     assert fresh.returncode == 0, fresh.stderr
