@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,17 +45,11 @@ def _spread(evaluator, task, shared_object: Path, repeats: int) -> dict:  # type
 
 
 def _ncu_time(task, shared_object: Path) -> float:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.executed import NCU_METRICS, parse_ncu_csv
-    from ptxbench.evaluate.profiling import REPORT_NAME, profiled_program
-    from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
+    """ncu's summed kernel durations (ms) for one call of the timed workload, as ncu_vs_events.py measures them."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ncu_vs_events import ncu_kernel_ms
 
-    with tempfile.TemporaryDirectory() as folder:
-        program = profiled_program(task, task.timed().sizes, shared_object, Path(folder))
-        report = Path(folder) / REPORT_NAME
-        subprocess.run(ncu_record_command(program, report, NCU_METRICS), capture_output=True, text=True, timeout=600)
-        proc = subprocess.run(ncu_import_command(report, NCU_METRICS), capture_output=True, text=True, timeout=600)
-    profiles = parse_ncu_csv(proc.stdout)
-    return sum(p.duration_ns or 0 for p in profiles) / 1e6
+    return sum(ncu_kernel_ms(task, shared_object))
 
 
 def _throughput(task_id: str, candidate: Path, copies: int, profile: bool, lanes: int = 1) -> dict:

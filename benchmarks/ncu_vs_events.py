@@ -37,6 +37,7 @@ def ncu_kernel_ms(task, shared_object: Path, timeout_s: float = 600) -> list[flo
     """The durations (ms) of one call's kernel launches of the timed workload under ncu, in launch order, measured
     as the executed-instruction proof measures them."""
     from ptxbench.evaluate.executed import NCU_METRICS, parse_ncu_csv
+    from ptxbench.evaluate.launches import kernel_durations_ms
     from ptxbench.evaluate.profiling import REPORT_NAME, profiled_program
     from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
@@ -47,7 +48,7 @@ def ncu_kernel_ms(task, shared_object: Path, timeout_s: float = 600) -> list[flo
                        timeout=timeout_s)
         proc = subprocess.run(ncu_import_command(report, NCU_METRICS), capture_output=True, text=True,
                               timeout=timeout_s)
-    return [p.duration_ns / 1e6 for p in parse_ncu_csv(proc.stdout) if p.duration_ns]
+    return kernel_durations_ms(parse_ncu_csv(proc.stdout))
 
 
 def _candidates(args: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -90,7 +91,7 @@ def measure(evaluator, task, name: str, source: str, budget_ms: float) -> dict: 
     median = reply["stats"]["candidate"][0]
     kernels = ncu_kernel_ms(task, shared_object)
     total = sum(kernels)
-    floor = profiled_floor_ms([type("Launch", (), {"duration_ns": k * 1e6})() for k in kernels])
+    floor = profiled_floor_ms(kernels)
     return {"task": task.id, "candidate": name, "workload": task.timed().name, "event_ms": median,
             "samples": reply["samples"], "kernel_ms": kernels, "launches": len(kernels), "ncu_ms": total,
             "share_of_sum": median / total if total else None,

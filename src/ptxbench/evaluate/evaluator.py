@@ -58,7 +58,7 @@ from ptxbench.evaluate.guards import (
 )
 from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
-from ptxbench.evaluate.launches import base_name, launches_of
+from ptxbench.evaluate.launches import base_name, kernel_durations_ms, launches_of
 from ptxbench.evaluate.static_only import verdict_before_running
 from ptxbench.evaluate.timing import (
     BaselineFailed,
@@ -320,7 +320,7 @@ class GpuEvaluator:
             except ProfiledRunFailed as exc:
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR,
                                                      "message": f"executed-instruction proof: {exc}"})
-            durations = [launch.duration_ns / 1e6 for launch in launched if launch.duration_ns]
+            durations = kernel_durations_ms(launched)
             if durations:
                 evaluation = evaluation.model_copy(update={"timings": [
                     t.model_copy(update={"profiled_kernel_ms": durations}) if t.workload == task.timed().name else t

@@ -19,8 +19,8 @@ from ptxbench.evaluate.launches import (
     base_name,
     launch_difference,
     launch_signature,
+    kernel_durations_ms,
     launches_of,
-    profiled_ms,
     timed_activities,
 )
 from ptxbench.records.evaluation import Guard, GuardFinding, RequirementExecution
@@ -231,8 +231,9 @@ def profiled_launch_guards(trial_launches: dict[str, int] | None, launched: list
 # MIN_TIMED_SHARE_OF_PROFILED of ncu's says the times were forged inside the process (the timing code there runs
 # beside the candidate's) or that the timed program is not the profiled one. A call of several kernels is not
 # measured alike on the two sides: ncu runs each kernel alone with the caches flushed, the timed call runs them
-# back to back, where a kernel reads what the one before left in L2 and the next may start as it drains (an
-# honest split-KV decode and its merge kernel read 1.24x faster timed than summed under ncu on an H100). There
+# back to back, where a kernel reads what the one before left in L2 and the next may start as it drains (a
+# model-written split-KV decode and its merge kernel were reported 1.24x faster timed than summed under ncu on an
+# H100; the control tests/adversarial/split_kv_decode.cu did not reproduce it). There
 # the event time must reach MIN_TIMED_SHARE_OF_PROFILED_KERNELS of the sum, and MIN_TIMED_SHARE_OF_LONGEST of
 # the longest kernel (a cold cache slows one kernel too, a neighbour cannot halve it); measured shares:
 # benchmarks/results/ncu_vs_events_*.md.
@@ -241,9 +242,8 @@ MIN_TIMED_SHARE_OF_PROFILED_KERNELS = 0.6
 MIN_TIMED_SHARE_OF_LONGEST = 0.75
 
 
-def profiled_floor_ms(launched: list[Any]) -> float | None:
-    """The least event time one call can take given ncu's durations of its kernels (see above), or None."""
-    durations = [launch.duration_ns / 1e6 for launch in launched if launch.duration_ns]
+def profiled_floor_ms(durations: list[float]) -> float | None:
+    """The least event time one call can take given ncu's durations of its launches in ms (see above), or None."""
     if not durations:
         return None
     if len(durations) == 1:
@@ -255,12 +255,12 @@ def timing_agreement_guards(timed_ms: float | None, launched: list[Any], alone: 
     """REJECTED when the event-timed median is below what ncu's durations for the same call allow
     (``profiled_floor_ms``). ``alone``: ncu profiled with the GPU held exclusively; a shared GPU slows the
     profiled kernels, so a finding made there is a reason to profile again alone, not a verdict."""
-    floor = profiled_floor_ms(launched)
-    profiled = profiled_ms(launched)
-    if timed_ms is None or floor is None or profiled is None or timed_ms >= floor:
+    durations = kernel_durations_ms(launched)
+    floor = profiled_floor_ms(durations)
+    if timed_ms is None or floor is None or timed_ms >= floor:
         return []
     where = "with the GPU to itself" if alone else "beside other work on the GPU"
-    kernels = sum(1 for launch in launched if launch.duration_ns)
+    profiled, kernels = sum(durations), len(durations)
     return [GuardFinding(guard=Guard.TIMING_DISAGREES, detail=(
         f"the timed call took {timed_ms:.4g} ms, {profiled / timed_ms:.2f}x less than its own kernels under Nsight "
         f"Compute ({profiled:.4g} ms in {kernels} launch(es), profiled {where}; at least {floor:.4g} ms allowed): the "
@@ -270,8 +270,9 @@ def timing_agreement_guards(timed_ms: float | None, launched: list[Any], alone: 
 # Host work inside a call is not in its event times (the launch gate holds the GPU until the call is queued),
 # so a call may take this much longer on the wall clock than the baseline's beside its event time before that
 # says anything; beyond it, and beyond the event time itself (the call took over twice what its events say),
-# the times were forged inside the candidate's process. Measured on honest kernels: benchmarks/results/
-# ncu_vs_events_*.md. Without the executed-instruction proof this is the check that bounds a forged time.
+# the times were forged inside the candidate's process. The allowance is a judgement, not yet set against measured
+# honest kernels (Timing.wall_unexplained_ms records what each evaluation saw). Without the executed-instruction
+# proof this is the check that bounds a forged time.
 WALL_HOST_ALLOWANCE_MS = 0.5
 
 

@@ -100,7 +100,6 @@ def launch_difference(expected: dict[str, int], seen: dict[str, int], calls: int
     return "; ".join(differ[:4]) + (f" (and {len(differ) - 4} more)" if len(differ) > 4 else "") if differ else None
 
 
-def profiled_ms(launched: list[Any]) -> float | None:
-    """The summed durations of one profiled call's kernels in ms, or None when ncu reported none."""
-    durations = [launch.duration_ns for launch in launched if launch.duration_ns]
-    return sum(durations) / 1e6 if durations else None
+def kernel_durations_ms(launched: list[Any]) -> list[float]:
+    """The durations of one profiled call's kernel launches in ms, in launch order (those ncu gave none left out)."""
+    return [launch.duration_ns / 1e6 for launch in launched if launch.duration_ns]
