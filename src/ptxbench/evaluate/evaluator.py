@@ -62,7 +62,6 @@ from ptxbench.evaluate.launches import base_name, kernel_durations_ms, launches_
 from ptxbench.evaluate.static_only import verdict_before_running
 from ptxbench.evaluate.timing import (
     BaselineFailed,
-    CheckedCall,
     Interleaved,
     baseline_call,
     call_limit_s,
@@ -617,9 +616,8 @@ class GpuEvaluator:
         guards = list(evaluation.guards)
         for workload in workloads:
             reply = measured[workload.name]
-            assert reply.candidate is not None and reply.launches is not None and reply.last_outputs is not None
-            assert reply.last_seed is not None  # a candidate's measurement (``interleaved``) has them all
-            for call in (CheckedCall(reply.last_seed, reply.fresh_keys, reply.last_outputs), *reply.checked):
+            assert reply.candidate is not None and reply.launches is not None and reply.checked
+            for call in reply.checked:  # a candidate's measurement (``interleaved``) has them all
                 _, expected = self._expect(task, workload, call.seed, call.fresh_keys)
                 recheck = compare_outputs(task, {k: v.to(self.reference_device) for k, v in call.outputs.items()},
                                           expected)

@@ -76,12 +76,9 @@ class Interleaved(NamedTuple):
     candidate: Ms | None = None
     launches: dict[str, Any] | None = None  # the candidate's timed calls' trace (``CandidateRunner.timed_launches``)
     launch_gated: bool | None = None  # every timed call of both sides ran behind the launch gate
-    last_seed: int | None = None  # the input set of the candidate's last timed call, and that call's outputs
-    last_outputs: dict[str, torch.Tensor] | None = None
-    fresh_keys: tuple[int, ...] = ()  # the changes that set had had by then (``fresh_inputs.replay``)
+    checked: tuple["CheckedCall", ...] = ()  # the candidate's last timed call, then more chosen at random, to check
     unexplained_ms: float | None = None  # per call, the candidate's wall time beyond its event times, less the
     # baseline's (``wall_unexplained``): the median over the measured chunks
-    checked: tuple["CheckedCall", ...] = ()  # more timed calls of the candidate, chosen at random, to check
     spent: dict[str, float] | None = None  # wall seconds by part of the protocol (``Spent``), for diagnosis
 
 
@@ -201,17 +198,15 @@ def interleaved(worker: Worker, baselines: Worker, workload: Workload, variant: 
     spent.lap("read_back")
     reply = worker.call("timed_outputs", timeout_s=limit_s)
     # the candidate's process ends with the lock: its outputs are copied out first
-    last_outputs = {k: v.clone() for k, v in reply["last_outputs"].items()}
+    last = {"seed": reply["last_seed"], "fresh_keys": reply.get("fresh_keys") or (), "outputs": reply["last_outputs"]}
     checked = tuple(CheckedCall(kept["seed"], tuple(kept["fresh_keys"]), {k: v.clone() for k, v in kept["outputs"].items()})
-                    for kept in reply.get("checked") or ())
+                    for kept in (last, *(reply.get("checked") or ())))
     spent.lap("outputs")
     chunks = spent.seconds["candidate_chunks"] + spent.seconds["baseline_chunks"]
     spent.seconds["chunks_beyond_measured"] = max(0.0, chunks - measured_ms / 1e3)
     return Interleaved(variant, baseline, len(samples["baseline"]), candidate=median_iqr(samples["candidate"]),
-                       launches=launches, launch_gated=launch_gated, last_seed=reply["last_seed"],
-                       last_outputs=last_outputs, fresh_keys=tuple(reply.get("fresh_keys") or ()),
-                       checked=checked, unexplained_ms=statistics.median(unexplained) if unexplained else None,
-                       spent=spent.seconds)
+                       launches=launches, launch_gated=launch_gated, checked=checked,
+                       unexplained_ms=statistics.median(unexplained) if unexplained else None, spent=spent.seconds)
 
 
 def wall_unexplained(walls_s: dict[str, float], times_ms: dict[str, list[float]]) -> float:
