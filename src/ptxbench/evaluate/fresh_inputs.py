@@ -21,7 +21,6 @@ so the protocol's cost is the same for the candidate and its baseline.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
@@ -93,13 +92,15 @@ def replay(inputs: Mapping[str, "torch.Tensor"], names: Iterable[str], keys: Ite
         freshen(inputs, names, key)
 
 
-@functools.lru_cache(maxsize=64)
-def _freshened(task_json: str) -> tuple[str, ...]:
+_FRESHENED: dict[str, tuple[str, ...]] = {}
+"""``freshened_inputs`` by task content hash: tried once per task and process."""
+
+
+def _freshened(task: Task) -> tuple[str, ...]:
     import torch
 
     from ptxbench.tasks.reference import derive_inputs, make_inputs
 
-    task = Task.model_validate_json(task_json)
     drawn = [s.name for s in task.inputs if s.init.kind is not InitKind.DERIVED and _is_float(s.dtype.value)]
     derived_floats = [s.name for s in task.inputs if s.init.kind is InitKind.DERIVED and _is_float(s.dtype.value)]
     if not derived_floats or not drawn:
@@ -114,7 +115,7 @@ def _freshened(task_json: str) -> tuple[str, ...]:
         if torch.equal(changed[name], inputs[name]):
             continue  # too small to change: nothing to learn from it, and nothing to gain
         rederived = derive_inputs(task, changed, smallest.sizes)
-        if all(torch.equal(rederived[d].to(inputs[d].dtype), inputs[d]) for d in derived_floats):
+        if all(torch.equal(rederived[d], inputs[d]) for d in derived_floats):  # both in their dtype
             kept.append(name)
     return tuple(kept)
 
@@ -122,7 +123,9 @@ def _freshened(task_json: str) -> tuple[str, ...]:
 def freshened_inputs(task: Task) -> tuple[str, ...]:
     """The inputs of ``task`` that timing freshens: its drawn floating-point inputs that no derived
     floating-point input depends on (tried once per task on its smallest workload, on the CPU)."""
-    return _freshened(task.model_dump_json())
+    if task.content_hash not in _FRESHENED:
+        _FRESHENED[task.content_hash] = _freshened(task)
+    return _FRESHENED[task.content_hash]
 
 
 WARM_UP_ROUNDS = 3
