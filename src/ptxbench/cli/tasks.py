@@ -1,5 +1,5 @@
 """``ptxbench tasks list|show|import``: the bundled task suite grouped by family, with each task's
-weak-baseline warning, and tasks made from FlashInfer-Bench definitions."""
+weak-baseline warning, and tasks made from FlashInfer-Trace definitions (one, or a dataset folder)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ptxbench.cli.output import console, errors, fail
 from ptxbench.errors import PtxbenchError
 
 if TYPE_CHECKING:
+    from ptxbench.tasks.flashinfer import ImportSummary
     from ptxbench.tasks.model import Task
 
 app = typer.Typer(no_args_is_help=True, help="The bundled task suite.")
@@ -64,17 +65,35 @@ def tasks_show(task: TaskRef, as_json: Annotated[bool, typer.Option("--json")] =
 
 @app.command("import")
 def tasks_import(
-    definition: Annotated[Path, typer.Argument(help="A FlashInfer-Bench definition (.json)")],
-    workloads: Annotated[Optional[list[Path]], typer.Argument(help="Workload traces (.jsonl) of the definition")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Write the task TOML here (default: print it)")] = None,
+    source: Annotated[Path, typer.Argument(help="A FlashInfer-Trace dataset folder (definitions/, workloads/, blob/), "
+                                           "or one definition (.json)")],
+    workloads: Annotated[Optional[list[Path]], typer.Argument(help="Workload traces (.jsonl) of a lone definition")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="A dataset: the folder for the task files and "
+                                                "import-summary.json (required). A definition: the task file "
+                                                "(default: print it)")] = None,
     flops: Annotated[Optional[str], typer.Option("--flops", help="FLOP formula over the axes, where the op_type "
                                                  "has none")] = None,
 ) -> None:
-    """Turn a FlashInfer-Bench definition and its workloads into a PTXBench task file (checked by loading it)."""
-    from ptxbench.tasks.flashinfer_import import import_definition
+    """Turn FlashInfer-Trace definitions and their workloads into PTXBench task files (each checked by loading it).
 
+    A dataset folder as laid out on Hugging Face (downloaded beforehand; nothing is fetched) gives one task file
+    per definition that imports and a table of what did and why the rest did not."""
+    from ptxbench.tasks.flashinfer import import_dataset, import_definition
+    from ptxbench.tasks.flashinfer.dataset import is_dataset
+
+    if source.is_dir():
+        if not is_dataset(source):
+            fail(f"{source} has no definitions/ folder: give a FlashInfer-Trace dataset folder or a definition .json")
+        if out is None:
+            fail("importing a dataset folder needs --out FOLDER for the task files")
+        try:
+            summary = import_dataset(source, out, flops)
+        except PtxbenchError as exc:
+            fail(str(exc))
+        _print_summary(summary, out)
+        return
     try:
-        task, text = import_definition(definition, list(workloads or []), flops)
+        task, text = import_definition(source, list(workloads or []), flops)
     except PtxbenchError as exc:
         fail(str(exc))
     if out is None:
@@ -83,6 +102,22 @@ def tasks_import(
     out.write_text(text)
     errors.print(f"wrote {out}: task {task.id} ({task.family.value}), {len(task.workloads)} workloads "
                  f"({len(task.held_out())} held out)", highlight=False)
+
+
+def _print_summary(summary: ImportSummary, out: Path) -> None:
+    table = Table("op_type", "imported", "definitions")
+    for op_type, (done, total) in summary.by_op_type().items():
+        table.add_row(op_type, str(done), str(total))
+    table.add_section()
+    table.add_row("all", str(len(summary.imported)), str(len(summary.outcomes)))
+    console.print(table)
+    reasons = summary.reasons()
+    if reasons:
+        why = Table("definitions", "why they did not import")
+        for reason, count in reasons:
+            why.add_row(str(count), reason)
+        console.print(why)
+    console.print(f"task files and {out / 'import-summary.json'} written under {out}", highlight=False)
 
 
 def _weak_pct() -> float:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench.evaluate import baselines_attention as paged
 from ptxbench.evaluate import baselines_mla as mla
+from ptxbench.evaluate import baselines_reference as own_reference
 from ptxbench.evaluate import serving_ops as serving
 from ptxbench.evaluate.baseline_calls import Bound, Outputs, Setup, Tensors, TimedCall, warmed
 from ptxbench.tasks.model import Task
@@ -369,7 +370,10 @@ def baseline_text(task_id: str) -> str:
 def variant_specs(task: Task, audit: bool = False) -> dict[str, BaselineVariant]:
     """The task's variants (``audit``: also those only the benchmark times, ``_AUDITED``), refused when
     the task's recorded baseline text is not the one they generate (the prompt would then promise a
-    baseline the evaluator does not run)."""
+    baseline the evaluator does not run). A task whose baseline library is ``reference`` has one variant, its
+    own reference (``baselines_reference``)."""
+    if task.baseline.library == "reference":  # the task model checks its call text
+        return {"reference": BaselineVariant("reference", own_reference.DESCRIPTION, own_reference.reference_setup(task))}
     variants = variants_for(task.id)
     if task.baseline.call != baseline_text(task.id):
         raise ValueError(f"task {task.id}: baseline.call is not the text its variants generate; set it to "

@@ -21,6 +21,12 @@ TASK_SCHEMA_VERSION = 1
 
 C_IDENTIFIER = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
+# The baseline of a task whose only implementation is its own reference (an imported definition): what is
+# timed is ``baseline(**inputs, **sizes)`` of the reference code, the reference on the inputs in their dtypes.
+REFERENCE_BASELINE_CALL = ("the task's own PyTorch reference on the inputs in their own dtypes (`baseline` in its "
+                           "reference code), as FlashInfer-Bench times a definition's reference; no vendor library "
+                           "implements this task here")
+
 
 class DType(str, Enum):
     """Element types a task may use, with their C++ and PyTorch spellings."""
@@ -237,10 +243,13 @@ class Baseline(BaseModel):
     ``call`` is the text generated from the variants the evaluator defines for the task
     (``ptxbench.evaluate.baselines.baseline_text``): kept here so the task's hash changes with it, and
     refused at timing when it differs, so a prompt never promises a baseline that is not run.
+
+    ``library = "reference"`` (imported tasks) times the task's own reference, ``baseline`` in its reference
+    code, on the inputs in their own dtypes; its ``call`` is ``REFERENCE_BASELINE_CALL``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    library: Literal["cublas", "cublaslt", "cudnn_or_flash", "torch"]
+    library: Literal["cublas", "cublaslt", "cudnn_or_flash", "torch", "reference"]
     call: str = Field(description="What is timed as the baseline, generated from the task's baseline variants.")
 
 
@@ -319,6 +328,10 @@ class Task(BaseModel):
             raise ValueError("reference must define `def reference(...)`")
         if any(t.init.kind is InitKind.DERIVED for t in self.inputs) and "def derive_inputs(" not in self.reference:
             raise ValueError("derived inputs need `def derive_inputs(...)` in the reference code")
+        if self.baseline.library == "reference" and (self.baseline.call != REFERENCE_BASELINE_CALL
+                                                     or "def baseline(" not in self.reference):
+            raise ValueError("a reference baseline needs `def baseline(...)` in the reference code and "
+                             f"baseline.call = {REFERENCE_BASELINE_CALL!r}")
         return self
 
     def _check_workloads(self, axis_names: list[str]) -> None:

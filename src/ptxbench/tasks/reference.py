@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from types import MappingProxyType
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ptxbench.tasks.model import InitKind, InputInit, Task, TensorSpec
@@ -22,6 +23,15 @@ def _namespace(task: Task) -> dict[str, Any]:
     namespace: dict[str, Any] = {"torch": torch, "math": math, "__name__": f"ptxbench_reference_{task.id}"}
     exec(compile(task.reference, f"<reference of {task.id}>", "exec"), namespace)  # noqa: S102 - task data is ours
     return namespace
+
+
+def reference_baseline(task: Task) -> Callable[..., dict[str, "torch.Tensor"]]:
+    """``baseline(**inputs, **sizes)`` of the task's reference code: the reference on the inputs in their own
+    dtypes, the baseline of a task whose ``baseline.library`` is ``reference`` (an imported definition)."""
+    namespace = _namespace(task)
+    if "baseline" not in namespace:
+        raise ValueError(f"the reference code of {task.id} defines no `baseline`")
+    return namespace["baseline"]
 
 
 def magnitude_key(output: str) -> str:

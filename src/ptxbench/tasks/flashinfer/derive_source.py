@@ -1,0 +1,67 @@
+"""The ``derive_inputs`` an imported task's reference carries, written here as code and copied into the
+task's reference text (``source()``), so it is read, linted and tested as code.
+
+In the task it runs beside two data assignments the importer writes: ``_INDEX_PLAN`` (which input plays
+which role, ``layouts.IndexPlan`` as a dict) and ``_LAYOUTS`` (each workload's layout, keyed by its sizes).
+The layout fixes each sequence's pages, last-page tokens, queries and keys; every trial draws fresh page
+ids and fresh routing under it, seeded by the trial's drawn data (so trials differ and a seed reproduces).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+_INDEX_PLAN: dict[str, Any] = {}  # written by the importer into the task
+_LAYOUTS: dict[str, dict[str, list[int]]] = {}  # likewise
+
+
+def _layout_key(sizes: dict[str, Any]) -> str:
+    return ",".join(f"{name}={sizes[name]}" for name in sorted(_INDEX_PLAN["axes"]))
+
+
+def derive_inputs(**named: Any) -> dict[str, Any]:
+    import torch
+
+    plan = _INDEX_PLAN
+    key = _layout_key(named)
+    if key not in _LAYOUTS:
+        raise ValueError(f"no layout of the index inputs is stored for the sizes {key}: an imported task derives "
+                         "them for its own workloads only")
+    layout = _LAYOUTS[key]
+    tensors = [t for t in named.values() if isinstance(t, torch.Tensor)]
+    smallest = min(tensors, key=lambda t: t.numel())
+    generator = torch.Generator().manual_seed(int(smallest.float().abs().sum().item() * 1e3) % 2**31)
+    device = smallest.device
+
+    def offsets(counts: list[int]) -> Any:
+        running = torch.tensor([0, *counts], dtype=torch.long).cumsum(0)
+        return running.to(device=device, dtype=torch.int32)
+
+    derived = {}
+    if plan["page_indptr"]:
+        derived[plan["page_indptr"]] = offsets(layout["pages"])
+        used = sum(layout["pages"])
+        pages = named[plan["num_pages_axis"]] if plan["num_pages_axis"] else used
+        chosen = torch.randperm(pages, generator=generator)[:used]
+        derived[plan["page_indices"]] = chosen.to(device=device, dtype=torch.int32)
+    if plan["last_page_len"]:
+        derived[plan["last_page_len"]] = torch.tensor(layout["last"], dtype=torch.int32, device=device)
+    if plan["ragged_indptr"]:
+        derived[plan["ragged_indptr"]] = offsets(layout["keys"])
+    if plan["query_indptr"]:
+        derived[plan["query_indptr"]] = offsets(layout["queries"])
+    if plan["topk_ids"]:
+        tokens, top_k = (named[axis] for axis in plan["topk_shape"])
+        experts = named[plan["experts_axis"]]
+        load = layout.get("load")
+        # each token's top_k distinct experts, drawn in proportion to the trace's expert load when it has one
+        weights = (torch.tensor(load, dtype=torch.float64) + 1e-3) if load else torch.ones(experts, dtype=torch.float64)
+        ids = torch.multinomial(weights.expand(tokens, experts), top_k, replacement=False, generator=generator)
+        derived[plan["topk_ids"]] = ids.to(device=device, dtype=torch.int32)
+    return derived
+
+
+def source() -> str:
+    """The code above, for the task's reference (the importer appends the data it reads)."""
+    return "\n\n".join(inspect.getsource(f) for f in (_layout_key, derive_inputs))

@@ -1,0 +1,55 @@
+"""The imported task's reference code: the definition's own ``run``, wrapped.
+
+- ``reference(**inputs, **sizes)`` calls ``run`` on fp32 copies of the floating inputs, so the reference
+  computes in fp32 as every PTXBench reference does; its outputs are returned by name, in fp32.
+- ``baseline(**inputs, **sizes)`` calls ``run`` on the inputs as given, in their own dtypes: what
+  FlashInfer-Bench times as the reference, and what an imported task's ``reference`` baseline times.
+- ``derive_inputs`` (``derive_source``) with the plan and layouts, where the definition has index inputs.
+
+Scalars are fixed (``_SCALARS``); ``run`` is called by parameter name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ptxbench.tasks.flashinfer import derive_source
+from ptxbench.tasks.flashinfer.layouts import IndexPlan
+from ptxbench.tasks.flashinfer.schema import Definition
+from ptxbench.tasks.flashinfer.workloads import ImportedWorkload
+
+_WRAPPERS = '''
+def _produced(named, cast):
+    args = {n: cast(named[n]) for n in _RUN_INPUTS if n not in _SCALARS}
+    args.update(_SCALARS)
+    produced = run(**args)
+    if isinstance(produced, dict):
+        produced = tuple(produced[n] for n in _OUTPUTS)
+    elif not isinstance(produced, (tuple, list)):
+        produced = (produced,)
+    return dict(zip(_OUTPUTS, produced))
+
+
+def reference(**named):
+    # the definition's `run` on fp32 copies of its floating inputs: the reference computes in fp32
+    produced = _produced(named, lambda t: t.float() if t.is_floating_point() else t)
+    return {n: t.float() for n, t in produced.items()}
+
+
+def baseline(**named):
+    # the definition's `run` on the inputs as given (their own dtypes): what FlashInfer-Bench times
+    return _produced(named, lambda t: t)
+'''
+
+
+def reference_code(definition: Definition, scalars: dict[str, Any], plan: IndexPlan,
+                   workloads: list[ImportedWorkload], axes: list[str]) -> str:
+    code = [definition.reference.strip("\n"), "", "",
+            f"_RUN_INPUTS = {tuple(definition.inputs)!r}", f"_OUTPUTS = {tuple(definition.outputs)!r}",
+            f"_SCALARS = {scalars!r}", "", _WRAPPERS.strip("\n")]
+    if plan.derived:
+        index_plan = {**plan._asdict(), "axes": axes}
+        layouts = {",".join(f"{a}={w.sizes[a]}" for a in sorted(axes)): w.layout for w in workloads}
+        code += ["", "", "from typing import Any", "", f"_INDEX_PLAN = {index_plan!r}", f"_LAYOUTS = {layouts!r}",
+                 "", "", derive_source.source()]
+    return "\n".join(code)

@@ -1,0 +1,145 @@
+"""The work of one call, as formulas over the task's axes: useful FLOPs from the op type and the shapes,
+and the bytes a correct kernel must move (what it reads, not whole buffers it only indexes into).
+
+- ``gemm``: ``2 * M * N * K`` from the first two inputs and the output.
+- attention (``gqa_*``, ``mla_*``, ``attention``): ``2 * heads * (qk_dim + vo_dim) * pairs``, where pairs are
+  the (query, key) products computed: the keys read in a decode (one query per sequence), the attended pairs
+  of a prefill (``layouts.ATTENDED_PAIRS``, from the layout). The dims are read from the shapes: heads and
+  ``vo_dim`` from the first output, ``qk_dim`` summed over the query inputs (``q``, or ``q_nope`` + ``q_pe``).
+- ``moe``: ``2 * tokens * top_k * (local share) * (gemm1 + gemm2 weights per expert)``; the local share is
+  ``num_local_experts / num_experts`` under expert parallelism (the expected share of routed tokens).
+- norms: 0 (bandwidth-bound).
+
+Bytes: every input and output once, except a paged cache (first dims ``num_pages, page_size``), counted for
+the tokens its page table names (``kv_tokens``, or ``num_kv_indices * page_size`` where every page is full),
+and an expert weight (first dim the experts), counted for at most ``min(experts, tokens * top_k)`` experts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ptxbench.tasks import formula
+from ptxbench.tasks.flashinfer.layouts import ATTENDED_PAIRS, KV_TOKENS, IndexPlan
+from ptxbench.tasks.flashinfer.schema import Definition, ImportProblem, TensorSpec
+
+ATTENTION_OPS = ("gqa_paged", "gqa_ragged", "mla_paged", "mla_ragged", "gqa", "mha", "attention")
+NORM_OPS = ("rmsnorm", "fused_add_rmsnorm", "norm")
+DTYPE_BYTES = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e4m3": 1,
+               "float8_e5m2": 1, "int8": 1, "int64": 8}
+_FLOATING = ("float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e4m3", "float8_e5m2")
+
+
+def _product(dims: list[str]) -> str:
+    return " * ".join(dims) or "1"
+
+
+def is_decode(definition: Definition) -> bool:
+    return any(v.replace(" ", "") == "decode" for v in definition.tag("stage")) or "decode" in definition.name
+
+
+def _keys_read(definition: Definition, plan: IndexPlan) -> str:
+    if plan.paged:
+        if KV_TOKENS in plan.extra_axes():
+            return KV_TOKENS
+        return f"{plan.page_count_axis} * {plan.page_size_axis}" if plan.page_size_axis else str(plan.page_count_axis)
+    if plan.ragged_total_axis:
+        return plan.ragged_total_axis
+    raise ImportProblem(f"{definition.op_type} definition: no page table or ragged offsets say which keys are read; "
+                        "pass --flops")
+
+
+def _attention_flops(definition: Definition, plan: IndexPlan) -> str:
+    output = next(iter(definition.outputs.values())).shape or []
+    if len(output) != 3:
+        raise ImportProblem(f"{definition.op_type} definition: the first output is not [tokens, heads, dim]; "
+                            "pass --flops")
+    count, heads, vo = output
+    queries = [s.shape for s in definition.inputs.values()
+               if s.shape and len(s.shape) == 3 and s.shape[:2] == [count, heads] and s.dtype in _FLOATING]
+    if not queries:
+        raise ImportProblem(f"{definition.op_type} definition: no query input of shape [{count}, {heads}, dim]; "
+                            "pass --flops")
+    qk = " + ".join(q[2] for q in queries if q)
+    if plan.query_indptr:
+        pairs = ATTENDED_PAIRS
+    elif plan.sequences:
+        pairs = _keys_read(definition, plan)
+    else:
+        raise ImportProblem(f"{definition.op_type} definition without sequence offsets: pass --flops")
+    return f"2 * {heads} * ({qk} + {vo}) * {pairs}"
+
+
+def _top_k(definition: Definition) -> str:
+    if "top_k" in definition.axes:
+        return "top_k"
+    match = re.search(r"topk(\d+)", definition.name)
+    if match:
+        return match.group(1)
+    raise ImportProblem("moe definition: no top_k axis and no topk<N> in its name; pass --flops")
+
+
+def _moe_flops(definition: Definition) -> str:
+    weights = [s.shape for n, s in definition.inputs.items() if n in ("gemm1_weights", "gemm2_weights") and s.shape]
+    hidden = definition.inputs.get("hidden_states")
+    if len(weights) != 2 or any(len(w) != 3 for w in weights) or hidden is None or not hidden.shape:
+        raise ImportProblem("moe definition: expected hidden_states and 3-D gemm1_weights, gemm2_weights; pass --flops")
+    tokens = hidden.shape[0]
+    local = weights[0][0]
+    share = f" * {local} / num_experts" if local != "num_experts" and "num_experts" in definition.axes else ""
+    per_expert = " + ".join(f"{w[1]} * {w[2]}" for w in weights)
+    return f"2 * {tokens} * {_top_k(definition)}{share} * ({per_expert})"
+
+
+def flops(definition: Definition, plan: IndexPlan, override: str | None) -> str:
+    """The FLOP formula of one call; ``override`` (``--flops``) wins, checked against the axes either way."""
+    op = definition.op_type
+    if override is not None:
+        text = override
+    elif op == "gemm":
+        a, b = (definition.inputs[n].shape or [] for n in list(definition.inputs)[:2])
+        out = next(iter(definition.outputs.values())).shape or []
+        reduced = [axis for axis in a if axis in b and axis not in out]
+        if len(out) != 2 or len(reduced) != 1:
+            raise ImportProblem("gemm definition: cannot tell M, N and K from the first two inputs and the output; "
+                                "pass --flops")
+        text = f"2 * {out[0]} * {out[1]} * {reduced[0]}"
+    elif op in ATTENTION_OPS:
+        text = _attention_flops(definition, plan)
+    elif op == "moe":
+        text = _moe_flops(definition)
+    elif op in NORM_OPS:
+        text = "0"
+    else:
+        raise ImportProblem(f"no FLOP formula is known for op_type {op!r}: pass --flops")
+    unknown = formula.names_in(text) - set(definition.axes) - set(plan.extra_axes())
+    if unknown:
+        raise ImportProblem(f"FLOP formula {text!r} uses axes the definition does not have: {sorted(unknown)}; "
+                            "pass --flops")
+    return text
+
+
+def _tensor_bytes(definition: Definition, plan: IndexPlan, spec: TensorSpec) -> str:
+    dims = list(spec.shape or [])
+    size = DTYPE_BYTES.get(spec.dtype, 4)
+    if plan.paged and dims[:1] == [plan.num_pages_axis]:
+        rest = dims[2:] if len(dims) > 1 and dims[1] == plan.page_size_axis else dims[1:]
+        read = _keys_read(definition, plan) if dims[1:2] == [plan.page_size_axis] else str(plan.page_count_axis)
+        return f"{read} * {_product(rest)} * {size}"
+    if definition.op_type == "moe" and len(dims) == 3 and dims[0] in ("num_experts", "num_local_experts"):
+        hidden = definition.inputs.get("hidden_states")
+        tokens = hidden.shape[0] if hidden and hidden.shape else None
+        if tokens:
+            try:
+                top_k = _top_k(definition)
+            except ImportProblem:
+                top_k = "1"
+            return f"min({dims[0]}, {tokens} * {top_k}) * {_product(dims[1:])} * {size}"
+    return f"{_product(dims)} * {size}"
+
+
+def bytes_moved(definition: Definition, plan: IndexPlan) -> str:
+    """The bytes formula: what a correct kernel reads and writes once."""
+    parts = [_tensor_bytes(definition, plan, spec)
+             for spec in [*definition.inputs.values(), *definition.outputs.values()] if spec.shape is not None]
+    return " + ".join(parts)

@@ -1,0 +1,89 @@
+"""A definition's workloads as the task's: sizes bound and checked, each layout read or drawn, roles given.
+
+Workloads keep their order; the largest (most FLOPs, then most elements moved) is timed, every third of the
+others is held out (at least one). Two workloads of the same sizes are one (the first is kept).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+from ptxbench.tasks import formula
+from ptxbench.tasks.flashinfer.blobs import BlobMissing, BlobReader
+from ptxbench.tasks.flashinfer.layouts import IndexPlan, Layout, blob_layout, drawn_layout, layout_axes
+from ptxbench.tasks.flashinfer.schema import AxisConst, AxisVar, Definition, ImportProblem, WorkloadSpec
+
+HELD_OUT_EVERY = 3
+
+
+class ImportedWorkload(NamedTuple):
+    name: str
+    sizes: dict[str, int]
+    layout: Layout | None  # None for a definition without index inputs
+    source: str  # where the layout came from: "blobs", "drawn", or "drawn: <why the blobs could not be read>"
+    uuid: str
+
+
+def checkable(constraint: str, axes: set[str]) -> bool:
+    """Whether a constraint is one PTXBench can check (arithmetic and comparisons over the axes)."""
+    try:
+        return formula.names_in(constraint) <= axes
+    except formula.FormulaError:
+        return False
+
+
+def _name(index: int, spec: WorkloadSpec) -> str:
+    return f"w{index:02d}-" + re.sub(r"[^A-Za-z0-9_.-]", "-", spec.uuid)[:8]
+
+
+def bind(definition: Definition, plan: IndexPlan, specs: list[WorkloadSpec], blobs: BlobReader) -> list[ImportedWorkload]:
+    """Every distinct workload, its sizes (const axes included, layout axes added) and layout."""
+    consts = {n: a.value for n, a in definition.axes.items() if isinstance(a, AxisConst)}
+    variables = [n for n, a in definition.axes.items() if isinstance(a, AxisVar)]
+    checked = [c for c in definition.constraints if checkable(c, set(definition.axes))]
+    found: list[ImportedWorkload] = []
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    for index, spec in enumerate(specs):
+        missing = [n for n in variables if n not in spec.axes]
+        if missing:
+            raise ImportProblem(f"workload {spec.uuid}: no value for axis {missing[0]}")
+        unknown = sorted(set(spec.axes) - set(variables))
+        if unknown:
+            raise ImportProblem(f"workload {spec.uuid}: {unknown[0]} is not a var axis of {definition.name}")
+        sizes = {n: consts[n] if n in consts else spec.axes[n] for n in definition.axes}
+        for constraint in checked:
+            if not formula.holds(constraint, sizes):
+                raise ImportProblem(f"workload {spec.uuid} breaks the definition's constraint {constraint!r}")
+        layout, source = None, ""
+        if plan.derived:
+            try:
+                layout = blob_layout(plan, spec, sizes, blobs)
+                source = "blobs"
+            except BlobMissing as exc:  # the trace names blobs this copy of the dataset lacks: said in the note
+                source = f"drawn: {exc}"
+            if layout is None:
+                layout = drawn_layout(plan, spec, sizes)
+                source = source or "drawn"
+            sizes |= layout_axes(plan, layout, sizes)
+        key = tuple(sorted(sizes.items()))
+        if key not in seen:
+            seen.add(key)
+            found.append(ImportedWorkload(_name(index, spec), sizes, layout, source, spec.uuid))
+    if len(found) < 2:
+        raise ImportProblem(f"{len(found)} distinct workload(s): a task needs one timed and at least one held out")
+    return found
+
+
+def with_roles(workloads: list[ImportedWorkload], weight: str) -> list[dict[str, Any]]:
+    """The task's ``[[workloads]]`` tables: the heaviest timed, every third other one held out."""
+    timed = max(range(len(workloads)), key=lambda i: (formula.evaluate(weight, workloads[i].sizes), -i))
+    others = [i for i in range(len(workloads)) if i != timed]
+    held = {i for n, i in enumerate(others) if n % HELD_OUT_EVERY == HELD_OUT_EVERY - 1} or {others[-1]}
+    rows = []
+    for i, workload in enumerate(workloads):
+        source = {"": "", "blobs": "; its layout from the trace's blobs", "drawn": "; its layout drawn at import"}.get(
+            workload.source, "; its layout drawn at import, its blobs missing")
+        rows.append({"name": workload.name, "role": "timed" if i == timed else "heldout" if i in held else "visible",
+                     "sizes": workload.sizes, "note": f"trace {workload.uuid}{source}"})
+    return rows
