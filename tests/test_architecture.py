@@ -28,14 +28,15 @@ FLOORS: dict[str, int] = {
     "tasks": 2,
     "contract": 3, "static": 3,
     "context": 4,
-    "prompts": 5, "toolchain": 5,
-    "doctor": 6, "records": 6,
-    "check": 7, "llm": 7,
-    "evaluate": 8,
-    "refine": 9, "results": 9, "serve": 9,
-    "client": 10, "fixit": 10,
-    "cli": 11,
-    "__main__": 12,
+    "prompts": 5,
+    "records": 6,
+    "llm": 7, "toolchain": 7,
+    "check": 8, "doctor": 8,
+    "evaluate": 9,
+    "refine": 10, "results": 10, "serve": 10,
+    "client": 11, "fixit": 11,
+    "cli": 12,
+    "__main__": 13,
 }
 
 _MODULE_STRING = re.compile(r"ptxbench(\.[A-Za-z_]\w*)+(:[A-Za-z_]\w*)?")

@@ -15,11 +15,12 @@ from ptxbench.arch.registry import Arch
 from ptxbench.context.wrappers import inline_wrapper_header
 from ptxbench.contract.signature import HEADER_NAME, header
 from ptxbench.errors import CandidateError, UnreadableCandidate
+from ptxbench.records.build import BuildResult
 from ptxbench.records.check import CheckReport
 from ptxbench.static.report import static_report
 from ptxbench.static.sass import kernel_names
 from ptxbench.tasks.model import Task
-from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S, BuildRequest, BuildResult, build, build_many
+from ptxbench.toolchain.compile import DEFAULT_TIMEOUT_S, BuildRequest, build, build_many
 from ptxbench.toolchain.tools import demangle, disassemble
 
 CANDIDATE_SUFFIXES = (".cu", ".cuh", ".cpp", ".cc")

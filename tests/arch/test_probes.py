@@ -12,7 +12,7 @@ import pytest
 
 from ptxbench.arch.registry import BENCHMARK_ARCHS, Arch, FeatureCategory, load_registry, probe_path
 from ptxbench.check import check_file
-from ptxbench.toolchain.diagnose import CompileFailure
+from ptxbench.records.build import CompileFailure
 
 REGISTRY = load_registry()
 SUPPORTED = [(f, a) for f in REGISTRY.features for a in f.sass]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from ptxbench.arch.registry import Arch
+from ptxbench.records.build import BuildResult, CompileFailure, Diagnosis
 from ptxbench.records.evaluation import (
     Comparison,
     Evaluation,
@@ -25,8 +26,6 @@ from ptxbench.records.rundir import RESULT_FILE, RunDir, RunHeader, write_model
 from ptxbench.results.attempts import Attempt, attempts_from_run
 from ptxbench.static.report import FeatureEvidence, RequirementCheck, Stage, StaticReport
 from ptxbench.tasks.model import Requirement
-from ptxbench.toolchain.compile import BuildResult
-from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis
 
 pytest.importorskip("matplotlib")
 

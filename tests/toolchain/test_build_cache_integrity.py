@@ -12,8 +12,9 @@ import pytest
 
 from ptxbench import integrity
 from ptxbench.arch.registry import Arch
+from ptxbench.records.build import BuildResult
 from ptxbench.toolchain import compile as compile_module
-from ptxbench.toolchain.compile import BUILD_RECORD, SEAL_FILE, BuildRequest, BuildResult, build
+from ptxbench.toolchain.compile import BUILD_RECORD, SEAL_FILE, BuildRequest, build
 
 SOURCE = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n'
 BROKEN = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= undeclared; }\n'

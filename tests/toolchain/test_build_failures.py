@@ -6,9 +6,9 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_file
+from ptxbench.records.build import CompileFailure
 from ptxbench.tasks.loader import get_task
 from ptxbench.toolchain.compile import BuildRequest, build
-from ptxbench.toolchain.diagnose import CompileFailure
 
 from ..conftest import FIXTURES
 
@@ -167,7 +167,7 @@ def test_builds_are_cached_by_content(tmp_path) -> None:  # type: ignore[no-unty
 
 
 def test_a_one_line_verdict_carries_the_first_error_where_the_summary_is_generic_advice() -> None:
-    from ptxbench.toolchain.diagnose import Diagnosis
+    from ptxbench.records.build import Diagnosis
 
     cpp = Diagnosis(failure=CompileFailure.CPP_ERROR, summary="the C++/CUDA source does not compile.",
                     first_error='k.cu(3): error: identifier "x" is undefined')

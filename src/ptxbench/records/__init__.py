@@ -1,10 +1,10 @@
 """Every record ptxbench persists, below every producer and consumer of them, and their common base.
 
-``evaluation`` (one candidate's verdict and evidence), ``check`` (a build and its static report),
-``completion`` (what a model answered, and the candidate found in it), ``trajectory`` (a sample's turns
-and feedback), ``rundir`` (the run directory: header, results, ``load_result``), and ``version`` (the
-version every persisted record carries, checked on read, with its migrations). This module is ``Record``,
-the base of them all and of the records sent between processes.
+``build`` (one build's outcome and diagnosis), ``evaluation`` (one candidate's verdict and evidence),
+``check`` (a build and its static report), ``completion`` (what a model answered, and the candidate found
+in it), ``trajectory`` (a sample's turns and feedback), ``rundir`` (the run directory: header, results,
+``load_result``), and ``version`` (the version every persisted record carries, checked on read, with its
+migrations). This module is ``Record``, the base of them all and of the records sent between processes.
 
 A candidate's output can hold NaN and infinities (an output left unwritten keeps its NaN prefill), and
 so can the numbers measured from it: errors, ratios, worst values. Pydantic writes non-finite floats as

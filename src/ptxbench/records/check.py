@@ -7,9 +7,9 @@ from typing import Literal
 from pydantic import Field
 
 from ptxbench.arch.registry import Arch
+from ptxbench.records.build import BuildResult
 from ptxbench.records.version import Versioned
 from ptxbench.static.report import StaticReport
-from ptxbench.toolchain.compile import BuildResult
 
 CHECK_REPORT_VERSION = 1
 

@@ -17,11 +17,11 @@ from pydantic import Field, model_validator
 
 from ptxbench.arch.registry import Arch
 from ptxbench.records import Record
+from ptxbench.records.build import BuildResult
 from ptxbench.records.completion import ExtractionStatus
 from ptxbench.records.version import Versioned
 from ptxbench.static.report import StaticReport
 from ptxbench.tasks.model import Requirement
-from ptxbench.toolchain.compile import BuildResult
 
 EVALUATION_VERSION = 3
 """2: ``extraction`` (an answer without a candidate is an item) and ``generation`` (the labels of the run that

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -30,14 +29,13 @@ from ptxbench.arch.registry import Arch
 from ptxbench.contract.signature import SOURCE_NAME
 from ptxbench.integrity import file_sha256, sign, verify
 from ptxbench.paths import default_cache_dir
-from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis, diagnose
+from ptxbench.records.build import COMPILE_RESULT_VERSION, BuildResult, CompileFailure, Diagnosis
+from ptxbench.toolchain.diagnose import diagnose
 from ptxbench.toolchain.discover import find_toolchain
 from ptxbench.toolchain.entry_point import check_entry_point
 from ptxbench.toolchain.priority import lower_this_thread
 
-COMPILE_RESULT_VERSION = 2  # 2: diagnoses of missing entry points, target hints, user line numbers
 DEFAULT_TIMEOUT_S = 120.0
-_SOURCE_MENTION = re.compile(rf"\b{re.escape(SOURCE_NAME)}\b")
 
 # Harness-owned flags. The candidate chooses none of them: no libraries, no -arch shorthand.
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo", "-cudart", "shared",
@@ -61,36 +59,6 @@ class BuildRequest(BaseModel):
             digest.update(part.encode())
             digest.update(b"\0")
         return digest.hexdigest()
-
-
-class BuildResult(BaseModel):
-    """The outcome of one build; persisted as ``build.json`` beside its artifacts."""
-
-    version: int = COMPILE_RESULT_VERSION
-    ok: bool
-    arch: Arch
-    key: str
-    command: list[str]
-    log: str = Field(description="Everything nvcc, ptxas and the linker printed.")
-    duration_s: float
-    diagnosis: Diagnosis | None = None
-    directory: str
-    cached: bool = False
-
-    def artifact(self, suffix: str) -> Path | None:
-        """The kept artifact ending in ``suffix`` ('.so', '.ptx', '.cubin'), if the build made it."""
-        path = Path(self.directory) / f"candidate{suffix}"
-        return path if path.is_file() else None
-
-    def named(self, name: str) -> "BuildResult":
-        """This result with the compiler's messages naming ``name`` (the user's file) instead of
-        ``candidate.cu``; the cached result itself stays independent of any file name."""
-        rename = lambda text: _SOURCE_MENTION.sub(lambda _: name, text)  # noqa: E731
-        diagnosis = self.diagnosis
-        if diagnosis is not None:
-            diagnosis = diagnosis.model_copy(update={"summary": rename(diagnosis.summary),
-                                                     "first_error": rename(diagnosis.first_error)})
-        return self.model_copy(update={"log": rename(self.log), "diagnosis": diagnosis})
 
 
 def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,

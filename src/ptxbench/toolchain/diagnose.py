@@ -1,48 +1,16 @@
 """Classify a failed build from its log, and say what to do about it.
 
-The classes feed the error taxonomy, the feedback a model gets in refinement, and Fixit. The patterns
-are the diagnostics of nvcc 13.0's front end, ptxas and the host linker, checked by the tests against
-real failing builds.
+The classes (``records.build.CompileFailure``, in the ``Diagnosis`` a ``BuildResult`` carries) feed the error
+taxonomy, the feedback a model gets in refinement, and Fixit. The patterns are the diagnostics of nvcc 13.0's
+front end, ptxas and the host linker, checked by the tests against real failing builds.
 """
 
 from __future__ import annotations
 
 import re
-from enum import Enum
-
-from pydantic import BaseModel
 
 from ptxbench.arch.registry import Arch, load_registry
-
-
-class CompileFailure(str, Enum):
-    CPP_ERROR = "cpp_error"
-    PTX_SYNTAX = "ptx_syntax"
-    PTX_OPERAND = "ptx_operand"
-    UNSUPPORTED_ON_TARGET = "unsupported_on_target"
-    RESOURCE_LIMIT = "resource_limit"
-    LINK_ERROR = "link_error"
-    MISSING_ENTRY_POINT = "missing_entry_point"
-    TIMEOUT = "timeout"
-
-
-class Diagnosis(BaseModel):
-    failure: CompileFailure
-    summary: str
-    first_error: str = ""
-
-    @property
-    def message(self) -> str:
-        """For a one-line verdict that shows nothing else (an eval row): the summary, and where it is
-        generic advice, the compiler's first error, which says what to fix."""
-        if self.failure not in _GENERIC or not self.first_error:
-            return self.summary
-        return f"{self.summary} First error: {self.first_error}"
-
-
-# Classes whose summary is advice that does not say where the error is.
-_GENERIC = frozenset({CompileFailure.CPP_ERROR, CompileFailure.PTX_SYNTAX, CompileFailure.PTX_OPERAND,
-                      CompileFailure.RESOURCE_LIMIT, CompileFailure.LINK_ERROR})
+from ptxbench.records.build import CompileFailure, Diagnosis
 
 # Order matters: the first class whose pattern matches any error line wins.
 _PATTERNS: list[tuple[CompileFailure, re.Pattern[str]]] = [

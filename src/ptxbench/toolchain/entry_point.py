@@ -13,8 +13,8 @@ import difflib
 import re
 from pathlib import Path
 
+from ptxbench.records.build import CompileFailure, Diagnosis
 from ptxbench.static.elf import dynamic_symbols
-from ptxbench.toolchain.diagnose import CompileFailure, Diagnosis
 from ptxbench.toolchain.tools import demangle
 
 _MANGLED_GLOBAL = re.compile(r"_Z(\d+)")  # a global-scope function: _Z<length><name><parameters>
