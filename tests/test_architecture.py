@@ -148,10 +148,10 @@ def facade_imports(package: Path, floors: dict[str, int], public: dict[str, str]
 
 
 def package_cycles(imports: list[Import], package: Path) -> list[list[str]]:
-    """Cycles between packages, subpackages included (evaluate.child ↔ evaluate.fleet would be one): Tarjan's
-    strongly connected components. A subpackage is a part of the package around it, whose own modules may
-    sit below it and above it (llm.types ← llm.providers ← llm.client), so an import between a package and
-    one nested in it is no edge here; between rooms the floors already forbid any cycle."""
+    """Cycles between packages, subpackages included (evaluate.child ↔ evaluate.fleet would be one). A
+    subpackage is a part of the package around it, whose own modules may sit below it and above it
+    (llm.types ← llm.providers ← llm.client), so an import between a package and one nested in it is no edge
+    here; between rooms the floors already forbid any cycle."""
     def package_of(module: str) -> str:
         return module if is_package(module, package) else module.rsplit(".", 1)[0]
 
@@ -163,17 +163,35 @@ def package_cycles(imports: list[Import], package: Path) -> list[list[str]]:
         nested = a.startswith(b + ".") or b.startswith(a + ".")
         if a != b and not nested and package.name not in (a, b):  # the facade imports nothing eagerly
             edges.setdefault(a, set()).add(b)
+    return cycles(edges)
+
+
+def module_cycles(imports: list[Import], package: Path) -> list[list[str]]:
+    """Cycles between modules, wherever they are (toolchain.compile ↔ toolchain.build_cache was one, each
+    importing the other inside a function): two modules that need each other are one module in two files, or
+    share a third that should hold what both need. A package's ``__init__`` is a module here like any other;
+    the facade is left out (it names every public module and is imported for ``__version__``)."""
+    edges: dict[str, set[str]] = {}
+    for imported in imports:
+        a, b = imported.source, imported.target
+        if a != b and exists(b, package) and package.name not in (a, b):
+            edges.setdefault(a, set()).add(b)
+    return cycles(edges)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on_stack: set[str] = set()
-    cycles: list[list[str]] = []
+    found: list[list[str]] = []
 
     def visit(node: str) -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for nxt in edges.get(node, ()):
+        for nxt in sorted(edges.get(node, ())):
             if nxt not in index:
                 visit(nxt)
                 low[node] = min(low[node], low[nxt])
@@ -188,12 +206,12 @@ def package_cycles(imports: list[Import], package: Path) -> list[list[str]]:
                 if member == node:
                     break
             if len(component) > 1:
-                cycles.append(sorted(component))
+                found.append(sorted(component))
 
     for node in sorted(edges):
         if node not in index:
             visit(node)
-    return cycles
+    return found
 
 
 def rooms(package: Path) -> set[str]:
@@ -244,6 +262,10 @@ def test_no_package_imports_itself_round_a_cycle(imports: list[Import]) -> None:
     assert package_cycles(imports, PACKAGE) == []
 
 
+def test_no_module_imports_itself_round_a_cycle(imports: list[Import]) -> None:
+    assert module_cycles(imports, PACKAGE) == []
+
+
 def test_the_architecture_doc_shows_the_same_floors() -> None:
     assert documented_floors(DOC.read_text()) == FLOORS
 
@@ -273,6 +295,27 @@ def test_the_rules_catch_what_they_are_for(tmp_path: Path) -> None:
     assert facade_imports(fake, floors, public) == ["ptxbench.low.base:5 takes thing from the facade (high)"]
     assert sorted(package_cycles(found, fake)) == [["ptxbench.high", "ptxbench.low"],
                                                    ["ptxbench.high.sub", "ptxbench.high.sub2"]]
+    assert module_cycles(found, fake) == [["ptxbench.high.mod", "ptxbench.high.other", "ptxbench.high.sub.part",
+                                           "ptxbench.high.sub2.y", "ptxbench.low.base", "ptxbench.low.sibling"]]
     assert rooms(fake) == {"low", "high"}
     assert documented_floors("| floor | room | owns |\n|---|---|---|\n| 0 | `low` | x |\n| 1 | `high` | y |\n") \
         == floors
+
+
+def test_a_cycle_of_two_modules_in_one_room_is_caught_and_a_third_module_breaks_it(tmp_path: Path) -> None:
+    """The shape toolchain had: the build calls the cache's size limit, the cache's removal calls back into
+    the build's memory of seals, both inside functions. Moving what both need into a third module ends it."""
+    room = tmp_path / "ptxbench" / "tool"
+    room.mkdir(parents=True)
+    for init in (room.parent / "__init__.py", room / "__init__.py"):
+        init.write_text("")
+    (room / "build.py").write_text("def keep_within_limit():\n    from ptxbench.tool.cache import after_build\n"
+                                   "def forget(entry): ...\n")
+    (room / "cache.py").write_text("def remove(entry):\n    from ptxbench.tool.build import forget\n")
+    assert module_cycles(all_imports(room.parent), room.parent) == [["ptxbench.tool.build", "ptxbench.tool.cache"]]
+    assert package_cycles(all_imports(room.parent), room.parent) == [], "one package: no package cycle to see"
+
+    (room / "seal.py").write_text("def forget(entry): ...\n")
+    (room / "build.py").write_text("from ptxbench.tool import cache, seal\n")
+    (room / "cache.py").write_text("from ptxbench.tool.seal import forget\n")
+    assert module_cycles(all_imports(room.parent), room.parent) == []

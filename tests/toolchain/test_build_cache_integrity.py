@@ -13,8 +13,10 @@ import pytest
 from ptxbench import integrity
 from ptxbench.arch.registry import Arch
 from ptxbench.records.build import BuildResult
+from ptxbench.toolchain import build_seal
 from ptxbench.toolchain import compile as compile_module
-from ptxbench.toolchain.compile import BUILD_RECORD, SEAL_FILE, BuildRequest, build
+from ptxbench.toolchain.build_seal import BUILD_RECORD, SEAL_FILE
+from ptxbench.toolchain.compile import BuildRequest, build
 
 SOURCE = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n'
 BROKEN = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= undeclared; }\n'
@@ -27,7 +29,7 @@ def _own_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 def _new_process() -> None:
     """What another process would see: no entry sealed or checked in memory."""
-    compile_module._verified.clear()
+    build_seal._verified.clear()
 
 
 def _entry(result: BuildResult) -> Path:
@@ -93,7 +95,7 @@ def test_a_forgery_signed_with_the_key_is_refused_by_the_process_that_sealed_the
     first = build(request, cache_dir=tmp_path)
     folder = _entry(first)
     _swap_shared_object(folder)
-    seal = compile_module.BuildSeal(files=compile_module._entry_digests(folder))
+    seal = build_seal.BuildSeal(files=build_seal.entry_digests(folder))
     (folder / SEAL_FILE).write_text(seal.model_copy(update={"signature": integrity.sign(seal.signed_payload())})
                                     .model_dump_json())
     assert not build(request, cache_dir=tmp_path).cached

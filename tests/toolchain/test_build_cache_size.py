@@ -11,10 +11,10 @@ import pytest
 
 from ptxbench import integrity
 from ptxbench.arch.registry import Arch
-from ptxbench.toolchain import build_cache
-from ptxbench.toolchain import compile as compile_module
+from ptxbench.toolchain import build_cache, build_seal
 from ptxbench.toolchain.build_cache import CacheSizeError, clear, entries, info, parse_size, prune
-from ptxbench.toolchain.compile import SEAL_FILE, BuildRequest, build
+from ptxbench.toolchain.build_seal import SEAL_FILE
+from ptxbench.toolchain.compile import BuildRequest, build
 
 SOURCE = 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 3.0f; }\n'
 DAY = 86400.0
@@ -88,7 +88,7 @@ def test_a_build_keeps_only_what_is_read_back_and_the_limit_spares_what_is_in_us
         "nvcc's intermediates are not kept"
     left = [e.path for e in entries(root)]
     assert left == [stale[0], entry], "the oldest entries went until the cache fits; the new one stays"
-    compile_module._verified.clear()  # as another process sees it: only the seal vouches for the entry
+    build_seal._verified.clear()  # as another process sees it: only the seal vouches for the entry
     with caplog.at_level(logging.WARNING):
         again = build(request, cache_dir=root)
     assert again.cached and again.directory == first.directory and not caplog.records, "its seal still holds"

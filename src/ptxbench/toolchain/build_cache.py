@@ -6,7 +6,7 @@ entry the cache is cut back to its size limit (``PTXBENCH_CACHE_MAX_SIZE``, defa
 sparing entries used in the last ``RECENT_S`` seconds, which a running evaluation may still load (its profiled
 program and sanitizer run load the shared object again, well after the build was reused). An entry is
 removed by renaming it out of place first, so a build never reads half of one: it finds it whole or not at all
-(and builds again). Seals are untouched: what stays is exactly what was sealed.
+(and builds again). Seals are untouched: what stays is exactly what was sealed (``build_seal``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench.errors import PtxbenchError
 from ptxbench.paths import default_cache_dir
+from ptxbench.toolchain.build_seal import forget
 
 MAX_SIZE_VARIABLE = "PTXBENCH_CACHE_MAX_SIZE"
 DEFAULT_MAX_BYTES = 5 * 10**9
@@ -185,9 +186,8 @@ def human(size: float) -> str:
 
 
 def _remove(entry: Path) -> bool:
-    """Rename the entry out of place, then delete it: a reader finds it whole or not at all."""
-    from ptxbench.toolchain.compile import forget
-
+    """Rename the entry out of place, then delete it: a reader finds it whole or not at all; this process's
+    memory of its seal goes with it."""
     aside = entry.with_name(f"{_REMOVED_PREFIX}{entry.name}-{secrets.token_hex(4)}")
     try:
         os.rename(entry, aside)

@@ -2,9 +2,10 @@
 
 One nvcc call (``--keep``) yields all three, so the static report reads exactly what will run. Builds
 run in a subprocess with a time limit, are cached by a content hash of everything that affects the
-output, and can run several at once (``compile_many``). Each cache entry is sealed with the machine's
-key (see ``_reuse``): an entry changed by anyone else is discarded and built again. An entry keeps only what
-is read back (not nvcc's intermediates), and the cache is kept within a size limit (``build_cache``).
+output, and can run several at once (``build_many``). Each cache entry is sealed with the machine's
+key (``build_seal``; see ``_reuse``): an entry changed by anyone else is discarded and built again. An entry
+keeps only what is read back (not nvcc's intermediates), and the cache is kept within a size limit
+(``build_cache``). The record of a build, ``BuildResult``, is defined in ``records.build``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,15 +27,16 @@ from pydantic import BaseModel, Field
 from ptxbench._io import write_atomic
 from ptxbench.arch.registry import Arch
 from ptxbench.contract.signature import SOURCE_NAME
-from ptxbench.integrity import file_sha256, sign, verify
 from ptxbench.paths import default_cache_dir
 from ptxbench.records.build import COMPILE_RESULT_VERSION, BuildResult, CompileFailure, Diagnosis
+from ptxbench.toolchain import build_cache, build_seal
 from ptxbench.toolchain.diagnose import diagnose
 from ptxbench.toolchain.discover import find_toolchain
 from ptxbench.toolchain.entry_point import check_entry_point
 from ptxbench.toolchain.priority import lower_this_thread
 
 DEFAULT_TIMEOUT_S = 120.0
+_log = logging.getLogger(__name__)
 
 # Harness-owned flags. The candidate chooses none of them: no libraries, no -arch shorthand.
 BASE_FLAGS = ("-shared", "-Xcompiler", "-fPIC", "-O3", "-std=c++17", "-lineinfo", "-cudart", "shared",
@@ -83,8 +84,8 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
             return result.model_copy(update={"directory": ""})  # never cached, no artifacts kept
         _drop_intermediates(staging, request)
         result = result.model_copy(update={"directory": str(directory)})
-        write_atomic(staging / BUILD_RECORD, result.model_dump_json(indent=1))
-        sealed = _seal(staging)
+        write_atomic(staging / build_seal.BUILD_RECORD, result.model_dump_json(indent=1))
+        sealed = build_seal.seal(staging)
         if directory.exists() and use_cache and (cached := _reuse(directory, key)) is not None:
             return cached
         if directory.exists():
@@ -95,7 +96,7 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
             if (cached := _reuse(directory, key)) is not None:
                 return cached
             raise
-        _remember(directory, sealed)  # only now: an entry that another build put in place first is not ours
+        build_seal.remember(directory, sealed)  # only now: an entry that another build put in place first is not ours
         _keep_within_limit(root)
         return result
     finally:
@@ -105,123 +106,33 @@ def build(request: BuildRequest, *, cache_dir: Path | None = None, timeout_s: fl
 def _drop_intermediates(staging: Path, request: BuildRequest) -> None:
     """Keep what a build's reader uses (the source, the header, the shared object, PTX and cubin); nvcc's
     ``--keep`` intermediates (preprocessed sources, objects: most of an entry's ~6 MB) go."""
-    kept = {"candidate.cu", request.header_name, *REUSED_ARTIFACTS}
+    kept = {"candidate.cu", request.header_name, *build_seal.REUSED_ARTIFACTS}
     for item in staging.iterdir():
         if item.name not in kept and (item.is_file() or item.is_symlink()):
             item.unlink(missing_ok=True)
 
 
 def _keep_within_limit(root: Path) -> None:
-    from ptxbench.toolchain.build_cache import CacheSizeError, after_build
-
     try:
-        removed = after_build(root)
-    except CacheSizeError as exc:
+        removed = build_cache.after_build(root)
+    except build_cache.CacheSizeError as exc:
         _log.warning("build cache not limited: %s", exc)
         return
     if removed is not None:
         _log.info("build cache: %d oldest entries removed to stay within its size limit", removed.removed)
 
 
-# -- the cache's seal ---------------------------------------------------------------------------------------
-# Candidate code can write the cache (same user, no read-only mount). Each entry holds a seal: the SHA-256
-# of its record and of every artifact that is reused, signed with the machine's key (ptxbench.integrity).
-# An entry whose seal does not hold is discarded and built again. What this process sealed or verified is
-# remembered, so within the process an entry is checked against those digests, not only against a
-# signature that a candidate which read the key could forge.
-
-BUILD_RECORD = "build.json"
-SEAL_FILE = "seal.json"
-SEAL_VERSION = 1
-REUSED_ARTIFACTS = tuple(f"candidate{suffix}" for suffix in (".so", ".ptx", ".cubin"))
-
-_log = logging.getLogger(__name__)
-_verified: dict[str, dict[str, str]] = {}  # cache entry folder -> the digests this process sealed or checked
-_verified_lock = threading.Lock()
-
-
-class BuildSeal(BaseModel):
-    """The SHA-256 of ``build.json`` and of each reused artifact present, and the machine's tag of them."""
-
-    version: int = SEAL_VERSION
-    files: dict[str, str]
-    signature: str = ""
-
-    def signed_payload(self) -> bytes:
-        return self.model_dump_json(exclude={"signature"}).encode()
-
-
-def _entry_digests(folder: Path) -> dict[str, str]:
-    names = (BUILD_RECORD, *REUSED_ARTIFACTS)
-    return {name: file_sha256(folder / name) for name in names if (folder / name).is_file()}
-
-
-def _seal(staging: Path) -> dict[str, str]:
-    """Seal the entry being staged; returns the digests sealed."""
-    seal = BuildSeal(files=_entry_digests(staging))
-    seal = seal.model_copy(update={"signature": sign(seal.signed_payload())})
-    write_atomic(staging / SEAL_FILE, seal.model_dump_json(indent=1))
-    return seal.files
-
-
-def _remember(directory: Path, digests: dict[str, str]) -> None:
-    with _verified_lock:
-        _verified[str(directory)] = digests
-
-
-def forget(directory: Path) -> None:
-    """An entry removed from the cache (``build_cache``): a build of it later is checked afresh."""
-    with _verified_lock:
-        _verified.pop(str(directory), None)
-
-
 def _reuse(directory: Path, key: str) -> BuildResult | None:
     """The cached result in ``directory`` if its seal holds; a broken entry is logged and removed."""
-    if not (directory / BUILD_RECORD).is_file():
+    if not (directory / build_seal.BUILD_RECORD).is_file():
         return None
-    result, problem = _checked_record(directory, key)
+    result, problem = build_seal.checked_record(directory, key)
     if result is None:
         _log.warning("build cache entry %s %s: discarded, it is built again", directory, problem)
         shutil.rmtree(directory, ignore_errors=True)
         return None
-    from ptxbench.toolchain.build_cache import mark_used
-
-    mark_used(directory)
+    build_cache.mark_used(directory)
     return result.model_copy(update={"cached": True})
-
-
-def _checked_record(directory: Path, key: str) -> tuple[BuildResult | None, str]:
-    """The entry's record when its files are the ones sealed for ``key`` here, else why they are not.
-    The record is parsed from the very bytes that were hashed, so it cannot be swapped in between."""
-    if any((directory / name).is_symlink() for name in (BUILD_RECORD, SEAL_FILE, *REUSED_ARTIFACTS)):
-        return None, "holds a link where a file belongs"
-    try:
-        record = (directory / BUILD_RECORD).read_bytes()
-    except OSError:
-        return None, "has an unreadable record"
-    digests = {**_entry_digests(directory), BUILD_RECORD: hashlib.sha256(record).hexdigest()}
-    with _verified_lock:
-        remembered = _verified.get(str(directory))
-    if remembered is not None:
-        if digests != remembered:
-            return None, "changed since this process sealed or checked it"
-    else:
-        try:
-            seal = BuildSeal.model_validate_json((directory / SEAL_FILE).read_text())
-        except (OSError, ValueError):
-            return None, "has no readable seal (written before entries were sealed, or changed)"
-        if seal.version != SEAL_VERSION or not verify(seal.signed_payload(), seal.signature):
-            return None, "has a seal not signed by this machine's harness"
-        if seal.files != digests:
-            return None, "holds files other than the ones sealed"
-    try:
-        result = BuildResult.model_validate_json(record)
-    except ValueError:
-        return None, "has an unreadable record"
-    if result.key != key or Path(result.directory) != directory:
-        return None, "has a record of another build"
-    _remember(directory, digests)
-    return result, ""
 
 
 def _run_nvcc(nvcc: str, request: BuildRequest, work: Path, key: str, timeout_s: float) -> BuildResult:
