@@ -3,8 +3,10 @@
 - const axes become axes with that single choice (names and formulas keep them); var axes plain axes; the
   layout's axes (``kv_tokens``, ``attended_pairs``) are added where the definition has index inputs.
 - tensors keep name, shape and dtype (those a candidate can be given in C: bf16, f16, f32, fp8, int32,
-  int8); scalars are fixed (``scalars``); index inputs are derived (``layouts``); inputs named ``*scale*``
-  are drawn positive.
+  int8); scalars are fixed (``scalars``); index inputs are derived (``layouts``); scale factors (``*scale*``,
+  ``SF_*``) are drawn positive; floating inputs a trace stores in blobs are drawn too (their values do not
+  change the work; an attention backward's ``O`` and ``L`` are then not the forward of its ``Q, K, V``,
+  which its reference, cuDNN's backward, takes as given).
 - the family, the required features, the FLOP and byte formulas come from ``op_type`` and the shapes
   (``work``; ``flops`` overrides).
 - the baseline is the definition's own reference in the inputs' dtypes (``reference_text.baseline``), as
@@ -49,7 +51,7 @@ def family_of(definition: Definition) -> Family:
     if op == "gemm":
         return Family.GEMM
     if op in ATTENTION_OPS:
-        if "bwd" in definition.name or "backward" in definition.name:
+        if "bwd" in definition.name or "backward" in definition.tag("direction"):
             return Family.ATTENTION_BACKWARD
         return Family.ATTENTION_DECODE if is_decode(definition) else Family.ATTENTION_FORWARD
     if op in NORM_OPS:
@@ -120,16 +122,43 @@ def task_id(name: str) -> str:
     return ident
 
 
+# libraries a reference may call that run on a CUDA GPU only: the task imports, and its reference runs where they are
+_GPU_LIBRARIES = {"cudnn": "the cuDNN frontend (`cudnn`)", "deep_gemm": "DeepGEMM (`deep_gemm`)",
+                  "_scaled_dot_product_cudnn_attention": "cuDNN attention through PyTorch",
+                  "flashinfer": "FlashInfer (`flashinfer`)"}
+
+
+def gpu_libraries(definition: Definition) -> list[str]:
+    """The GPU-only libraries the reference calls (named in the task's text and the import summary)."""
+    try:
+        module = ast.parse(definition.reference)
+    except SyntaxError:
+        return []
+    names = {a.name.split(".")[0] for n in ast.walk(module) if isinstance(n, ast.Import) for a in n.names}
+    names |= {(n.module or "").split(".")[0] for n in ast.walk(module) if isinstance(n, ast.ImportFrom)}
+    names |= {n.attr for n in ast.walk(module) if isinstance(n, ast.Attribute)}
+    return [what for key, what in _GPU_LIBRARIES.items() if key in names]
+
+
 def _statement(definition: Definition, scalars: dict[str, Any], derived: list[str]) -> str:
     fixed = "".join(f"\n{name} = {value!r} in every call (fixed by the workloads)." for name, value in scalars.items())
     constraints = "".join(f"\nThe sizes satisfy `{c}`." for c in definition.constraints)
     index = (f"\nThe index inputs {', '.join(derived)} hold each workload's layout (the trace's own where it has "
              "one); kv_tokens and attended_pairs, where present, are what that layout reads and computes."
              if derived else "")
+    libraries = gpu_libraries(definition)
+    needs = (f"\nThe reference calls {' and '.join(libraries)} on the inputs in their own dtypes: it runs on a CUDA "
+             "GPU where they are installed, and an evaluation elsewhere fails with that reason." if libraries else "")
     return (f"{(definition.description or definition.name).strip()}\n\n"
             f"Imported from the FlashInfer-Trace definition `{definition.name}` (op_type {definition.op_type}). The "
-            f"computation is its reference, computed in fp32:{fixed}{constraints}{index}\n\n"
+            f"computation is its reference, computed in fp32:{fixed}{constraints}{index}{needs}\n\n"
             f"```python\n{definition.reference.strip()}\n```")
+
+
+def _is_scale(name: str) -> bool:
+    """Scale factors (``*scale*``, DeepGEMM's ``SF_A``) are drawn positive, as a quantiser makes them."""
+    lowered = name.lower()
+    return "scale" in lowered or lowered.startswith("sf_") or lowered.endswith("_sf")
 
 
 def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobReader,
@@ -156,7 +185,7 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
                                      "shape": list(spec.shape), "description": spec.description or name}
             if kind == "inputs" and name in plan.derived:
                 entry["init"] = {"kind": "derived"}
-            elif kind == "inputs" and "scale" in name and spec.dtype.startswith("float"):
+            elif kind == "inputs" and _is_scale(name) and spec.dtype.startswith("float"):
                 entry["init"] = {"kind": "positive"}
             tensors_data[kind].append(entry)
     extra = plan.extra_axes()
@@ -173,7 +202,8 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
         "id": task_id(definition.name), "family": family.value,
         "title": f"{definition.name} (FlashInfer-Trace {definition.op_type})",
         "statement": _statement(definition, scalars, plan.derived),
-        "reference": reference_code(definition, scalars, plan, workloads, axis_names),
+        "reference": reference_code(definition, scalars, plan, workloads, axis_names,
+                                    upcast=not gpu_libraries(definition)),
         "flops": flops_text, "bytes": bytes_moved(definition, plan),
         "baseline": {"library": "reference", "call": REFERENCE_BASELINE_CALL},
         "axes": axes, **tensors_data, "workloads": with_roles(workloads, weight),

@@ -1,7 +1,8 @@
 """The imported task's reference code: the definition's own ``run``, wrapped.
 
 - ``reference(**inputs, **sizes)`` calls ``run`` on fp32 copies of the floating inputs, so the reference
-  computes in fp32 as every PTXBench reference does; its outputs are returned by name, in fp32.
+  computes in fp32 as every PTXBench reference does; its outputs are returned by name, in fp32. A reference
+  that calls a GPU library (cuDNN, DeepGEMM) is given the inputs in their own dtypes, which the library needs.
 - ``baseline(**inputs, **sizes)`` calls ``run`` on the inputs as given, in their own dtypes: what
   FlashInfer-Bench times as the reference, and what an imported task's ``reference`` baseline times.
 - ``derive_inputs`` (``derive_source``) with the plan and layouts, where the definition has index inputs.
@@ -31,8 +32,9 @@ def _produced(named, cast):
 
 
 def reference(**named):
-    # the definition's `run` on fp32 copies of its floating inputs: the reference computes in fp32
-    produced = _produced(named, lambda t: t.float() if t.is_floating_point() else t)
+    # the definition's `run` on fp32 copies of its floating inputs: the reference computes in fp32 (unless it
+    # calls a library that defines the operation in the inputs' own dtypes: _UPCAST is then False)
+    produced = _produced(named, lambda t: t.float() if _UPCAST and t.is_floating_point() else t)
     return {n: t.float() for n, t in produced.items()}
 
 
@@ -43,10 +45,10 @@ def baseline(**named):
 
 
 def reference_code(definition: Definition, scalars: dict[str, Any], plan: IndexPlan,
-                   workloads: list[ImportedWorkload], axes: list[str]) -> str:
+                   workloads: list[ImportedWorkload], axes: list[str], upcast: bool = True) -> str:
     code = [definition.reference.strip("\n"), "", "",
             f"_RUN_INPUTS = {tuple(definition.inputs)!r}", f"_OUTPUTS = {tuple(definition.outputs)!r}",
-            f"_SCALARS = {scalars!r}", "", _WRAPPERS.strip("\n")]
+            f"_SCALARS = {scalars!r}", f"_UPCAST = {upcast!r}", "", _WRAPPERS.strip("\n")]
     if plan.derived:
         index_plan = {**plan._asdict(), "axes": axes}
         layouts = {",".join(f"{a}={w.sizes[a]}" for a in sorted(axes)): w.layout for w in workloads}

@@ -70,6 +70,45 @@ def _attention_flops(definition: Definition, plan: IndexPlan) -> str:
     return f"2 * {heads} * ({qk} + {vo}) * {pairs}"
 
 
+def _gemm_flops(definition: Definition) -> str:
+    """``2 * M * N * K`` from the output ``[M, N]`` and the two operands ``[M, K]``, ``[N, K]`` (or ``[K, N]``),
+    found among the 2-D inputs whatever their order (block-scaled GEMMs list scales between them)."""
+    out = next(iter(definition.outputs.values())).shape or []
+    matrices = [s.shape for s in definition.inputs.values() if s.shape and len(s.shape) == 2]
+    if len(out) == 2:
+        for a in matrices:
+            for b in matrices:
+                if a is not b and a and b and a[0] == out[0] and out[1] in b:
+                    reduced = [axis for axis in a[1:] if axis in b and axis not in out]
+                    if len(reduced) == 1:
+                        return f"2 * {out[0]} * {out[1]} * {reduced[0]}"
+    raise ImportProblem("gemm definition: cannot tell M, N and K from its 2-D inputs and the output; pass --flops")
+
+
+def _causal(definition: Definition) -> bool:
+    return "causal" in definition.name or "true" in definition.tag("causal")
+
+
+def _dense_attention_flops(definition: Definition) -> str:
+    """Attention over ``[B, H, S, D]`` tensors (the original PTXBench's ``op_type "attention"``): ``2 * (Dqk +
+    Dv)`` FLOPs per (query, key) pair and head, all pairs or the causal half with the diagonal; a backward
+    (five products where the forward has two) 2.5 times that."""
+    found = {n.upper(): s.shape for n, s in definition.inputs.items() if n.upper() in ("Q", "K", "V") and s.shape}
+    if set(found) != {"Q", "K", "V"} or any(len(shape) != 4 for shape in found.values()):
+        raise ImportProblem("attention definition: expected 4-D inputs Q, K, V ([B, H, S, D]); pass --flops")
+    batch, heads, queries, qk = found["Q"]
+    keys, vo = found["K"][2], found["V"][3]
+    if _causal(definition):
+        if keys != queries:
+            raise ImportProblem("causal attention definition with queries and keys of different lengths: pass --flops")
+        pairs = f"({queries} * {queries} - {queries} * ({queries} - 1) / 2)"
+    else:
+        pairs = f"{queries} * {keys}"
+    dims = f"({qk} + {vo})" if qk != vo else f"2 * {qk}"
+    backward = "bwd" in definition.name or "backward" in definition.tag("direction")
+    return f"{'5' if backward else '2'} * {batch} * {heads} * {dims} * {pairs}"
+
+
 def _top_k(definition: Definition) -> str:
     if "top_k" in definition.axes:
         return "top_k"
@@ -97,13 +136,9 @@ def flops(definition: Definition, plan: IndexPlan, override: str | None) -> str:
     if override is not None:
         text = override
     elif op == "gemm":
-        a, b = (definition.inputs[n].shape or [] for n in list(definition.inputs)[:2])
-        out = next(iter(definition.outputs.values())).shape or []
-        reduced = [axis for axis in a if axis in b and axis not in out]
-        if len(out) != 2 or len(reduced) != 1:
-            raise ImportProblem("gemm definition: cannot tell M, N and K from the first two inputs and the output; "
-                                "pass --flops")
-        text = f"2 * {out[0]} * {out[1]} * {reduced[0]}"
+        text = _gemm_flops(definition)
+    elif op == "attention":
+        text = _dense_attention_flops(definition)
     elif op in ATTENTION_OPS:
         text = _attention_flops(definition, plan)
     elif op == "moe":

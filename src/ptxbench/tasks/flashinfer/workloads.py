@@ -48,9 +48,13 @@ def bind(definition: Definition, plan: IndexPlan, specs: list[WorkloadSpec], blo
         missing = [n for n in variables if n not in spec.axes]
         if missing:
             raise ImportProblem(f"workload {spec.uuid}: no value for axis {missing[0]}")
-        unknown = sorted(set(spec.axes) - set(variables))
+        unknown = sorted(set(spec.axes) - set(variables) - set(consts))
         if unknown:
             raise ImportProblem(f"workload {spec.uuid}: {unknown[0]} is not a var axis of {definition.name}")
+        restated = [n for n in spec.axes if n in consts and spec.axes[n] != consts[n]]
+        if restated:  # a workload may restate a const axis (the original PTXBench's do), never change it
+            raise ImportProblem(f"workload {spec.uuid}: {restated[0]} = {spec.axes[restated[0]]}, but the definition "
+                                f"fixes it to {consts[restated[0]]}")
         sizes = {n: consts[n] if n in consts else spec.axes[n] for n in definition.axes}
         for constraint in checked:
             if not formula.holds(constraint, sizes):
@@ -59,7 +63,7 @@ def bind(definition: Definition, plan: IndexPlan, specs: list[WorkloadSpec], blo
         if plan.derived:
             try:
                 layout = blob_layout(plan, spec, sizes, blobs)
-                source = "blobs"
+                source = "blobs" if layout is not None else ""
             except BlobMissing as exc:  # the trace names blobs this copy of the dataset lacks: said in the note
                 source = f"drawn: {exc}"
             if layout is None:
@@ -70,9 +74,24 @@ def bind(definition: Definition, plan: IndexPlan, specs: list[WorkloadSpec], blo
         if key not in seen:
             seen.add(key)
             found.append(ImportedWorkload(_name(index, spec), sizes, layout, source, spec.uuid))
+    if len(found) == 1 and not plan.derived and variables:
+        found.append(_held_out_companion(definition, found[0], variables, checked))
     if len(found) < 2:
         raise ImportProblem(f"{len(found)} distinct workload(s): a task needs one timed and at least one held out")
     return found
+
+
+def _held_out_companion(definition: Definition, only: ImportedWorkload, variables: list[str],
+                        checked: list[str]) -> ImportedWorkload:
+    """A second workload for a definition that comes with one (the original PTXBench's fp8 GEMMs): its var axes
+    a little over half the given ones and odd, so the held-out shape is one a kernel cannot be fitted to."""
+    sizes = dict(only.sizes)
+    for name in variables:
+        sizes[name] = max(1, sizes[name] // 2 + 1) | 1
+    if not all(formula.holds(c, sizes) for c in checked) or sizes == only.sizes:
+        raise ImportProblem("1 distinct workload: a task needs one timed and at least one held out, and no "
+                            "held-out shape meets the definition's constraints")
+    return ImportedWorkload(f"{only.name}-heldout", sizes, None, "companion", only.uuid)
 
 
 def with_roles(workloads: list[ImportedWorkload], weight: str) -> list[dict[str, Any]]:
@@ -82,8 +101,9 @@ def with_roles(workloads: list[ImportedWorkload], weight: str) -> list[dict[str,
     held = {i for n, i in enumerate(others) if n % HELD_OUT_EVERY == HELD_OUT_EVERY - 1} or {others[-1]}
     rows = []
     for i, workload in enumerate(workloads):
-        source = {"": "", "blobs": "; its layout from the trace's blobs", "drawn": "; its layout drawn at import"}.get(
-            workload.source, "; its layout drawn at import, its blobs missing")
+        source = {"": "", "blobs": "; its layout from the trace's blobs", "drawn": "; its layout drawn at import",
+                  "companion": "; its var axes halved and made odd by the importer (the definition has one "
+                               "workload)"}.get(workload.source, "; its layout drawn at import, its blobs missing")
         rows.append({"name": workload.name, "role": "timed" if i == timed else "heldout" if i in held else "visible",
                      "sizes": workload.sizes, "note": f"trace {workload.uuid}{source}"})
     return rows
