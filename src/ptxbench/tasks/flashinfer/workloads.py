@@ -84,10 +84,12 @@ def bind(definition: Definition, plan: IndexPlan, specs: list[WorkloadSpec], blo
 def _held_out_companion(definition: Definition, only: ImportedWorkload, variables: list[str],
                         checked: list[str]) -> ImportedWorkload:
     """A second workload for a definition that comes with one (the original PTXBench's fp8 GEMMs): its var axes
-    a little over half the given ones and odd, so the held-out shape is one a kernel cannot be fitted to."""
+    a little over half the given ones and odd (twice and one more where that is the same), so the held-out
+    shape is one a kernel cannot be fitted to."""
     sizes = dict(only.sizes)
     for name in variables:
-        sizes[name] = max(1, sizes[name] // 2 + 1) | 1
+        halved = max(1, sizes[name] // 2 + 1) | 1
+        sizes[name] = halved if halved != sizes[name] else 2 * sizes[name] + 1
     if not all(formula.holds(c, sizes) for c in checked) or sizes == only.sizes:
         raise ImportProblem("1 distinct workload: a task needs one timed and at least one held out, and no "
                             "held-out shape meets the definition's constraints")
