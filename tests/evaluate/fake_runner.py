@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ptxbench.evaluate.child.gpu_side import CANARY_BYTES, CANARY_VALUE
+from ptxbench.evaluate.child.gpu_side import CANARY_BYTES, CANARY_VALUE, HarnessOutOfMemory
 from ptxbench.tasks.model import Task
 from ptxbench.tasks.reference import make_inputs, run_reference
 
@@ -17,6 +17,8 @@ BEHAVIOUR = "PTXBENCH_FAKE_BEHAVIOUR"
 SPANS = "PTXBENCH_FAKE_SPANS"  # a file: each trial and timing call then takes 0.2 s and logs its span
 PIDS = "PTXBENCH_FAKE_PIDS"  # a file: the loaded candidate's process writes its pid there
 LAST = "PTXBENCH_FAKE_LAST"  # a file: the pid of the process that timed last ("power-capped" behaviour)
+GPU_BYTES = "PTXBENCH_FAKE_GPU_BYTES"  # the memory the fake device says it has (none said without it)
+RELEASES = "PTXBENCH_FAKE_RELEASES"  # a file: each release_timing appends this process's pid
 
 
 def _span(kind: str) -> None:
@@ -69,7 +71,9 @@ class FakeRunner:
         self.task: Task | None = None
 
     def device_info(self) -> dict[str, Any]:
-        return {"name": "Fake H200", "torch": str(torch.__version__), "cuda": None, "cudnn": None}
+        memory = os.environ.get(GPU_BYTES)
+        return {"name": "Fake H200", "torch": str(torch.__version__), "cuda": None, "cudnn": None,
+                **({"memory_bytes": int(memory)} if memory else {})}
 
     def health_check(self) -> dict[str, Any]:
         """The known-good matmul, on the CPU."""
@@ -124,6 +128,8 @@ class FakeRunner:
         if self.behaviour == "crash":
             os.abort()
         if self.behaviour.startswith("oom") and _runs_out_of_memory(self.behaviour):
+            if self.behaviour.startswith("oom-harness"):  # the harness's own drawing in this process
+                raise HarnessOutOfMemory("drawing the trial's inputs and outputs: CUDA out of memory.")
             if self.behaviour.startswith("oom-torch"):
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
             if self.behaviour.startswith("oom-sticky"):  # a CUDA call after the candidate's failed cudaMalloc
@@ -167,9 +173,16 @@ class FakeRunner:
             reasons["cudnn"] = refusal and f"setup failed: RuntimeError: {refusal}"
         return reasons
 
+    def release_timing(self) -> None:
+        if os.environ.get(RELEASES):
+            with open(os.environ[RELEASES], "a") as out:
+                out.write(f"{os.getpid()}\n")
+
     def prepare_timing(self, sizes: dict[str, int], seeds: list[int], baselines: list[str],
                        candidate: bool = True) -> None:
         self._check_timing(baselines, candidate)
+        if self.behaviour.startswith("timing-oom") and candidate and _runs_out_of_memory(self.behaviour):
+            raise HarnessOutOfMemory("drawing the timed input sets and the baselines' setup: CUDA out of memory.")
         _span("time")
         self._timing = (sizes, seeds, baselines, candidate)
         self._sessions = getattr(self, "_sessions", {})

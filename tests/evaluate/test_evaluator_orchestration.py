@@ -359,9 +359,9 @@ def test_the_harness_short_of_gpu_memory_tries_again_alone_and_never_blames_the_
     modes: list[bool] = []
     failed: list[bool] = []
 
-    def trials_in_fresh_process(self, task, shared_object, own_kernels, alone):  # type: ignore[no-untyped-def]
+    def trials_in_fresh_process(self, task, shared_object, own_kernels, alone, **options):  # type: ignore[no-untyped-def]
         modes.append(alone)
-        return real_trials(self, task, shared_object, own_kernels, alone)
+        return real_trials(self, task, shared_object, own_kernels, alone, **options)
 
     def expect(self, task, workload, seed):  # type: ignore[no-untyped-def]
         if not modes[-1] or short_alone_too:

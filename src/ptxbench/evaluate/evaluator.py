@@ -28,7 +28,7 @@ import os
 import secrets
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import NamedTuple
 
@@ -57,8 +57,10 @@ from ptxbench.evaluate.guards import (
     wall_clock_guards,
 )
 from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
+from ptxbench.evaluate.isolation.memory_ledger import MemoryLedger
 from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.evaluate.launches import base_name, kernel_durations_ms, launches_of
+from ptxbench.evaluate.memory_need import GIB, HEADROOM_BYTES, trials_need, unfit_workloads, workload_need
 from ptxbench.evaluate.static_only import verdict_before_running
 from ptxbench.evaluate.timing import (
     BaselineFailed,
@@ -92,12 +94,22 @@ WORKER_SPARES = 4  # fresh processes starting ahead: two are used per candidate 
 # memory beside another lane's is tried again alone (TrialsEnded.out_of_memory).
 DEFAULT_LANES = 2
 ALONE_TOO = "out of GPU memory also when run alone on the GPU"
+TIMING_SHORT_WAIT_S = 2.0  # before timing is taken again after the harness ran short of memory
 
 
 def _out_of_memory(exc: RequestFailed) -> bool:
     """torch's allocation failing in the worker (OutOfMemoryError), or a CUDA call there reporting the
     error a candidate's failed cudaMalloc left behind ("AcceleratorError: CUDA error: out of memory")."""
-    return exc.kind == "OutOfMemoryError" or "CUDA error: out of memory" in str(exc)
+    return exc.kind in ("OutOfMemoryError", HARNESS_SHORT_IN_WORKER) or "CUDA error: out of memory" in str(exc)
+
+
+# The harness's own allocation in the candidate's process failing (child.gpu_side.HarnessOutOfMemory): drawing
+# the inputs and outputs of a trial or of timing, a baseline's setup.
+HARNESS_SHORT_IN_WORKER = "HarnessOutOfMemory"
+
+
+def _harness_short_in_worker(exc: BaseException) -> bool:
+    return isinstance(exc, RequestFailed) and exc.kind == HARNESS_SHORT_IN_WORKER
 
 
 class TrialsEnded(NamedTuple):
@@ -106,13 +118,27 @@ class TrialsEnded(NamedTuple):
     status: Status
     message: str
     out_of_memory: bool = False  # the GPU's memory ran out: possibly taken by another evaluation beside it
-    harness_short: bool = False  # it ran out in the harness's own process (drawing inputs, the reference)
+    harness_short: bool = False  # it ran out in the harness's own allocation (drawing inputs, the reference)
+    workload: str | None = None  # where it stopped
 
 
 def _harness_out_of_memory(exc: BaseException) -> bool:
     """The harness's own allocation on the GPU failing: torch's OutOfMemoryError, or the CUDA error it raises
     when the driver refuses ("AcceleratorError: CUDA error: out of memory")."""
     return type(exc).__name__ in ("OutOfMemoryError", "AcceleratorError") and "out of memory" in str(exc)
+
+
+class _TimingShort(Exception):
+    """The GPU's memory ran out for the harness's own allocations during timing (the input sets, a baseline's setup
+    or its check), in either process; ``candidate_loaded``: whether the candidate's code was in its process then."""
+
+    def __init__(self, message: str, candidate_loaded: bool) -> None:
+        super().__init__(message)
+        self.candidate_loaded = candidate_loaded
+
+
+def _mentions_out_of_memory(text: str) -> bool:
+    return "out of memory" in text.lower() or "OutOfMemoryError" in text or HARNESS_SHORT_IN_WORKER in text
 
 
 class Failed(NamedTuple):
@@ -183,6 +209,7 @@ class GpuEvaluator:
         # ncu's counter access on this GPU, learnt once by the harness's own probe: (None,) readable,
         # (why not,) unreadable; None until probed (see _counters_unreadable)
         self._counter_probe: tuple[str | None] | None = None
+        self._memory_ledger: MemoryLedger | None = None
 
     def close(self) -> None:
         self.worker.close()
@@ -208,6 +235,42 @@ class GpuEvaluator:
             os.environ[KEY_VARIABLE] = key  # workers started from now on take it while their start-up runs kernels
         return self._lock
 
+    @property
+    def memory_ledger(self) -> MemoryLedger:
+        """The reservations of this GPU's memory by every evaluation's untimed stages (named like the lock)."""
+        if self._memory_ledger is None:
+            card = self._card_bytes()
+            usable = card - HEADROOM_BYTES if card else 1 << 62  # a device that does not say: nothing to hold to
+            self._memory_ledger = MemoryLedger(self.lock.key, usable)
+        return self._memory_ledger
+
+    def _card_bytes(self) -> int | None:
+        memory = self.device().get("memory_bytes")
+        return int(memory) if isinstance(memory, int) and memory > 0 else None
+
+    def _free_bytes(self) -> int | None:
+        """The GPU's free memory as the harness's own process sees it (None where it computes on the CPU)."""
+        if not self.reference_device.startswith("cuda"):
+            return None
+        import torch
+
+        torch.cuda.empty_cache()
+        return int(torch.cuda.mem_get_info()[0])
+
+    def _short_alone(self, message: str, need_bytes: int) -> Failed:
+        """The harness's own allocation failed with the GPU held alone and the candidate's process now ended: when
+        the GPU has what the workload needs once that process is gone, the process held it (the candidate's
+        RUNTIME_ERROR: the contract lets no memory outlive a call); otherwise something outside the evaluation
+        holds it, and the item is the harness's failure, never the candidate's."""
+        free = self._free_bytes()
+        if free is not None and free >= need_bytes:
+            return Failed(Status.RUNTIME_ERROR, (
+                f"{ALONE_TOO}: {message} (with the candidate's process ended the GPU has {free / GIB:.1f} GiB free, "
+                f"more than the {need_bytes / GIB:.1f} GiB the workload needs: that process held the memory)"))
+        seen = f"{free / GIB:.1f} GiB free" if free is not None else "free memory unknown"
+        return _harness_failure(f"{ALONE_TOO}: {message} (the workload needs about {need_bytes / GIB:.1f} GiB; "
+                                f"{seen} with the candidate's process ended: held outside this evaluation)")
+
     # -- the whole evaluation -------------------------------------------------------------------
 
     def evaluate(self, task: Task, arch: Arch, source: str, name: str = "candidate.cu") -> Evaluation:
@@ -216,6 +279,11 @@ class GpuEvaluator:
         waited = self._lock.waited_s if self._lock is not None else 0.0
         started = time.perf_counter()
         evaluation = self._evaluate(task, arch, source, name)
+        if evaluation.not_run:  # said in the one line every listing shows, not only in the record
+            names = ", ".join(evaluation.not_run)
+            evaluation = evaluation.model_copy(update={"message": (
+                f"{evaluation.message} ({len(evaluation.not_run)} workload(s) not run: too large for this GPU: {names})"
+            ).strip()})
         durations = {**self._durations, "total": time.perf_counter() - started}
         if self._lock is not None:
             durations["gpu_lock_wait"] = self._lock.waited_s - waited
@@ -269,24 +337,39 @@ class GpuEvaluator:
                 return failure.applied(evaluation)
             with self._stage("peaks"), self.lock.exclusive("peaks"):  # once per evaluator: the first candidate carries it
                 self.peaks()  # measured in the baseline process, which no candidate touches
+        card = self._card_bytes()
+        not_run = unfit_workloads(task, card, timed=self.options.time) if card else {}
+        if not_run:
+            evaluation = evaluation.model_copy(update={"not_run": not_run})
+            if task.timed().name in not_run or len(not_run) == len(task.workloads):
+                return _harness_failure(f"workload {task.timed().name} cannot be evaluated on this GPU: "
+                                        f"{not_run.get(task.timed().name) or next(iter(not_run.values()))}"
+                                        ).applied(evaluation)
+        workloads = [w for w in task.workloads if w.name not in not_run]
         own_kernels = _own_kernels(evaluation)
-        attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=False)
+        # Admitted by memory: beside the others' reservations when the need fits the card, else alone at once.
+        with self.memory_ledger.admitted(trials_need(task, workloads)) as fits:
+            attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=not fits,
+                                                    workloads=workloads)
         if isinstance(attempt, Failed):
             return attempt.applied(evaluation)
         trials, guards, ended = attempt
         evaluation = evaluation.model_copy(update={"isolation": self._isolation})
-        if ended is not None and ended.out_of_memory:
+        if ended is not None and ended.out_of_memory and fits:
             # The GPU's memory is shared with whatever else holds the lock shared (other lanes' candidates,
             # other runs): a candidate that ran out of it is tried again alone before it is blamed.
-            attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=True)
+            attempt = self._trials_in_fresh_process(task, shared_object, own_kernels, alone=True, workloads=workloads)
             if isinstance(attempt, Failed):
                 return attempt.applied(evaluation)
             trials, guards, ended = attempt
-            if ended is not None and ended.harness_short:  # the harness's own need, alone: not the candidate's
-                return _harness_failure(f"{ALONE_TOO}: {ended.message}").applied(evaluation)
-            if ended is not None and ended.out_of_memory:
-                # first: the worker's message may run over several lines (torch's hints)
-                ended = ended._replace(message=f"{ALONE_TOO}: {ended.message}")
+        if ended is not None and ended.harness_short:  # the harness's own allocation failed, alone
+            need = workload_need(task, task.workload(ended.workload)).trials if ended.workload else 0
+            failed = self._short_alone(ended.message, need)
+            evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
+            return failed.applied(evaluation)
+        if ended is not None and ended.out_of_memory:
+            # first: the worker's message may run over several lines (torch's hints)
+            ended = ended._replace(message=f"{ALONE_TOO}: {ended.message}")
         evaluation = evaluation.model_copy(update={"trials": trials, "guards": unique(guards)})
         if ended is not None:
             return evaluation.model_copy(update={"status": ended.status, "message": ended.message})
@@ -369,10 +452,10 @@ class GpuEvaluator:
                 raise ProfiledRunFailed(f"{ALONE_TOO}: {exc}", out_of_memory=True) from None
             raise
 
-    def _trials_in_fresh_process(self, task: Task, shared_object: Path, own_kernels: set[str], alone: bool
-                                 ) -> Failed | Trials:
-        """Load the candidate into a fresh process and run every workload's trials, the GPU's lock held
-        shared (or alone); how the evaluation ends when the process or the load failed."""
+    def _trials_in_fresh_process(self, task: Task, shared_object: Path, own_kernels: set[str], alone: bool,
+                                 workloads: list[Workload] | None = None) -> Failed | Trials:
+        """Load the candidate into a fresh process and run the trials of ``workloads`` (all the task's by default),
+        the GPU's lock held shared (or alone); how the evaluation ends when the process or the load failed."""
         # A fresh process is awaited before the lock is taken: a starting worker takes the lock itself.
         failure = self._fresh_worker()
         if failure is not None:
@@ -386,7 +469,7 @@ class GpuEvaluator:
                 self._isolation = self.worker.isolation
                 libraries_at_load = self.worker.mapped_libraries()
                 with self._stage(stage):
-                    trials, guards, ended = self._trials(task, own_kernels, shared_object)
+                    trials, guards, ended = self._trials(task, own_kernels, shared_object, workloads, alone)
                 guards += library_guards(self.worker.mapped_libraries() - libraries_at_load)
             finally:
                 self.worker.kill()  # the candidate's process ends while its lane still holds the GPU
@@ -418,18 +501,25 @@ class GpuEvaluator:
 
     # -- stages -----------------------------------------------------------------------------------
 
-    def _trials(self, task: Task, own_kernels: set[str], shared_object: Path | None = None) -> Trials:
+    def _trials(self, task: Task, own_kernels: set[str], shared_object: Path | None = None,
+                workloads: list[Workload] | None = None, alone: bool = False) -> Trials:
+        """Each workload's trials in the loaded worker. Beside others the expected outputs are computed while the
+        candidate runs; alone, before it is asked (so its call and the reference never compete for memory, and a
+        failed allocation of either says whose need did not fit)."""
         trials: list[TrialResult] = []
         guards: list[GuardFinding] = []
-        for workload in task.workloads:
+        for workload in task.workloads if workloads is None else workloads:
             for _ in range(self.options.trials):
                 seed = secrets.randbits(62)
                 try:
                     with self._stage("trials.worker"):
+                        if alone:
+                            with self._stage("trials.expect"):
+                                inputs, expected = self._expect(task, workload, seed)
                         self.worker.send("trial", workload.sizes, seed)
-                        # the expected outputs are computed here while the candidate runs there
-                        with self._stage("trials.expect"):
-                            inputs, expected = self._expect(task, workload, seed)
+                        if not alone:  # the expected outputs are computed here while the candidate runs there
+                            with self._stage("trials.expect"):
+                                inputs, expected = self._expect(task, workload, seed)
                         reply = self.worker.receive(self.options.call_timeout_s)
                 except ForgedReply as exc:
                     guards += forged_reply_guards(str(exc))
@@ -437,17 +527,24 @@ class GpuEvaluator:
                 except WorkerTimeout as exc:
                     return Trials(trials, guards, TrialsEnded(Status.TIMEOUT, f"workload {workload.name}: {exc}"))
                 except (WorkerDied, RequestFailed) as exc:
+                    if _harness_short_in_worker(exc):  # the harness's allocation in the candidate's process
+                        return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, (
+                            f"workload {workload.name}: the harness ran out of GPU memory in the candidate's process "
+                            f"{str(exc).partition(': ')[2]}"), out_of_memory=True, harness_short=True,
+                            workload=workload.name))
                     out_of_memory = isinstance(exc, RequestFailed) and _out_of_memory(exc)
                     message = self._diagnosed(f"workload {workload.name}: {exc}", task, workload, shared_object,
                                               out_of_memory)
-                    return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, message, out_of_memory))
+                    return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, message, out_of_memory,
+                                                              workload=workload.name))
                 except Exception as exc:
                     if not _harness_out_of_memory(exc):
                         raise
                     # another lane's candidate holds the GPU's memory: never this candidate's fault
                     return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, (
                         f"workload {workload.name}: the harness ran out of GPU memory drawing the inputs or the "
-                        f"reference: {exc}"), out_of_memory=True, harness_short=True))
+                        f"reference: {str(exc).splitlines()[0]}"), out_of_memory=True, harness_short=True,
+                        workload=workload.name))
                 if reply["code"] != 0:
                     out_of_memory = reply["code"] == CUDA_ERROR_MEMORY_ALLOCATION
                     return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, self._diagnosed(
@@ -507,6 +604,26 @@ class GpuEvaluator:
         return self._peaks
 
     def _timing(self, task: Task, evaluation: Evaluation, shared_object: Path) -> tuple[Evaluation, bool]:
+        """``_timing_once``, taken again once when the harness's own allocations found the GPU's memory gone (another
+        run's processes may have held it; every process of an evaluation gives its memory back after timing). Short
+        twice: the candidate's RUNTIME_ERROR only when its code was loaded and the GPU has what the workload needs
+        once its process is gone, otherwise the harness's failure (``_short_alone``)."""
+        for attempt in range(2):
+            try:
+                return self._timing_once(task, evaluation, shared_object)
+            except _TimingShort as short:
+                self._release_cached_memory()
+                if attempt == 0:
+                    time.sleep(TIMING_SHORT_WAIT_S)
+                    continue
+                need = max((workload_need(task, w).timing for w in task.workloads
+                            if w.role is not Role.HELDOUT and w.name not in evaluation.not_run), default=0)
+                if not short.candidate_loaded:
+                    return _harness_failure(f"{ALONE_TOO}: {short}").applied(evaluation), True
+                return self._short_alone(str(short), need).applied(evaluation), True
+        raise AssertionError("unreachable")
+
+    def _timing_once(self, task: Task, evaluation: Evaluation, shared_object: Path) -> tuple[Evaluation, bool]:
         """Time the timed and visible workloads with the GPU to this lane alone (the protocol: ``timing``),
         then re-check the outputs of timed calls; True with an evaluation that already has its verdict (a
         failure). Clean baseline times are cached per GPU (``BaselineCache``) and read with the GPU held.
@@ -518,7 +635,7 @@ class GpuEvaluator:
         from ptxbench.evaluate.baselines import SETUP_TIMEOUT_S, variant_specs
 
         device = self.device()
-        workloads = [w for w in task.workloads if w.role is not Role.HELDOUT]
+        workloads = [w for w in task.workloads if w.role is not Role.HELDOUT and w.name not in evaluation.not_run]
         specs = variant_specs(task)
         keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in specs}
                 for w in workloads}
@@ -536,6 +653,7 @@ class GpuEvaluator:
             failure = self._baseline_worker_ready("timing.worker_start")
         if failure is not None:
             return failure.applied(evaluation), True
+        candidate_loaded = False
         with self.lock.exclusive("timing"):
             # read with the GPU held: another lane that timed while this one waited may have measured them
             for workload_name, variants in keys.items():
@@ -567,6 +685,7 @@ class GpuEvaluator:
                 failure = self._load(task, shared_object, "timing.load")
                 if failure is not None:
                     return failure.applied(evaluation), True
+                candidate_loaded = True
                 with self._stage("timing.interleaved"):
                     for workload in workloads:
                         fastest = min(clean[workload.name], key=lambda v: clean[workload.name][v][0])
@@ -576,23 +695,37 @@ class GpuEvaluator:
                         for part, seconds in (measured[workload.name].spent or {}).items():
                             self._count(f"timing.protocol.{part}", seconds)
             except BaselineFailed as exc:
+                if _mentions_out_of_memory(str(exc)):
+                    raise _TimingShort(f"timing the vendor baseline: {str(exc).splitlines()[0]}", candidate_loaded
+                                       ) from None
                 return _harness_failure(f"timing the vendor baseline: {exc}").applied(evaluation), True
             except ForgedReply as exc:
                 return _forged(evaluation, exc), True
             except WorkerTimeout as exc:
                 return evaluation.model_copy(update={"status": Status.TIMEOUT, "message": f"timing: {exc}"}), True
             except (WorkerDied, RequestFailed) as exc:
+                if isinstance(exc, RequestFailed) and exc.kind in ("OutOfMemoryError", HARNESS_SHORT_IN_WORKER):
+                    # torch's allocations in that process are the harness's (inputs, outputs, baselines' setup)
+                    raise _TimingShort(f"timing: {str(exc).splitlines()[0]}", candidate_loaded) from None
                 failed = next((w for w in workloads if w.name not in measured), None)  # measured in order
                 return evaluation.model_copy(update={"status": Status.RUNTIME_ERROR, "message": self._diagnosed(
                     f"timing: {exc}", task, failed, shared_object)}), True
             finally:
                 self.worker.kill()
+                self._release_baseline_memory()
         with self.lock.shared("recheck"):
             checked = self._timings_checked(task, evaluation, workloads, clean, measured)
         timings = [t.model_copy(update={"baseline_variants": {
             **{v: ms for v, (ms, _) in clean[t.workload].items()}, **skipped[t.workload]}}) for t in checked.timings]
         checked = checked.model_copy(update={"timings": timings})
         return checked, checked.status is Status.INCORRECT
+
+    def _release_baseline_memory(self) -> None:
+        """The baseline process gives back the last measurement's buffers (it lives on; the next timing on this GPU
+        may be another run's). A process that cannot is ended: a fresh one starts for the next timing."""
+        with suppress(BaselineFailed), baseline_call(self.baselines):
+            if self.baselines.alive():
+                self.baselines.call("release_timing", timeout_s=self.options.call_timeout_s)
 
     def _baseline_worker_ready(self, stage: str = "worker_start") -> Failed | None:
         """The baseline process started (before any lock is taken: starting, it takes the lock itself)."""

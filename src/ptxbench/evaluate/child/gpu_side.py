@@ -35,6 +35,20 @@ def _checked_sync(torch: Any) -> None:
     torch.cuda.synchronize()
 
 
+class HarnessOutOfMemory(RuntimeError):
+    """The harness's own allocation in this process (inputs, outputs, a baseline's setup) found the GPU's memory
+    gone: raised under this name, so the parent tells it from the candidate's own failure (a cudaError returned)."""
+
+
+@contextmanager
+def _harness_allocation(torch: Any, what: str) -> Iterator[None]:
+    """Around the harness's own allocations: torch's out-of-memory error becomes ``HarnessOutOfMemory``."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as exc:
+        raise HarnessOutOfMemory(f"{what}: {str(exc).splitlines()[0]}") from None
+
+
 # What PyTorch's kernel tracer (torch.profiler over kineto/CUPTI) says of itself as a UserWarning. Tracing GPU
 # activity alone, a stop warns (C++ TORCH_WARN, raised from torch.autograd.profiler) when its events were not
 # all matched to kineto's: "N vs. M reassociated", a new text each time, so Python's default filter shows every
@@ -252,8 +266,9 @@ class CandidateRunner:
         clock = time.perf_counter
         phases = {"start": clock()}
         torch.cuda.ipc_collect()  # frees what the parent has released of earlier replies
-        inputs = make_inputs(self.task, sizes, seed, device="cuda")
-        outputs, buffers = self._outputs_with_canaries(sizes)
+        with _harness_allocation(torch, "drawing the trial's inputs and outputs"):
+            inputs = make_inputs(self.task, sizes, seed, device="cuda")
+            outputs, buffers = self._outputs_with_canaries(sizes)
         stream = torch.cuda.Stream()
         marker = torch.zeros(1, device="cuda")
         _checked_sync(torch)
@@ -335,9 +350,11 @@ class CandidateRunner:
         self._timing = None  # the previous workload's buffers go before this one's are drawn
         torch.cuda.empty_cache()  # and back to the driver: this process is long-lived, other processes need it
         chosen = self._loaded_variants(baselines)
-        input_sets = [make_inputs(self.task, sizes, seed, device="cuda") for seed in seeds]
-        outputs, _ = self._outputs_with_canaries(sizes)
-        prepared = {name: [variant.setup(inputs, sizes) for inputs in input_sets] for name, variant in chosen.items()}
+        with _harness_allocation(torch, "drawing the timed input sets and the baselines' setup"):
+            input_sets = [make_inputs(self.task, sizes, seed, device="cuda") for seed in seeds]
+            outputs, _ = self._outputs_with_canaries(sizes)
+            prepared = {name: [variant.setup(inputs, sizes) for inputs in input_sets]
+                        for name, variant in chosen.items()}
         _checked_sync(torch)  # no setup work may still run when the first timed call starts
         turn = {"i": 0}
 
@@ -355,6 +372,13 @@ class CandidateRunner:
             slots = checked_slots(sum(t.numel() * t.element_size() for t in outputs.values()))
             self._timing["checks"] = CheckedCalls(slots, secret=sum(seeds) ^ 0x5BD1E995)
             self._timing["kept"] = [None] * slots
+
+    def release_timing(self) -> None:
+        """Drop the last measurement's input sets, outputs and trace and give the memory back to the driver: this
+        process outlives the evaluation, and another lane or run times next on the same GPU."""
+        self._stop_timing_trace()
+        self._timing = None
+        self.torch.cuda.empty_cache()
 
     def _keep_for_check(self) -> None:
         """After the candidate's call of a round past the warm-up: its outputs kept, on the harness's own stream,
@@ -413,14 +437,18 @@ class CandidateRunner:
         from ptxbench.tasks.reference import make_inputs
 
         variants = variant_specs(self.task, audit=True)  # the benchmark may name audited ones
-        inputs = make_inputs(self.task, sizes, seed, device="cuda")
+        with _harness_allocation(self.torch, "drawing the inputs to check the baselines on"):
+            inputs = make_inputs(self.task, sizes, seed, device="cuda")
         reasons: dict[str, str | None] = {}
         for name in names:
             reasons[name] = variants[name].load()
             if reasons[name] is None:
                 try:
-                    variants[name].setup(inputs, sizes)()
-                    _checked_sync(self.torch)
+                    with _harness_allocation(self.torch, f"setting up baseline variant {name}"):
+                        variants[name].setup(inputs, sizes)()
+                        _checked_sync(self.torch)
+                except HarnessOutOfMemory:
+                    raise  # the GPU's memory, not the variant: never a reason to skip it
                 except Exception as exc:  # noqa: BLE001 - the variant is skipped with this reason
                     reasons[name] = f"setup failed: {type(exc).__name__}: {exc}".splitlines()[0][:300]
         return reasons

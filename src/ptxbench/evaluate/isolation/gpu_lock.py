@@ -57,6 +57,7 @@ class GpuLock:
     def __init__(self, key: str, folder: Path | None = None) -> None:
         folder = folder or default_lock_folder()
         folder.mkdir(parents=True, exist_ok=True)
+        self.key = key
         slug = re.sub(r"[^A-Za-z0-9_.-]", "_", key) or "gpu"
         self._main = folder / f"{slug}.lock"
         self._turnstile = folder / f"{slug}.turnstile"

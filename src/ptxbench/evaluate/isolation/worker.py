@@ -583,6 +583,10 @@ class Worker:
         finally:
             signal_all(stopped, signal.SIGCONT)
 
+    def alive(self) -> bool:
+        """Whether a process is running for this worker now (one that was killed or died is not)."""
+        return self._child is not None and _alive(self._process)
+
     def kill(self) -> None:
         _end(self._child)
         self._child = None
