@@ -1,0 +1,146 @@
+"""Two `ptxbench eval` invocations at once on one GPU, as a lab's sweep runs them: one with every task's example
+(moe_grouped_gemm's DeepSeek-V3 workloads among them), one with every adversarial case of tests/adversarial. What
+#36 asks of the evaluator under load: no item lost (every candidate has a result), no HARNESS_ERROR, and each case
+the status it gets alone. Writes concurrent_evals_<gpu>.{json,md} to --out (default benchmarks/results).
+
+    python benchmarks/concurrent_evals.py [--out DIR] [--timeout-s 560] [--trials 2] [--timing-budget-ms 30]
+
+Both runs go without ncu (a run of every case under ncu does not fit one lent-GPU call; the cases only ncu catches
+then expect any candidate status, as in tests/gpu/test_hostile_run_gpu.py). They share the machine's cache, so the
+baselines one run measures the other reads, as two runs of one user do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the adversarial manifest and its expectations live with the tests
+
+
+def _adversarial_generations(folder: Path) -> tuple[Path, dict[str, dict]]:
+    """The cases as one generations file (each case a sample of its task) and which item is which case."""
+    from ptxbench.records.trajectory import item_name
+    from tests.adversarial.cases import case_source, manifest_cases
+
+    lines, items = [], {}
+    for sample, case in enumerate(manifest_cases()):
+        lines.append(json.dumps({"task": case["task"], "sample": sample,
+                                 "completion": f"```cuda\n{case_source(case)}\n```"}))
+        items[f"{case['task']}/{item_name(sample)}"] = case
+    path = folder / "adversarial.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path, items
+
+
+def _results(run: Path) -> dict[str, object]:
+    from ptxbench.records.evaluation import Evaluation
+
+    found: dict[str, object] = {}
+    for stored in sorted(run.glob("items/*/*/result.json")):
+        key = f"{stored.parent.parent.name}/{stored.parent.name}"
+        try:
+            found[key] = Evaluation.model_validate_json(stored.read_text())
+        except (OSError, ValueError) as exc:
+            found[key] = f"unreadable: {exc}"
+    return found
+
+
+def _judged(case: dict, evaluation: object) -> str | None:
+    """None when the case got what it must (as the hostile run judges it without ncu), else why not."""
+    from ptxbench.records.evaluation import Evaluation
+    from tests.gpu.test_evaluator_gpu import assert_expected
+    from tests.gpu.test_hostile_run_gpu import _expectation
+
+    if not isinstance(evaluation, Evaluation):
+        return str(evaluation)
+    try:
+        assert_expected(_expectation(case, profile=False), evaluation)
+    except AssertionError as exc:
+        return f"expected {case['expect']}, got {evaluation.verdict}: {str(exc).splitlines()[0][:200]}"
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")
+    parser.add_argument("--timeout-s", type=float, default=560.0)
+    parser.add_argument("--trials", type=int, default=2)
+    parser.add_argument("--timing-budget-ms", type=float, default=30.0)
+    args = parser.parse_args()
+    import torch
+
+    from ptxbench.records.evaluation import InfraFailure
+    from ptxbench.tasks.loader import bundled_suite
+
+    work = Path(tempfile.mkdtemp(prefix="concurrent_evals."))
+    generations, cases = _adversarial_generations(work)
+    options = ["--no-profile", "--trials", str(args.trials), "--timing-budget-ms", str(args.timing_budget_ms)]
+    runs = {"examples": ([str(REPO / "kernels" / "examples")], work / "examples"),
+            "adversarial": ([str(generations)], work / "adversarial")}
+    started = time.monotonic()
+    processes = {name: subprocess.Popen([sys.executable, "-m", "ptxbench", "eval", *paths, "--out", str(out), *options],
+                                        stdout=(work / f"{name}.log").open("w"), stderr=subprocess.STDOUT)
+                 for name, (paths, out) in runs.items()}
+    ended: dict[str, dict] = {}
+    while len(ended) < len(processes) and time.monotonic() - started < args.timeout_s:
+        for name, process in processes.items():
+            if name not in ended and process.poll() is not None:
+                ended[name] = {"rc": process.returncode, "seconds": round(time.monotonic() - started, 1)}
+        time.sleep(1)
+    for name, process in processes.items():
+        if name not in ended:
+            process.terminate()
+            ended[name] = {"rc": None, "seconds": None, "note": f"cut at {args.timeout_s:.0f} s"}
+    examples = _results(runs["examples"][1])
+    adversarial = _results(runs["adversarial"][1])
+    expected_examples = {f"{t.id}/{t.id}" for t in bundled_suite() if (REPO / "kernels" / "examples" / f"{t.id}.cu").is_file()}
+    rows = []
+    for key in sorted(expected_examples | set(examples)):
+        evaluation = examples.get(key)
+        rows.append({"run": "examples", "item": key, "verdict": getattr(evaluation, "verdict", evaluation or "lost"),
+                     "message": getattr(evaluation, "message", "")[:240], "problem": None if evaluation is not None
+                     else "no result"})
+    for key, case in cases.items():
+        evaluation = adversarial.get(key)
+        problem = "no result" if evaluation is None else _judged(case, evaluation)
+        rows.append({"run": "adversarial", "item": f"{key} ({case['file']})",
+                     "verdict": getattr(evaluation, "verdict", evaluation or "lost"),
+                     "message": getattr(evaluation, "message", "")[:240], "problem": problem})
+    harness_errors = [r["item"] for r in rows if r["verdict"] == f"infra: {InfraFailure.HARNESS_ERROR.value}"]
+    lost = [r["item"] for r in rows if r["verdict"] == "lost"]
+    gpu = torch.cuda.get_device_name(0)
+    summary = {"gpu": gpu, "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "torch": torch.__version__, "python": platform.python_version(),
+               "command": " ".join(["python", *sys.argv]), "options": options, "runs": ended,
+               "items": len(rows), "lost": lost, "harness_errors": harness_errors,
+               "wrong": [f"{r['item']}: {r['problem']}" for r in rows if r["problem"] and r["verdict"] != "lost"],
+               "rows": rows}
+    args.out.mkdir(parents=True, exist_ok=True)
+    slug = gpu.lower().replace("nvidia ", "").replace(" ", "_")
+    (args.out / f"concurrent_evals_{slug}.json").write_text(json.dumps(summary, indent=1))
+    lines = [f"# Two `ptxbench eval` runs at once on one {gpu}", "",
+             f"{summary['date']}, torch {summary['torch']}, `{summary['command']}`, options `{' '.join(options)}`.", "",
+             *(f"- run {name}: rc {info['rc']}, {info['seconds']} s {info.get('note', '')}" for name, info in ended.items()),
+             f"- items {len(rows)}, lost {len(lost)}, HARNESS_ERROR {len(harness_errors)}, "
+             f"not as expected {len(summary['wrong'])}", "",
+             "| run | item | verdict | problem |", "|---|---|---|---|",
+             *(f"| {r['run']} | {r['item']} | {r['verdict']} | {r['problem'] or ''} |" for r in rows)]
+    (args.out / f"concurrent_evals_{slug}.md").write_text("\n".join(lines) + "\n")
+    for name in runs:
+        print((work / f"{name}.log").read_text()[-3000:])
+    print("\n".join(lines[:8]))
+    print("\n".join(summary["wrong"]) or "every item as expected")
+
+
+if __name__ == "__main__":
+    main()
