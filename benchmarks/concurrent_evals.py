@@ -106,9 +106,12 @@ def main() -> None:
     rows = []
     for key in sorted(expected_examples | set(examples)):
         evaluation = examples.get(key)
+        timings = getattr(evaluation, "timings", None) or []
         rows.append({"run": "examples", "item": key, "verdict": getattr(evaluation, "verdict", evaluation or "lost"),
                      "message": getattr(evaluation, "message", "")[:240], "problem": None if evaluation is not None
-                     else "no result"})
+                     else "no result",
+                     # the wall-clock guard's evidence on honest kernels (guards.WALL_HOST_ALLOWANCE_MS)
+                     "wall_unexplained_ms": {t.workload: [t.candidate_ms, t.wall_unexplained_ms] for t in timings}})
     for key, case in cases.items():
         evaluation = adversarial.get(key)
         problem = "no result" if evaluation is None else _judged(case, evaluation)
@@ -133,6 +136,11 @@ def main() -> None:
              *(f"- run {name}: rc {info['rc']}, {info['seconds']} s {info.get('note', '')}" for name, info in ended.items()),
              f"- items {len(rows)}, lost {len(lost)}, HARNESS_ERROR {len(harness_errors)}, "
              f"not as expected {len(summary['wrong'])}", "",
+             "Wall clock beyond the events per timed call of the honest examples (ms; the guard allows "
+             "max(0.5 ms, the call's event time)):", "",
+             *(f"- {r['item']}: " + ", ".join(f"{w} {c:.3f} ms, {u if u is None else f'{u:+.3f}'}"
+                                            for w, (c, u) in r["wall_unexplained_ms"].items())
+               for r in rows if r.get("wall_unexplained_ms")), "",
              "| run | item | verdict | problem |", "|---|---|---|---|",
              *(f"| {r['run']} | {r['item']} | {r['verdict']} | {r['problem'] or ''} |" for r in rows)]
     (args.out / f"concurrent_evals_{slug}.md").write_text("\n".join(lines) + "\n")
