@@ -194,8 +194,8 @@ def test_an_integer_input_without_a_rule_and_files_that_are_not_definitions_are_
     (tmp_path / "partial.json").write_text(json.dumps({"name": "x", "op_type": "gemm"}))
     with pytest.raises(TaskError, match=r"partial.json: axes: Field required"):
         import_definition(tmp_path / "partial.json", [])
-    (tmp_path / "w.jsonl").write_text('{"definition": "gemm_n6144_k4096", "workload": {"axes": {"M": 1}}}\n')
-    with pytest.raises(TaskError, match=r"w.jsonl:1: workload.uuid: Field required"):
+    (tmp_path / "w.jsonl").write_text('{"definition": "gemm_n6144_k4096", "workload": {"uuid": "u"}}\n')
+    with pytest.raises(TaskError, match=r"w.jsonl:1: workload.axes: Field required"):
         import_definition(FI / f"{GEMM}.json", [tmp_path / "w.jsonl"])
     with pytest.raises(TaskError, match="comes with no workloads"):
         import_definition(FI / f"{GEMM}.json", [FI / f"{RMS}.jsonl"])  # traces of another definition only

@@ -117,6 +117,8 @@ def _print_summary(summary: ImportSummary, out: Path) -> None:
         for reason, count in reasons:
             why.add_row(str(count), reason)
         console.print(why)
+    for problem in summary.unreadable:
+        errors.print(f"warning: {problem}", highlight=False)
     console.print(f"task files and {out / 'import-summary.json'} written under {out}", highlight=False)
 
 

@@ -70,6 +70,8 @@ class ImportSummary(BaseModel):
     version: Literal[1] = 1
     source: str = Field(description="The dataset folder read.")
     outcomes: list[ImportOutcome]
+    unreadable: list[str] = Field(default_factory=list, description="Workload or solution files that could not be "
+                                  "read, each with why (their definitions are then without those workloads).")
 
     @property
     def imported(self) -> list[ImportOutcome]:
@@ -115,7 +117,7 @@ def import_dataset(root: Path, out: Path, flops: str | None = None) -> ImportSum
         outcomes.append(outcome.model_copy(update={"task_file": str(task_file), "task_id": imported.task.id,
                                                    "workloads": len(imported.task.workloads),
                                                    "layouts_from_blobs": from_blobs}))
-    summary = ImportSummary(source=str(root), outcomes=outcomes)
+    summary = ImportSummary(source=str(root), outcomes=outcomes, unreadable=dataset.problems)
     write_atomic(out / SUMMARY_NAME, summary.model_dump_json(indent=2) + "\n")
     return summary
 

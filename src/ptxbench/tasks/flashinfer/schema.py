@@ -79,7 +79,8 @@ class InputSpec(_Schema):
 class WorkloadSpec(_Schema):
     axes: dict[str, int]
     inputs: dict[str, InputSpec] = Field(default_factory=dict)
-    uuid: str = Field(min_length=1)
+    uuid: str = Field(min_length=1, description="Given by the trace; where it lacks one (some stored MLA traces "
+                      "do), the file's name and line stand in.")
 
 
 class WorkloadTrace(_Schema):
@@ -136,7 +137,13 @@ def read_workloads(path: Path, definition: str | None = None) -> list[WorkloadTr
         if not line.strip():
             continue
         try:
-            trace = WorkloadTrace.model_validate_json(line)
+            data = json.loads(line)
+            workload = data.get("workload") if isinstance(data, dict) else None
+            if isinstance(workload, dict) and "uuid" not in workload:
+                workload["uuid"] = f"{path.stem}-line{number}"
+            trace = WorkloadTrace.model_validate(data)
+        except json.JSONDecodeError as exc:
+            raise ImportProblem(f"{path}:{number}: not JSON: {exc.msg}") from None
         except ValidationError as exc:
             raise ImportProblem(_one_line(exc, f"{path}:{number}")) from None
         if definition is None or trace.definition == definition:
