@@ -178,7 +178,10 @@ def test_the_prefetch_variant_keeps_its_knob():
                                           ("softmax", "kAllClusterSizes"), ("transpose", "kStages"),
                                           ("gemm_fp8", "PROMOTE_EVERY"), ("gemm_fp8", "SMEM_AREA"),
                                           ("gemm_fp8", "DECODE_BN"), ("gemm_fp8", "GROUP_M"),
-                                          ("gemm_fp8", "TMA_STORE"), ("gemm_fp8", "TMA_STORE_MAX_K")])
+                                          ("gemm_fp8", "TMA_STORE"), ("gemm_fp8", "TMA_STORE_MAX_K"),
+                                          ("add_rmsnorm", "kThreads"), ("add_rmsnorm", "kBytesInFlightPerCta"),
+                                          ("silu_mul", "kChunk"), ("silu_mul", "kBytesInFlightPerCta"),
+                                          ("rope", "kThreads"), ("rope", "kMaxStageBytes")])
 def test_the_reference_kernels_knobs_are_overridable(kernel, knob):
     source = (reference_folder("sm_90a") / f"{kernel}.cu").read_text()
     assert kernel_variants.apply_overrides(source, {knob: "7"}) != source
