@@ -24,8 +24,8 @@ def metrics(runs: Annotated[list[Path], typer.Argument(help="Run directories")],
             as_json: Annotated[bool, typer.Option("--json", help="The summaries as JSON (a rate not measured is "
                                                   "null)")] = False
             ) -> None:
-    """Metrics with 95 % bootstrap intervals (pass@k, fast_p, speedup, generalization) as Markdown; a rate
-    that nothing measured reads – (null in JSON), never 0. A damaged item is named and left out."""
+    """Metrics with 95 % bootstrap intervals (pass@k, fast_p, sol_p, speedup, SOL, generalization) as Markdown; a
+    rate that nothing measured reads – (null in JSON), never 0. A damaged item is named and left out."""
     from ptxbench.cli.output import errors
     from ptxbench.errors import OptionError
     from ptxbench.results.attempts import read_attempts
@@ -49,7 +49,7 @@ def metrics(runs: Annotated[list[Path], typer.Argument(help="Run directories")],
 
 def compare(run_a: Annotated[Path, typer.Argument()], run_b: Annotated[Path, typer.Argument()],
             metric: Annotated[str, typer.Option("--metric", help="compile | correct | features_executed | "
-                                                "fast_1.0 ...")] = "correct",
+                                                "fast_1.0 | sol_0.8 ...")] = "correct",
             k: _K = 1) -> None:
     """Compare two runs task by task (context ablation, base vs fine-tuned) with a paired test."""
     from ptxbench.results.compare import compare_command

@@ -175,6 +175,13 @@ class Timing(Record):
     def speedup(self) -> float | None:
         return self.baseline_ms / self.candidate_ms if self.baseline_ms and self.candidate_ms > 0 else None
 
+    @property
+    def sol(self) -> float | None:
+        """The speed-of-light score: the attainable time over the candidate's, 1 at the roofline. Anchored in the
+        hardware rather than a baseline (which may be weak); derived from ``roofline_pct``, the same ratio in
+        percent, so stored records of every version have it without a field of its own."""
+        return self.roofline_pct / 100 if self.roofline_pct is not None else None
+
 
 class Generation(Record):
     """Where a model's candidate came from: the labels of the generation run (``generate`` or ``run``) that

@@ -99,6 +99,17 @@ class Attempt(Versioned):
         """fast_p: correct, required features executed, and at least p times the vendor baseline's speed."""
         return bool(self.correct and self.features_executed and self.speedup is not None and self.speedup >= p)
 
+    @property
+    def sol(self) -> float | None:
+        """The speed-of-light score of the timed workload (``Timing.sol``): ``roofline_pct`` as a fraction, so
+        attempts of every version carry it without a field of its own; None where no roofline was measured."""
+        return self.roofline_pct / 100 if self.roofline_pct is not None else None
+
+    def at_sol(self, p: float) -> bool:
+        """sol_p: correct, required features executed (as fast_p asks: a fast kernel that skips the required
+        instructions is no answer to the task), and at least p of the speed of light."""
+        return bool(self.correct and self.features_executed and self.sol is not None and self.sol >= p)
+
 
 def _in_ptx(static: Any) -> bool:
     return bool(static and static.requirements and all(any(e.in_ptx for e in r.evidence) for r in static.requirements))

@@ -20,8 +20,8 @@ from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt, DamagedItem, read_attempts
 from ptxbench.results.measured import NotMeasured, is_measured
 from ptxbench.results.metrics import (
-    CONFIDENCE, Estimate, MetricSummary, Problem, at_k, check_metric, fast_metric, format_rate, last_turns, summarize,
-    task_rates, unmeasured,
+    CONFIDENCE, Estimate, MetricSummary, Problem, at_k, check_metric, format_rate, last_turns, summarize, task_rates,
+    threshold, unmeasured,
 )
 
 EXACT_LIMIT = 16
@@ -168,9 +168,10 @@ def leaderboard(runs: dict[str, list[Attempt]], metric: str = "fast_1.0", k: int
     so a run that skipped the hard tasks cannot rank above one that did not.
     """
     check_metric(metric)
-    ps = (float(metric.removeprefix("fast_")),) if metric.startswith("fast_") else ()
-    if ps:
-        metric = fast_metric(ps[0])
+    speed = threshold(metric)
+    ps = (speed.p,) if speed is not None and speed.kind == "fast" else ()
+    sol_ps = (speed.p,) if speed is not None and speed.kind == "sol" else ()
+    metric = speed.name if speed is not None else metric
     keep: set[Problem] | None = None
     if common_tasks and runs:
         keep = set.intersection(*({(x.arch, x.task) for x in attempts} for attempts in runs.values()))
@@ -180,7 +181,7 @@ def leaderboard(runs: dict[str, list[Attempt]], metric: str = "fast_1.0", k: int
         if not chosen:
             where = " on the tasks common to all runs" if keep is not None else ""
             raise NothingInCommon(f"run {name!r} has no attempts{where}")
-        (summary,) = summarize(chosen, by=(), k=k, ps=ps, bootstrap=bootstrap, seed=seed)
+        (summary,) = summarize(chosen, by=(), k=k, ps=ps, sol_ps=sol_ps, bootstrap=bootstrap, seed=seed)
         scored.append((name, summary))
     def order(item: tuple[str, MetricSummary]) -> tuple[bool, float, str]:
         rate = item[1].rates[metric]

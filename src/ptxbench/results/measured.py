@@ -5,11 +5,12 @@ For each metric an attempt is in one of three states:
 
 - ``judged``: the metric's own stage measured it (a build for ``compile``; a successful build, read, for
   the features in PTX and SASS; correctness trials on a GPU for ``correct``; Nsight Compute for
-  ``features_executed``; a timing for ``fast_p``);
+  ``features_executed``; a timing for ``fast_p``; a timing on a GPU whose roofline was measured for
+  ``sol_p``);
 - ``settled``: not measured, but decided: the attempt failed an earlier stage (no code, no build, a
   verdict the build decided, wrong results), so it fails the metric on any machine;
 - ``unknown``: neither (never built, never run without a GPU, a harness failure, a correct kernel whose
-  speed was not timed).
+  speed was not timed, or for ``sol_p`` timed without a measured roofline).
 
 A group's rate is measured when an attempt of the group was judged, or when every attempt is settled (0 is
 then decided, not missing). A group with an unknown attempt and none judged is not measured, and so is a group
@@ -73,8 +74,9 @@ def state(attempt: Attempt, metric: str) -> State:
         if attempt.features_executed is not None:
             return State.JUDGED
         return State.SETTLED if _has_verdict(attempt) and not attempt.correct else State.UNKNOWN
-    if metric.startswith("fast_"):
-        if attempt.correct and attempt.speedup is not None:
+    if metric.startswith(("fast_", "sol_")):
+        timed = attempt.speedup if metric.startswith("fast_") else attempt.roofline_pct
+        if attempt.correct and timed is not None:
             return State.JUDGED  # a lower bound where the features are unverified (MetricSummary.n_unverified)
         failed = attempt.correct is not True or attempt.features_executed is False
         return State.SETTLED if _has_verdict(attempt) and failed else State.UNKNOWN

@@ -17,6 +17,11 @@ is no property of the model's kernels) nor as a pass. Leaving it out is unbiased
 are unrelated to the task's difficulty (a time-out on a long answer may not be), so the count is always
 shown beside the rates, and a task left without any attempt is named; resample those items to close the gap.
 
+Speed has two rates: fast_p against the vendor baseline (``Attempt.fast``) and sol_p against the speed of
+light (``Attempt.sol``, ``SOL_DEFINITION``), the hardware's bound, which a weak baseline cannot inflate. Both
+count the correct attempts whose required features executed; an attempt timed on a GPU whose roofline was not
+measured has no SOL, and a group where no attempt has one reads sol_p "not measured".
+
 Failures count against every rate: the denominator is all attempts, including those that never
 compiled or whose answer held no code. ``None`` (correctness not measured, features not verified by the
 profiler) never counts as a pass. A rate that nothing in its group measured (``measured.py``: correctness
@@ -54,6 +59,15 @@ BASE_METRICS = ("compile", "features_in_ptx", "features_in_sass", "correct", "fe
 DEFAULT_PS = (0.0, 0.5, 1.0, 1.5, 2.0)
 """The fast_p thresholds shown by default, by ``metrics`` and the report alike: p = 0 is "correct, features
 executed, timed"; 1 is the vendor's speed; the report's plot draws the whole curve from 0 to 2."""
+DEFAULT_SOL_PS = (0.5, 0.8)
+"""The sol_p thresholds shown by default, by ``metrics`` and the report alike: half and four fifths of the speed
+of light (``Attempt.sol``). A speedup is only as good as its baseline; SOL is anchored in the hardware, so it
+stays meaningful where the best baseline is far from its roofline."""
+SOL_DEFINITION = ("the speed-of-light score: the attainable time of the timed workload (its bytes at the measured "
+                  "copy bandwidth or its FLOPs at the best measured matmul rate of its dtype, whichever is longer) "
+                  "over the candidate's median time; 1 is the roofline")
+SOL_P_DEFINITION = "correct, features executed, and at least p of the speed of light (SOL)"
+"""What SOL and sol_p mean, said in the same words by ``metrics`` and the report."""
 CONFIDENCE = 0.95
 
 Resampling = Literal["samples", "tasks"]
@@ -102,6 +116,33 @@ def fast_metric(p: float) -> str:
     return f"fast_{float(p)}"
 
 
+def sol_metric(p: float) -> str:
+    """The metric name of sol_p (``sol_0.8``), as used in summaries, comparisons and leaderboards."""
+    return f"sol_{float(p)}"
+
+
+class Threshold(NamedTuple):
+    """A thresholded speed metric: ``fast`` (p times the vendor's speed) or ``sol`` (p of the speed of light)."""
+
+    kind: Literal["fast", "sol"]
+    p: float
+
+    @property
+    def name(self) -> str:
+        return fast_metric(self.p) if self.kind == "fast" else sol_metric(self.p)
+
+
+def threshold(metric: str) -> Threshold | None:
+    """The threshold of a ``fast_<p>`` or ``sol_<p>`` metric; None for any other name."""
+    for kind in ("fast", "sol"):
+        if metric.startswith(f"{kind}_"):
+            try:
+                return Threshold(kind, float(metric.removeprefix(f"{kind}_")))  # type: ignore[arg-type]
+            except ValueError:
+                raise OptionError(f"unknown metric {metric!r}: {kind}_p needs a number, e.g. {kind}_0.8") from None
+    return None
+
+
 def outcome(attempt: Attempt, metric: str) -> bool:
     """Whether one attempt passes a rate metric; unmeasured (None) is never a pass."""
     if metric == "compile":
@@ -110,13 +151,10 @@ def outcome(attempt: Attempt, metric: str) -> bool:
         return bool(getattr(attempt, metric))
     if metric in ("correct", "features_executed"):
         return getattr(attempt, metric) is True
-    if metric.startswith("fast_"):
-        try:
-            p = float(metric.removeprefix("fast_"))
-        except ValueError:
-            raise OptionError(f"unknown metric {metric!r}: fast_p needs a number, e.g. fast_1.0") from None
-        return attempt.fast(p)
-    raise OptionError(f"unknown metric {metric!r}: one of {', '.join(BASE_METRICS)} or fast_<p>")
+    speed = threshold(metric)
+    if speed is not None:
+        return attempt.fast(speed.p) if speed.kind == "fast" else attempt.at_sol(speed.p)
+    raise OptionError(f"unknown metric {metric!r}: one of {', '.join(BASE_METRICS)}, fast_<p> or sol_<p>")
 
 
 def check_metric(metric: str) -> None:
@@ -231,12 +269,13 @@ class MetricSummary(Record):
         "None: no interval (no bootstrap, or nothing to vary: one task with one attempt)"))
     n_unmeasured: int = Field(description="Attempts that built but were never measured on a GPU (see `unmeasured`)")
     n_unverified: int = Field(description="Correct attempts whose executed features are unverified (no profiler); "
-                                          "fast_p counts them as failures")
+                                          "fast_p and sol_p count them as failures")
     rates: dict[str, Estimate | None] = Field(description=(
         "metric -> unbiased pass@k averaged over problems; None where no attempt of the group measured it "
         "(see measured.py): not measured, never 0"))
     speedup_geomean: Estimate | None = Field(description="Geometric mean speedup over correct samples")
-    roofline_pct_mean: Estimate | None = Field(description="Mean % of roofline over correct samples")
+    roofline_pct_mean: Estimate | None = Field(description=(
+        "Mean % of roofline over correct samples: the mean SOL score (``Attempt.sol``) in percent"))
     generalization: Estimate | None = Field(description="P(held-out shapes correct | visible correct), both measured")
     variant_generalization: Estimate | None = Field(default=None, description=(
         "P(held-out variants correct | visible correct), both measured: settings (a mask, a head dim, a ragged M) "
@@ -380,11 +419,12 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
 
 def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int = 1,
               ps: Sequence[float] = DEFAULT_PS, bootstrap: int = 1000, seed: int = 0,
-              *, resample_tasks: bool | None = None) -> list[MetricSummary]:
+              *, resample_tasks: bool | None = None, sol_ps: Sequence[float] = DEFAULT_SOL_PS) -> list[MetricSummary]:
     """One summary per group of attempts sharing the values of the fields ``by`` (``()``: one group).
 
-    Rates: compile, features in PTX / SASS, correct, features executed, and fast_p for each p in
-    ``ps``, all @k (``at_k``). Speedup, roofline and generalization pool the correct attempts of the group.
+    Rates: compile, features in PTX / SASS, correct, features executed, fast_p for each p in ``ps`` and
+    sol_p for each p in ``sol_ps``, all @k (``at_k``). Speedup, roofline and generalization pool the correct
+    attempts of the group.
     ``bootstrap`` replicates (0: no intervals) are drawn from a generator seeded with ``seed``;
     ``resample_tasks`` says what they resample (None: chosen per group, see ``resampling``).
     """
@@ -394,7 +434,7 @@ def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int =
                           f"{', '.join(Attempt.model_fields)})")
     if k < 1:
         raise ValueError(f"k must be >= 1 (got {k})")
-    metrics = list(BASE_METRICS) + [fast_metric(p) for p in ps]
+    metrics = list(BASE_METRICS) + [fast_metric(p) for p in ps] + [sol_metric(p) for p in sol_ps]
     groups: dict[tuple[str | int | bool | None, ...], list[Attempt]] = defaultdict(list)
     for attempt in attempts:
         groups[tuple(getattr(attempt, name) for name in by)].append(attempt)
@@ -511,14 +551,15 @@ def summary_table(summaries: Sequence[MetricSummary], damaged: Sequence[DamagedI
     k = summaries[0].k
     lost = any(s.n_provider_errors for s in summaries)
     header = fields + [f"{_RATE_HEADERS.get(m, m)}@{k}" for m in metrics] + [
-        "speedup (geomean)", "roofline %", "generalization", "held-out variants", "tasks", "attempts", "turns",
+        "speedup (geomean)", "SOL (mean)", "generalization", "held-out variants", "tasks", "attempts", "turns",
         *(["provider errors"] if lost else []), "not measured"]
-    lines = [at_k(k), "", intervals_line(summaries), "",
+    lines = [at_k(k), "", intervals_line(summaries), "", f"SOL: {SOL_DEFINITION}; sol_p: {SOL_P_DEFINITION}.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for summary in summaries:
         cells = [_cell("–" if summary.group[f] is None else summary.group[f]) for f in fields]
         cells += [format_rate(summary.rates.get(m)) for m in metrics]
-        cells += [_format_estimate(summary.speedup_geomean, suffix="×"), _format_estimate(summary.roofline_pct_mean),
+        cells += [_format_estimate(summary.speedup_geomean, suffix="×"),
+                  _format_estimate(summary.roofline_pct_mean, scale=0.01),
                   format_rate(summary.generalization), format_rate(summary.variant_generalization),
                   str(summary.n_tasks), str(summary.n_attempts), str(summary.n_turns),
                   *([str(summary.n_provider_errors)] if lost else []), str(summary.n_unmeasured)]
@@ -536,7 +577,7 @@ def _notes(summaries: Sequence[MetricSummary]) -> list[str]:
     unverified_total = sum(s.n_unverified for s in summaries)
     if unverified_total:
         notes.append(f"> {unverified_total} correct attempt(s) have unverified executed features (no profiler): "
-                     "fast_p counts them as failures.")
+                     "fast_p and sol_p count them as failures.")
     lost = sum(s.n_provider_errors for s in summaries)
     if lost:
         notes.append(f"> {lost} sample(s) were never answered by the provider (provider errors): they have no "
@@ -553,8 +594,9 @@ def _notes(summaries: Sequence[MetricSummary]) -> list[str]:
 
 
 __all__ = [
-    "BASE_METRICS", "CONFIDENCE", "DEFAULT_PS", "Estimate", "MetricSummary", "Problem", "Resampling", "TaskRate",
-    "TurnRate", "answered", "at_k", "best_of_turns", "check_metric", "cut_short", "fast_metric", "format_rate",
-    "intervals_line", "last_turns", "outcome", "pass_at_k", "provider_errors", "resampling", "summarize",
-    "summary_table", "task_rates", "taxonomy_counts", "unmeasured",
+    "BASE_METRICS", "CONFIDENCE", "DEFAULT_PS", "DEFAULT_SOL_PS", "Estimate", "MetricSummary", "Problem", "Resampling",
+    "SOL_DEFINITION", "SOL_P_DEFINITION", "TaskRate", "Threshold", "TurnRate", "answered", "at_k", "best_of_turns",
+    "check_metric", "cut_short", "fast_metric", "format_rate", "intervals_line", "last_turns", "outcome", "pass_at_k",
+    "provider_errors", "resampling", "sol_metric", "summarize", "summary_table", "task_rates", "taxonomy_counts",
+    "threshold", "unmeasured",
 ]
