@@ -168,14 +168,15 @@ def test_html_is_self_contained(written: tuple[Path, Path]) -> None:
 
 def test_markdown_per_task_table(written: tuple[Path, Path]) -> None:
     rows = _markdown_rows(written[0].read_text(), "Per task")
-    # task: family, attempts, compiled, in SASS, correct, executed, fast_1.0, median speedup, top error
-    assert rows["softmax"] == ["memory_bound", "4", "4", "4", "3", "1 (1 unverified)", "1", "1.15×",
+    # task: family, attempts, compiled, in SASS, correct, executed, fast_1.0, median speedup, median SOL, top error
+    # (no timing here measured a roofline, so SOL reads "not measured", not 0)
+    assert rows["softmax"] == ["memory_bound", "4", "4", "4", "3", "1 (1 unverified)", "1", "1.15×", "not measured",
                                "instruction.not_executed (1)"]
     # The library-call candidate's answers were right, but a guard caught the cheat: not correct.
     assert rows["gemm_bf16"][:8] == ["gemm", "4", "3", "1", "1", "1", "1", "1.20×"]
-    assert rows["gemm_bf16"][8] in {"compile.ptx_syntax (1)", "guard.library_call (1)", "numerical.nan (1)"}
+    assert rows["gemm_bf16"][9] in {"compile.ptx_syntax (1)", "guard.library_call (1)", "numerical.nan (1)"}
     assert rows["rmsnorm"] == ["memory_bound", "1", "1", "1", "not measured", "not measured", "not measured", "—",
-                               "infra.no_gpu (1)"]
+                               "not measured", "infra.no_gpu (1)"]
     assert rows["all tasks"][1:4] == ["9", "8", "6"]
 
 
@@ -204,7 +205,7 @@ def test_a_static_only_run_says_it_was_not_measured(tmp_path: Path) -> None:
     assert stages["in_sass"].count == 3
     rows = _markdown_rows(report.markdown, "Instruction funnel")
     assert rows["correct"] == ["—", "—", "not measured: no attempt ran on a GPU"]
-    assert _markdown_rows(report.markdown, "fast_p")["all attempts"] == ["3", "not measured: no GPU"]
+    assert _markdown_rows(report.markdown, "fast_p and sol_p")["all attempts"] == ["3", "not measured: no GPU"]
 
 
 def test_features_unverified_is_said_plainly(tmp_path: Path) -> None:
@@ -214,7 +215,7 @@ def test_features_unverified_is_said_plainly(tmp_path: Path) -> None:
     report = render_report(attempts_from_run(_write_run(tmp_path / "unprofiled", unprofiled)), "unprofiled")
     assert "Executed features unverified." in report.markdown
     assert _markdown_rows(report.markdown, "Per task")["softmax"][5:7] == ["unverified", "0 (≤ 1, unverified)"]
-    assert _markdown_rows(report.markdown, "fast_p")["all attempts"][4] == "0% (≤ 100%)"
+    assert _markdown_rows(report.markdown, "fast_p and sol_p")["all attempts"][4] == "0% (≤ 100%)"
 
 
 def test_multi_turn_runs_count_last_turns_and_compare_conditions() -> None:
@@ -237,7 +238,7 @@ def test_multi_turn_runs_count_last_turns_and_compare_conditions() -> None:
     # The last column is the best-of-turns curve: samples correct (and fast) at any turn so far.
     assert _markdown_rows(report.markdown, "By turn") == {
         "0": ["3", "1", "1", "1", "1", "33% / 33%"], "1": ["2", "1", "1", "1", "1", "67% / 67%"]}
-    fast = _markdown_rows(report.markdown, "fast_p")
+    fast = _markdown_rows(report.markdown, "fast_p and sol_p")
     assert fast["full"][:4] == ["1", "100%", "100%", "100%"] and fast["none"][:4] == ["2", "50%", "50%", "50%"]
     assert [s.count for s in funnel(counted(attempts))] == [3, 2, 2, 2, 2, 2]
 

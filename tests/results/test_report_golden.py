@@ -9,7 +9,7 @@ FreeType). The plots' titles, captions and places stay in the comparison.
 After an intended change to the report, rewrite the files with ``PTXBENCH_REGOLD=1 pytest <this file>``
 and read the diff. (Rewritten for issue #43: the candidates per task, the definitions of attempt, provider
 error and the stage words, no empty plot panels, "not measured" rather than 0 in an empty run, the by-turn
-table's "samples".)
+table's "samples"; for issue #37, sol_p beside fast_p, the median SOL per task and the SOL card.)
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ HEADER = RunHeader(kind="eval", created="2025-01-02T03:04:05+00:00", ptxbench="0
 def _a(task: str, sample: str, error_class: str, *, family: str | None = "reduction", model: str | None = None,
        condition: str | None = None, compiled: bool = True, ptx: bool = True, sass: bool = True,
        correct: bool | None = None, executed: bool | None = None, speedup: float | None = None, turn: int = 0,
-       last_turn: bool = True, run: str = "golden", requirements: dict[str, str] | None = None) -> Attempt:
+       last_turn: bool = True, run: str = "golden", requirements: dict[str, str] | None = None,
+       roofline_pct: float | None = None) -> Attempt:
     return Attempt(run=run, model=model, condition=condition, arch="sm_90a", task=task, family=family, sample=sample,
                    turn=turn, last_turn=last_turn, compiled=compiled, features_in_ptx=ptx, features_in_sass=sass,
-                   correct=correct, features_executed=executed, speedup=speedup, error_class=error_class,
-                   requirements=requirements or {})
+                   correct=correct, features_executed=executed, speedup=speedup, roofline_pct=roofline_pct,
+                   error_class=error_class, requirements=requirements or {})
 
 
 def _gpu_mixed() -> list[Attempt]:
@@ -53,14 +54,16 @@ def _gpu_mixed() -> list[Attempt]:
         for condition in ("none", "full"):
             m = dict(model=model, condition=condition)
             attempts += [
-                _a("softmax", f"{condition}0", "ok", correct=True, executed=True, speedup=1.5, **m),
-                _a("softmax", f"{condition}1", "ok", correct=True, speedup=0.8, **m),
+                _a("softmax", f"{condition}0", "ok", correct=True, executed=True, speedup=1.5, roofline_pct=82.0,
+                   **m),
+                _a("softmax", f"{condition}1", "ok", correct=True, speedup=0.8, roofline_pct=44.0, **m),
                 _a("softmax", f"{condition}2", "numerical.wrong_values", correct=False, **m),
                 _a("softmax", f"{condition}3", "instruction.not_executed", correct=True, executed=False, speedup=2.1,
                    **m),
                 _a("gemm_bf16", f"{condition}0", "compile.ptx_syntax", family="gemm", compiled=False, ptx=False,
                    sass=False, **m),
-                _a("gemm_bf16", f"{condition}1", "ok", family="gemm", correct=True, executed=True, speedup=1.2, **m),
+                _a("gemm_bf16", f"{condition}1", "ok", family="gemm", correct=True, executed=True, speedup=1.2,
+                   roofline_pct=61.0, **m),
                 _a("gemm_bf16", f"{condition}2", "guard.library_call", family="gemm", ptx=False, sass=False,
                    correct=False, **m),
                 _a("gemm_bf16", f"{condition}3", "numerical.nan", family="gemm", sass=False, correct=False, **m),

@@ -11,8 +11,8 @@ import pytest
 
 from ptxbench.records.evaluation import InfraFailure
 from ptxbench.results.attempts import Attempt, attempts_from_run
-from ptxbench.results.metrics import DEFAULT_PS, fast_metric, summarize
-from ptxbench.results.report.content import FAST_P_TABLE, candidate_table, task_table
+from ptxbench.results.metrics import DEFAULT_PS, DEFAULT_SOL_PS, fast_metric, sol_metric, summarize
+from ptxbench.results.report.content import FAST_P_TABLE, SOL_P_TABLE, candidate_table, task_table
 
 pytest.importorskip("matplotlib")
 
@@ -86,13 +86,14 @@ def test_the_candidates_of_each_task_say_how_far_each_required_feature_got(tmp_p
                                                                                            "Candidates per task")
 
 
-def test_report_and_metrics_show_the_same_fast_p_thresholds() -> None:
-    assert FAST_P_TABLE == DEFAULT_PS
+def test_report_and_metrics_show_the_same_fast_p_and_sol_p_thresholds() -> None:
+    assert FAST_P_TABLE == DEFAULT_PS and SOL_P_TABLE == DEFAULT_SOL_PS
     (summary,) = summarize([_timed("softmax", "s0", 1.1)], by=(), bootstrap=0)
+    section = _section(render_report([_timed("softmax", "s0", 1.1)], "p").markdown, "fast_p and sol_p")
     fast_rates = [metric for metric in summary.rates if metric.startswith("fast_")]
-    fast_columns = re.findall(r"\| (fast_[\d.]+)", _section(render_report([_timed("softmax", "s0", 1.1)],
-                                                                           "p").markdown, "fast_p"))
-    assert fast_rates == fast_columns == [fast_metric(p) for p in DEFAULT_PS]
+    assert fast_rates == re.findall(r"\| (fast_[\d.]+)", section) == [fast_metric(p) for p in DEFAULT_PS]
+    sol_rates = [metric for metric in summary.rates if metric.startswith("sol_")]
+    assert sol_rates == re.findall(r"\| (sol_[\d.]+)", section) == [sol_metric(p) for p in DEFAULT_SOL_PS]
 
 
 def test_an_empty_group_is_not_measured_and_an_empty_report_prints_no_0() -> None:

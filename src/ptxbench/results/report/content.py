@@ -1,7 +1,8 @@
 """What a run's report shows, counted once from its attempts: the same content for every renderer.
 
 The instruction funnel (how many attempts got how far: compiled, required features requested in the
-PTX, present in the SASS, correct, executed), fast_p, the speedups over the vendor baseline, the error
+PTX, present in the SASS, correct, executed), fast_p and sol_p, the speedups over the vendor baseline and
+the SOL scores (the share of the speed of light: the verdict of a task whose best baseline is weak), the error
 taxonomy, one row per task and, for a multi-turn run, one per turn. What a run did *not* measure is said
 in words: a run without a GPU has no correctness, speed or executed-instruction numbers, and a run
 without a profiler has correct kernels whose required instructions are unverified; those cells read
@@ -27,11 +28,16 @@ from typing import NamedTuple
 
 from ptxbench.results.attempts import Attempt, DamagedItem
 from ptxbench.results.measured import State, is_measured, state, unknown
-from ptxbench.results.metrics import DEFAULT_PS, answered, cut_short, last_turns, provider_errors, taxonomy_counts
+from ptxbench.results.metrics import (
+    DEFAULT_PS, DEFAULT_SOL_PS, SOL_DEFINITION, SOL_P_DEFINITION, answered, cut_short, last_turns, provider_errors,
+    sol_metric, taxonomy_counts,
+)
 from ptxbench.records.rundir import RunHeader
 
 FAST_P_TABLE = DEFAULT_PS
 """The p values the text tables show, the same as ``metrics``'; the plot draws the whole curve from 0 to 2."""
+SOL_P_TABLE = DEFAULT_SOL_PS
+"""The sol_p values the fast_p table shows beside fast_p, the same as ``metrics``'."""
 
 # The error taxonomy's stages in the order a candidate meets them (the plots give each its colour).
 STAGES = {
@@ -126,6 +132,23 @@ def speedups(attempts: Iterable[Attempt]) -> list[float]:
     return [a.speedup for a in attempts if a.correct and a.speedup is not None]
 
 
+def sol_share(attempts: list[Attempt], p: float) -> float:
+    """sol_p: the share of attempts that are correct, executed their required features, and ≥ p of SOL."""
+    return sum(a.at_sol(p) for a in attempts) / len(attempts) if attempts else 0.0
+
+
+def sol_bound_share(attempts: list[Attempt], p: float) -> float:
+    """sol_p if every *unverified* correct attempt had executed its features: sol_p's upper bound."""
+    hits = sum(bool(a.correct) and a.features_executed is not False and a.sol is not None and a.sol >= p
+               for a in attempts)
+    return hits / len(attempts) if attempts else 0.0
+
+
+def sols(attempts: Iterable[Attempt]) -> list[float]:
+    """SOL scores of the correct attempts that were timed on a GPU whose roofline was measured."""
+    return [a.sol for a in attempts if a.correct and a.sol is not None]
+
+
 def failure_classes(attempts: Iterable[Attempt]) -> Counter[str]:
     return Counter(taxonomy_counts(list(attempts)))
 
@@ -202,6 +225,20 @@ def _times(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
+def _sol(value: float | None) -> str:
+    """A SOL score as a fraction of the speed of light ('0.42'), the scale sol_p's thresholds are on."""
+    return "—" if value is None else f"{value:.2f}"
+
+
+def _median_sol_cell(rows: list[Attempt], scope: list[Attempt]) -> str:
+    """The median SOL of the row's correct timed attempts; "not measured" where no attempt of the whole table
+    could have one (no GPU, or no roofline measured), "—" where this row has none."""
+    if not is_measured(rows, sol_metric(SOL_P_TABLE[0]), scope):
+        return "not measured"
+    scores = sols(rows)
+    return _sol(statistics.median(scores) if scores else None)
+
+
 def _count_cell(rows: list[Attempt], metric: str, scope: list[Attempt], count: int, unknown_word: str) -> str:
     """A count of ``rows``, or "not measured" where nothing measured it (``measured.is_measured``, with the
     whole table as ``scope``, the rule ``metrics`` follows); attempts left unknown are said beside the count."""
@@ -255,7 +292,7 @@ def _task_row(label: str, family: str, rows: list[Attempt], scope: list[Attempt]
     speed = _times(statistics.median(times) if times else None) + (" ⚠" if weak_baseline else "")
     return [label, family, str(len(rows)), *([] if lost is None else [str(lost)]), _compiled_cell(rows, scope),
             _sass_cell(rows, scope), _correct_cell(rows, scope), _executed_cell(rows, scope), _fast_cell(rows, scope),
-            speed, _top_error(rows)]
+            speed, _median_sol_cell(rows, scope), _top_error(rows)]
 
 
 def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
@@ -270,9 +307,17 @@ def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
     return {task_id: text for task_id, text in warnings.items() if text is not None}
 
 
+def weak_verdict(task: str, warning: str, rows: list[Attempt]) -> str:
+    """The note under the per-task table for a task whose best baseline is weak: the warning, and that its speed
+    verdict is SOL (with its median where one was measured), since a speedup over such a baseline flatters."""
+    scores = sols(rows)
+    median = f" (median {_sol(statistics.median(scores))})" if scores else ""
+    return f"⚠ {task}: {warning}; its speed verdict is SOL{median}, not the speedup."
+
+
 def task_table(attempts: list[Attempt], unanswered: Iterable[Attempt] = ()) -> Table:
     """One row per task, then the total. A task whose best baseline is weak has its speedup marked, and the
-    warning said below the table, where it does not squeeze the columns. A task whose samples were all provider
+    warning and its verdict (SOL, not the speedup) said below the table, where it does not squeeze the columns. A task whose samples were all provider
     errors still has its row, with no attempt; the provider errors column is there only where there are some."""
     lost_by_task = Counter(a.task for a in unanswered)
     by_task: dict[str, list[Attempt]] = {task: [] for task in lost_by_task}
@@ -286,13 +331,13 @@ def task_table(attempts: list[Attempt], unanswered: Iterable[Attempt] = ()) -> T
         marked = task in warnings and bool(speedups(rows_))  # a warning about a speedup only where one is shown
         rows.append(_task_row(task, family, rows_, attempts, lost_by_task[task] if with_lost else None, marked))
         if marked:
-            notes.append(f"⚠ {task}: {warnings[task]}.")
+            notes.append(weak_verdict(task, warnings[task], rows_))
     if len(by_task) > 1:
         rows.append(_task_row("all tasks", "", attempts, attempts, sum(lost_by_task.values()) if with_lost else None))
     headers = ["task", "family", "attempts", *(["provider errors"] if with_lost else []), "compiled", "in SASS",
-               "correct", "executed", "fast_1.0", "median speedup", "top error class"]
+               "correct", "executed", "fast_1.0", "median speedup", "median SOL", "top error class"]
     return Table(headers, rows, [False, False, True, *([True] if with_lost else []), True, True, True, True, True,
-                                 True, False], tuple(notes))
+                                 True, True, False], tuple(notes))
 
 
 def _features_cell(attempt: Attempt) -> str:
@@ -344,25 +389,29 @@ def funnel_table(stages: list[FunnelStage]) -> Table:
     return Table(["stage (and every one above)", "attempts", "share", "note"], rows, [False, True, True, False])
 
 
+def _share_cell(strict: float, bound: float) -> str:
+    return f"{pct(strict, 1)} (≤ {pct(bound, 1)})" if bound > strict else pct(strict, 1)
+
+
 def fast_table(attempts: list[Attempt], info: Measured) -> Table:
+    """fast_p per group, and sol_p beside it (not measured where no attempt had a SOL: a GPU whose roofline was
+    not measured), each with its bound where executed features are unverified."""
     grouped = groups(attempts)
     if not is_measured(attempts, "fast_1.0"):
         why = "not measured: no GPU" if not info.gpu else "not measured: not timed"
         return Table(["group", "attempts", "fast_p"],
                      [[label, str(len(rows_)), why] for label, rows_ in grouped.items()],
                      [False, True, False])
+    sol_measured = is_measured(attempts, sol_metric(SOL_P_TABLE[0]))
     rows = []
     for label, rows_ in grouped.items():
-        cells = []
-        for p in FAST_P_TABLE:
-            strict, bound = fast_share(rows_, p), fast_bound_share(rows_, p)
-            if bound > strict:
-                cells.append(f"{pct(strict, 1)} (≤ {pct(bound, 1)})")
-            else:
-                cells.append(pct(strict, 1))
+        cells = [_share_cell(fast_share(rows_, p), fast_bound_share(rows_, p)) for p in FAST_P_TABLE]
+        cells += [_share_cell(sol_share(rows_, p), sol_bound_share(rows_, p)) if sol_measured else "not measured"
+                  for p in SOL_P_TABLE]
         rows.append([label, str(len(rows_)), *cells])
-    return Table(["group", "attempts", *(f"fast_{p:.1f}" for p in FAST_P_TABLE)], rows,
-                 [False, True, *(True for _ in FAST_P_TABLE)])
+    return Table(["group", "attempts", *(f"fast_{p:.1f}" for p in FAST_P_TABLE),
+                  *(f"sol_{p:.1f}" for p in SOL_P_TABLE)], rows,
+                 [False, True, *(True for _ in FAST_P_TABLE), *(True for _ in SOL_P_TABLE)])
 
 
 def error_table(attempts: list[Attempt]) -> Table:
@@ -406,9 +455,13 @@ def speedup_summary(attempts: list[Attempt], info: Measured) -> str:
     if not times:
         return "No correct attempt was timed."
     faster = sum(t >= 1.0 for t in times)
+    scores = sols(attempts)
+    sol = (f" SOL: median {_sol(statistics.median(scores))} of the speed of light (range {_sol(min(scores))} to "
+           f"{_sol(max(scores))}) over {_n(len(scores), 'correct attempt')} whose roofline was measured."
+           if scores else " SOL was not measured: no roofline was measured for these attempts.")
     return (f"{_n(len(times), 'correct attempt')} timed: median {_times(statistics.median(times))} the vendor "
             f"baseline's speed (range {_times(min(times))} to {_times(max(times))}); {faster} of {len(times)} "
-            f"at least as fast as the vendor.")
+            f"at least as fast as the vendor.{sol}")
 
 
 def _listed(names: list[str], shown: int = 8) -> str:
@@ -540,7 +593,6 @@ def headline(attempts: list[Attempt], info: Measured, multi_turn: bool = False) 
     """(label, value, detail) for the cards at the top of the page."""
     total = len(attempts)
     stages = {s.key: s for s in funnel(attempts)}
-    times = speedups(attempts)
     correct = sum(bool(a.correct) for a in attempts)
     cards = [("attempts", str(total), _scope_short(multi_turn, bool(info.unanswered)))]
     if info.unanswered:
@@ -564,8 +616,27 @@ def headline(attempts: list[Attempt], info: Measured, multi_turn: bool = False) 
     else:
         cards.append(("fast_1.0", "not measured", why if not info.gpu else "not timed"))
     if info.gpu:
-        cards.append(("median speedup", _times(statistics.median(times)) if times else "—",
-                      f"over {len(times)} correct" if times else "no correct attempt timed"))
+        cards += speed_cards(attempts)
+    return cards
+
+
+def speed_cards(attempts: list[Attempt]) -> list[tuple[str, str, str]]:
+    """The median speedup, over the tasks whose best baseline is not weak (a weak one's speed verdict is SOL:
+    a speedup over it flatters), and the median SOL over every task."""
+    weak = weak_baseline_warnings({a.task for a in attempts})
+    times = speedups(a for a in attempts if a.task not in weak)
+    left = len(speedups(a for a in attempts if a.task in weak))
+    detail = f"over {len(times)} correct" if times else "no correct attempt timed"
+    if left:
+        detail = (f"{detail}; {left} on weak-baseline tasks judged by SOL" if times else
+                  f"every timed task's baseline is weak: {left} judged by SOL")
+    cards = [("median speedup", _times(statistics.median(times)) if times else "—", detail)]
+    scores = sols(attempts)
+    if is_measured(attempts, sol_metric(SOL_P_TABLE[0])):
+        cards.append(("median SOL", _sol(statistics.median(scores)) if scores else "—",
+                      f"over {len(scores)} correct" if scores else "no correct attempt timed"))
+    else:
+        cards.append(("median SOL", "not measured", "no roofline measured"))
     return cards
 
 
@@ -631,5 +702,8 @@ DEFINITIONS = [
     ("features executed", "Nsight Compute counted the required instructions running in the candidate's own "
                           "kernels, doing the required share of the work"),
     ("fast_p", "correct, features executed, and at least p times the vendor baseline's speed"),
+    ("sol_p", SOL_P_DEFINITION),
     ("speedup", "vendor median time over candidate median time on the timed workload, L2 flushed before each call"),
+    ("SOL", f"{SOL_DEFINITION}; the speed verdict of a task whose best baseline is weak (⚠), where a speedup "
+            "flatters"),
 ]

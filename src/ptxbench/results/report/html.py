@@ -128,7 +128,7 @@ def render_html(content: ReportContent, figures: list[Plot]) -> str:
 <h2>Candidates per task</h2>
 {candidates}
 <div class="two">
-<section><h2>fast_p</h2>{_html_table(content.fast)}<p class="speed">{esc(content.speed)}</p>
+<section><h2>fast_p and sol_p</h2>{_html_table(content.fast)}<p class="speed">{esc(content.speed)}</p>
 <h2>Instruction funnel</h2>{_html_table(content.funnel)}</section>
 <section><h2>Error taxonomy</h2>{errors}{turns}</section>
 </div>

@@ -29,8 +29,8 @@ def render_markdown(content: ReportContent) -> str:
     for headline, text in content.notices:
         parts += [f"> **{headline}** {text}", ""]
     parts += [content.scope, "", "## Instruction funnel", "", _markdown_table(content.funnel), "",
-              "## fast_p", "", _markdown_table(content.fast), "",
-              "## Speedup", "", content.speed, "",
+              "## fast_p and sol_p", "", _markdown_table(content.fast), "",
+              "## Speedup and SOL", "", content.speed, "",
               "## Per task", "", _markdown_table(content.tasks), "",
               "## Candidates per task", "",
               _markdown_table(content.candidates) if content.candidates.rows else "None.", ""]
