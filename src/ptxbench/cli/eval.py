@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from ptxbench.arch.registry import Arch
 from ptxbench.cli.files import candidates_in
@@ -62,7 +61,7 @@ def evaluate(
         return
     from ptxbench.evaluate.evaluator import EvalOptions
     from ptxbench.evaluate.fleet.run import GpusRetired, Resumption, evaluate_candidates, gpu_available
-    from ptxbench.results.terminal import STAGE_LABEL, EvalProgress, all_rejected_note
+    from ptxbench.results.terminal import EvalProgress, all_rejected_note, verdict_table
 
     if server is not None:
         _server_fits(gpus, backend, address, regrade, lanes)
@@ -103,15 +102,10 @@ def evaluate(
                                               on_done=progress.done, resumption=resumption)
         except GpusRetired as exc:
             results, retired = exc.results, exc
-    table = Table("candidate", "task", "status", "detail")
-    for result in results:
-        verdict = result.verdict
-        detail = result.message
-        if result.status is None and result.static is not None:  # no GPU: say what the binary shows
-            detail = "static only: " + "; ".join(f"{r.requirement.label} {STAGE_LABEL[r.stage]}"
-                                                 for r in result.static.requirements)
-        table.add_row(Path(result.candidate).name, result.task, verdict, detail[:160])
+    table, notes = verdict_table(results)
     console.print(table)
+    for note in notes:
+        console.print(note, highlight=False, markup=False)
     rejected = all_rejected_note(results, arch)
     if rejected is not None:
         console.print(rejected, highlight=False, markup=False)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich import box
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from ptxbench.records.check import CheckReport
 from ptxbench.static.report import FeatureEvidence, Stage
@@ -223,14 +223,51 @@ def progress_line(finished: int, total: int, item: str, verdict: str, taken: str
 
 
 def _reason(evaluation: Evaluation) -> str:
-    """The one thing to know about a verdict: the first guard that rejected it, the speedup of a pass, or the
-    first clause of its message."""
+    """The one thing to know about a verdict: the first guard that rejected it, the speedup (and SOL score) of a
+    pass, or the first clause of its message."""
     if evaluation.guards:
         return evaluation.guards[0].detail
-    speedup = evaluation.timings[0].speedup if evaluation.timings else None
-    if evaluation.status is not None and evaluation.status.value == "PASSED" and speedup is not None:
-        return f"{speedup:.2f}x the vendor baseline"
+    timed = evaluation.timings[0] if evaluation.timings else None
+    if evaluation.status is not None and evaluation.status.value == "PASSED" and timed and timed.speedup is not None:
+        sol = f", {timed.sol:.2f} of SOL" if timed.sol is not None else ""
+        return f"{timed.speedup:.2f}x the vendor baseline{sol}"
     return " ".join(evaluation.message.split("; ", 1)[0].split())
+
+
+def _timed_honestly(evaluation: Evaluation) -> bool:
+    """Its times mean something: correct, and no guard caught it gaming the harness (a kernel that is right but
+    skips the required features keeps its times, as the metrics keep it correct)."""
+    from ptxbench.records.evaluation import Guard
+
+    return evaluation.correct and all(g.guard is Guard.FEATURE_NOT_EXECUTED for g in evaluation.guards)
+
+
+def verdict_table(results: list[Evaluation]) -> tuple[Table, list[str]]:
+    """``eval``'s table: each candidate's verdict, its speedup over the vendor baseline and its SOL score on the
+    timed workload (where it was timed, correct and not caught gaming the harness), then the detail. A task whose
+    best baseline is weak has its speedup marked; the returned notes say that its speed verdict is SOL."""
+    from ptxbench.results.report.content import weak_baseline_warnings
+
+    weak = weak_baseline_warnings({r.task for r in results})
+    table = Table("candidate", "task", "status", Column("speedup", justify="right"), Column("SOL", justify="right"),
+                  "detail")
+    marked: dict[str, str] = {}
+    for result in results:
+        timed = result.timings[0] if result.timings and _timed_honestly(result) else None
+        speedup = timed.speedup if timed else None
+        sol = timed.sol if timed else None
+        speed = "—" if speedup is None else f"{speedup:.2f}×"
+        if speedup is not None and result.task in weak:
+            speed += " ⚠"
+            marked[result.task] = weak[result.task]
+        detail = result.message
+        if result.status is None and result.static is not None:  # no GPU: say what the binary shows
+            detail = "static only: " + "; ".join(f"{r.requirement.label} {STAGE_LABEL[r.stage]}"
+                                                 for r in result.static.requirements)
+        table.add_row(Path(result.candidate).name, result.task, result.verdict, speed,
+                      "—" if sol is None else f"{sol:.2f}", detail[:160])
+    notes = [f"⚠ {task}: {warning}; its speed verdict is SOL, not the speedup" for task, warning in marked.items()]
+    return table, notes
 
 
 def all_rejected_note(results: list[Evaluation], arch: Arch) -> str | None:
