@@ -202,3 +202,17 @@ def test_the_stored_definitions_with_synthetic_workloads_import(tmp_path: Path) 
     for reason, count in summary.reasons():
         print(f"  {count:3d}  {reason[:160]}")
     assert total and done >= 0.8 * total
+
+
+def test_a_last_page_length_declared_as_long_as_the_indptrs_is_padded(tmp_path: Path) -> None:
+    """Some FlashInfer-Trace prefill definitions declare kv_last_page_len as [len_indptr]; their run() reads one
+    entry per sequence, so the derived tensor has the declared length with a zero after the sequences'."""
+    definition = json.loads(json.dumps(PAGED_PREFILL))
+    definition["name"] = "gqa_paged_prefill_causal_h4_kv2_d16_ps4_long"
+    definition["inputs"]["kv_last_page_len"]["shape"] = ["len_indptr"]
+    summary = import_dataset(write_dataset(tmp_path / "d", [definition]), tmp_path / "out")
+    task = load_task_file(tmp_path / "out" / summary.outcomes[0].task_file)  # type: ignore[operator]
+    workload = task.workloads[0]
+    inputs = make_inputs(task, workload.sizes, seed=4)
+    assert len(inputs["kv_last_page_len"]) == workload.sizes["len_indptr"] and inputs["kv_last_page_len"][-1] == 0
+    assert torch.isfinite(run_reference(task, dict(inputs), workload.sizes)["output"]).all()

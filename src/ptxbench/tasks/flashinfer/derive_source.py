@@ -45,8 +45,9 @@ def derive_inputs(**named: Any) -> dict[str, Any]:
         pages = named[plan["num_pages_axis"]] if plan["num_pages_axis"] else used
         chosen = torch.randperm(pages, generator=generator)[:used]
         derived[plan["page_indices"]] = chosen.to(device=device, dtype=torch.int32)
-    if plan["last_page_len"]:
-        derived[plan["last_page_len"]] = torch.tensor(layout["last"], dtype=torch.int32, device=device)
+    if plan["last_page_len"]:  # one entry per sequence; a definition that declares it longer gets zeros after
+        padding = [0] * (named[plan["last_page_len_axis"]] - len(layout["last"]))
+        derived[plan["last_page_len"]] = torch.tensor(layout["last"] + padding, dtype=torch.int32, device=device)
     if plan["ragged_indptr"]:
         derived[plan["ragged_indptr"]] = offsets(layout["keys"])
     if plan["query_indptr"]:

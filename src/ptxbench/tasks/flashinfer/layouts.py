@@ -40,6 +40,7 @@ class IndexPlan(NamedTuple):
     page_size_axis: str | None
     num_pages_axis: str | None
     last_page_len: str | None
+    last_page_len_axis: str | None  # its declared length: the sequences, or (some definitions) the indptrs' length
     query_indptr: str | None
     query_total_axis: str | None
     ragged_indptr: str | None  # keys as ragged rows, no page table
@@ -134,7 +135,7 @@ def plan_indices(definition: Definition) -> IndexPlan:
         length_axis=next(iter(lengths)) if lengths else None, page_indptr=page_indptr, page_indices=page_indices,
         page_count_axis=_shape(definition, page_indices)[0] if page_indices else None,
         page_size_axis=cache[1] if cache else None, num_pages_axis=cache[0] if cache else None,
-        last_page_len=last, query_indptr=query, query_total_axis=total(query),
+        last_page_len=last, last_page_len_axis=_shape(definition, last)[0] if last else None, query_indptr=query, query_total_axis=total(query),
         ragged_indptr=ragged[0] if ragged else None, ragged_total_axis=total(ragged[0] if ragged else None),
         topk_ids=topk, topk_shape=tuple(_shape(definition, topk)) if topk else None,  # type: ignore[arg-type]
         experts_axis=experts, causal=causal)
@@ -235,6 +236,8 @@ def blob_layout(plan: IndexPlan, spec: WorkloadSpec, sizes: dict[str, int], blob
         if plan.last_page_len:
             last = blobs.integers(f"{where} {plan.last_page_len}", sources[plan.last_page_len])  # type: ignore[arg-type]
             size = sizes[plan.page_size_axis] if plan.page_size_axis else 1
+            if len(last) in (length, sizes.get(plan.last_page_len_axis or "", -1)):  # declared one longer
+                last = last[:length - 1]
             if len(last) != length - 1 or any(not 1 <= v <= size for v, p in zip(last, layout["pages"]) if p):
                 raise ImportProblem(f"{where}: {plan.last_page_len} is not one length in 1..{size} per sequence")
             layout["last"] = last

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from ptxbench.tasks.flashinfer.blobs import BlobReader
@@ -114,8 +115,6 @@ def requirements(family: Family, definition: Definition) -> dict[str, list[dict[
 
 
 def task_id(name: str) -> str:
-    import re
-
     ident = re.sub(r"[^a-z0-9_]", "_", name.lower())
     if not re.match(r"^[a-z][a-z0-9_]*$", ident):
         raise ImportProblem(f"definition name {name!r} cannot become a task id (it must start with a letter)")
