@@ -113,3 +113,40 @@ def test_attention_bwd_reference_is_right_at_every_tile_edge(evaluator) -> None:
     print(f"attention_bwd on {len(named)} edge lengths: {evaluation.status} {evaluation.message}")
     assert evaluation.status is Status.PASSED, evaluation.message
     assert len({t.workload for t in evaluation.trials}) == len(named)
+
+
+def assert_passes_on(evaluator, task_id: str, named: dict[str, dict[str, int]]) -> None:  # type: ignore[no-untyped-def]
+    evaluation = evaluator.evaluate(task_on_sizes(task_id, named), Arch.SM_90A,
+                                    read_candidate(REFERENCE / f"{task_id}.cu"), f"{task_id}.cu")
+    print(f"{task_id} on {len(named)} edge shapes: {evaluation.status} {evaluation.message}")
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert len({t.workload for t in evaluation.trials}) == len(named)
+
+
+def test_add_rmsnorm_reference_is_right_at_the_edges_of_its_ring(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """One token; rows of one 16-byte vector per thread or less (Hd = 64 .. 2048: eight stages), rows that leave two
+    stages (Hd = 8256, 16384, 23232: the largest that fits; 24576 falls back to the plain kernel); a hidden size that
+    is a multiple of 64 only; more rows than resident CTAs, and fewer."""
+    named = {f"t{t}-h{h}": {"T": t, "Hd": h} for t, h in
+             [(1000, 4160), (1, 64), (1, 16384), (3, 192), (7, 2048), (129, 8256), (2, 23232), (3, 24576), (2000, 576)]}
+    assert_passes_on(evaluator, "add_rmsnorm", named)
+
+
+def test_silu_mul_reference_is_right_at_every_chunk_edge(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """Rows of one chunk (N <= 4096) and of several with a shorter last one (4160 = 2112 + 2048 at prefill; 8 chunks of
+    576 with a last of 128 at T = 3), one token, the finest decode cut, the widest rows."""
+    named = {f"t{t}-n{n}": {"T": t, "N": n} for t, n in
+             [(300, 4160), (1, 64), (3, 4160), (1, 8256), (2, 28736), (17, 1472), (1000, 4096), (5, 512)]}
+    assert_passes_on(evaluator, "silu_mul", named)
+
+
+def test_rope_reference_is_right_for_every_head_split(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """Odd and unequal head counts; units of one head (decode) and of several, some straddling Q and K (runs of 8 of
+    30 + 7 heads at T = 64, runs of 3 of 128 + 8 at T = 5, two runs of 150 of 200 + 100 heads at prefill, where a
+    token is more than a stage holds); one token; MHA and GQA; both head dimensions and every theta."""
+    shapes = [(300, 7, 1, 128, 10000), (1, 1, 1, 64, 10000), (2, 5, 3, 128, 500000), (5, 128, 8, 128, 1000000),
+              (300, 200, 100, 64, 500000), (64, 30, 7, 128, 500000), (3000, 12, 2, 64, 1000000),
+              (33, 40, 40, 128, 500000), (3, 3, 5, 64, 10000)]
+    named = {f"t{t}-q{q}-k{k}-d{d}-th{th}": {"T": t, "Hq": q, "Hkv": k, "D": d, "theta": th}
+             for t, q, k, d, th in shapes}
+    assert_passes_on(evaluator, "rope", named)
