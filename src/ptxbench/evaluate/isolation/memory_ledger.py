@@ -8,6 +8,11 @@ reserved fits the card, it runs shared as before; when it does not, the lane run
 exclusively) instead of waiting for a share that may never come. A reservation names its process, so one a
 killed process left behind is dropped by the next reader.
 
+The ledger is advice, never evidence: it lies beside the lock, in scratch space a candidate's process can write.
+A candidate that forges or deletes reservations can only make other evaluations run their trials alone (slower)
+or side by side (and those that then run out of memory are run again alone, as without a ledger); no verdict
+rests on it.
+
 Standard library only, like the lock.
 """
 
