@@ -13,6 +13,7 @@ from ptxbench.cli import app
 from ptxbench.evaluate import baselines
 from ptxbench.results.attempts import Attempt
 from ptxbench.results.report import render_report
+from ptxbench.tasks import baseline_quality
 from ptxbench.tasks.loader import get_task
 
 from ..conftest import repo_script
@@ -96,7 +97,7 @@ def weak_transpose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     quality = baselines.BaselineQuality(gpu="NVIDIA H200", date="2026-12-03",
                                         tasks={"transpose": {timed: 22.0}, "softmax": {"x": 95.0}})
     baselines.write_quality(quality, path)
-    monkeypatch.setattr(baselines, "QUALITY_PATH", path)
+    monkeypatch.setattr(baseline_quality, "QUALITY_PATH", path)
     warning = baselines.weak_baseline_warning(get_task("transpose"), quality)
     assert warning is not None
     return warning
@@ -121,11 +122,13 @@ def test_tasks_list_marks_weak_baselines_with_a_legend(weak_transpose: str) -> N
     assert result.exit_code == 0, result.output
     marked = [line.split()[1] for line in result.output.splitlines() if line.startswith("│") and " * " in line]
     assert marked == ["transpose"]
-    assert "* weak baseline: the best vendor baseline is under 70 % of its roofline" in " ".join(result.output.split())
+    legend = " ".join(result.output.split())
+    assert "* weak baseline: the best vendor baseline is under 70 % of its roofline" in legend
+    assert "the task's speed verdict is its SOL score" in legend
 
 
 def test_tasks_list_without_weak_baselines_has_no_legend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(baselines, "QUALITY_PATH", tmp_path / "absent.json")
+    monkeypatch.setattr(baseline_quality, "QUALITY_PATH", tmp_path / "absent.json")
     assert "weak baseline" not in runner.invoke(app, ["tasks", "list"]).output
 
 
@@ -142,6 +145,6 @@ def test_the_report_warns_beside_the_speedup_of_a_weak_baseline_only(weak_transp
     # the speedup cell carries a mark; the warning itself is a note under the table (task names never wrap)
     assert "3.00× ⚠" in speed_rows["transpose"] and weak_transpose not in speed_rows["transpose"]
     assert "⚠" not in speed_rows["softmax"] and "1.20×" in speed_rows["softmax"]
-    assert f"⚠ transpose: {weak_transpose}." in lines
+    assert f"⚠ transpose: {weak_transpose}; its speed verdict is SOL, not the speedup." in lines
     assert not any(line.startswith("⚠ softmax") for line in lines)
     assert weak_transpose in report.html

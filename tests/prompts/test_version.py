@@ -19,6 +19,7 @@ from ptxbench import prompts
 from ptxbench.arch.registry import BENCHMARK_ARCHS, Arch
 from ptxbench.prompts import context, conversation, fixit, task
 from ptxbench.prompts.conversation import ContextCondition, OneShot, build_conversation, feedback_message
+from ptxbench.tasks.baseline_quality import BaselineQuality
 from ptxbench.tasks.model import Task
 
 PROBE = Task.model_validate({
@@ -35,6 +36,8 @@ PROBE = Task.model_validate({
                      "sm_100a": [{"any_of": ["tcgen05.mma.f16"], "min_flop_share": 0.5}, {"any_of": ["tma.load"]}]},
 })
 EXAMPLE = OneShot(task=PROBE.model_copy(update={"id": "example"}), source="EXAMPLE SOURCE")
+WEAK = BaselineQuality(gpu="GPU", date="DATE", tasks={"probe": {"timed": 12.0}})
+"""A published baseline quality in which the probe's baseline is weak, so its words are in the digest too."""
 
 
 def rendered() -> list[object]:
@@ -44,6 +47,7 @@ def rendered() -> list[object]:
         for condition in ContextCondition:
             shown.append([m.model_dump() for m in build_conversation(PROBE, arch, condition, EXAMPLE)])
         shown.append([m.model_dump() for m in fixit.repair_opening(PROBE, arch, "FAILED", "FINDINGS")])
+        shown.append(task.render_task_prompt(PROBE, arch, WEAK))
         for explanation in ("EXPLANATION", None):
             shown.append([m.model_dump() for m in
                           fixit.training_messages(PROBE, arch, "FAILED", "FINDINGS", explanation, "FIXED")])
@@ -99,6 +103,7 @@ EDITS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
     "key limits": lambda mp: mp.setitem(context._LIMITS, Arch.SM_100A, context._LIMITS[Arch.SM_100A][:-1]),
     "absent family": lambda mp: mp.setitem(context._ABSENT, Arch.SM_90A, "no tcgen05 here."),
     "requirement line": lambda mp: mp.setattr(task, "requirements_text", lambda t, a: "- anything"),
+    "weak baseline line": lambda mp: mp.setattr(task, "weak_baseline_text", lambda t, q=None: ""),
     "guide": _edit_guide,
     "registry purpose": _edit_registry_purpose,
     "contract header": _edit_contract_header,

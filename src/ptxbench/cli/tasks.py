@@ -45,7 +45,8 @@ def tasks_list(as_json: Annotated[bool, typer.Option("--json")] = False) -> None
     console.print(table)
     if warned:
         console.print(f"{_WEAK_MARK} weak baseline: the best vendor baseline is under {_weak_pct():.0f} % of its "
-                      "roofline, so the speedup says little (`ptxbench tasks show TASK` says where)", highlight=False)
+                      "roofline, so the speedup says little and the task's speed verdict is its SOL score (the share "
+                      "of the speed of light; `ptxbench tasks show TASK` says where)", highlight=False)
 
 
 @app.command("show")
@@ -123,13 +124,13 @@ def _print_summary(summary: ImportSummary, out: Path) -> None:
 
 
 def _weak_pct() -> float:
-    from ptxbench.evaluate.baselines import WEAK_BASELINE_PCT
+    from ptxbench.tasks.baseline_quality import WEAK_BASELINE_PCT
 
     return WEAK_BASELINE_PCT
 
 
 def _weak_baseline(task: Task) -> str | None:
     """The published weak-baseline warning for the task, if its best baseline was measured weak."""
-    from ptxbench.evaluate.baselines import load_baseline_quality, weak_baseline_warning
+    from ptxbench.tasks.baseline_quality import load_baseline_quality, weak_baseline_warning
 
     return weak_baseline_warning(task, load_baseline_quality())

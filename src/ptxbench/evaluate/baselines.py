@@ -14,28 +14,25 @@ never name a baseline that the evaluator does not run.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import date
-from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from ptxbench.evaluate import baselines_attention as paged
 from ptxbench.evaluate import baselines_mla as mla
 from ptxbench.evaluate import baselines_reference as own_reference
 from ptxbench.evaluate import serving_ops as serving
 from ptxbench.evaluate.baseline_calls import Bound, Outputs, Setup, Tensors, TimedCall, warmed
+from ptxbench.tasks.baseline_quality import (  # noqa: F401 - their home is tasks/ (the prompt says it too)
+    QUALITY_PATH, WEAK_BASELINE_PCT, BaselineQuality, load_baseline_quality, quality_from_results,
+    weak_baseline_warning, write_quality,
+)
 from ptxbench.tasks.model import Task
 
 COMPILE_MODE = "max-autotune-no-cudagraphs"
 # The baseline process's setup of one workload may compile: max-autotune of a GEMM shape benchmarks
 # Triton templates against cuBLAS and can take minutes, so setup has its own, generous timeout.
 SETUP_TIMEOUT_S = 1800.0
-WEAK_BASELINE_PCT = 70.0  # below this share of its roofline a baseline makes speedups say little
-QUALITY_PATH = Path(__file__).resolve().parent.parent / "tasks" / "baseline_quality.json"
 
 
 @dataclass(frozen=True)
@@ -389,50 +386,3 @@ def baseline_variants(task: Task) -> dict[str, Callable[[Tensors, Mapping[str, i
     def plain(variant: BaselineVariant) -> Callable[[Tensors, Mapping[str, int]], Outputs]:
         return lambda inputs, sizes: variant.setup(inputs, sizes)()
     return {name: plain(v) for name, v in variant_specs(task).items() if v.load() is None}
-
-
-# -- published quality of the baselines (benchmarks/baselines.py writes it) ----------------------------
-
-class BaselineQuality(BaseModel):
-    """Per task and workload, the best baseline's share of its roofline (percent) measured on ``gpu``."""
-
-    version: Literal[1] = 1
-    gpu: str | None = None
-    date: str | None = None
-    tasks: dict[str, dict[str, float]] = Field(default_factory=dict)
-
-
-def load_baseline_quality(path: Path | None = None) -> BaselineQuality:
-    """The packaged summary (``QUALITY_PATH``, read when called so tests can point it elsewhere); empty
-    (nothing warned) until a GPU run has written it."""
-    path = QUALITY_PATH if path is None else path
-    if not path.is_file():
-        return BaselineQuality()
-    return BaselineQuality.model_validate_json(path.read_text())
-
-
-def weak_baseline_warning(task: Task, quality: BaselineQuality) -> str | None:
-    """A warning when the best baseline of the task's timed workload (else its weakest measured one) is
-    under WEAK_BASELINE_PCT of its roofline; None when it is not, or was never measured."""
-    measured = quality.tasks.get(task.id) or {}
-    if not measured:
-        return None
-    timed = task.timed().name
-    workload, pct = (timed, measured[timed]) if timed in measured else min(measured.items(), key=lambda i: i[1])
-    if pct >= WEAK_BASELINE_PCT:
-        return None
-    return (f"best baseline reaches {pct:.0f} % of its roofline on {workload} ({quality.gpu}, {quality.date}): "
-            "the speedup there says little; % of roofline says more")
-
-
-def quality_from_results(results: Mapping[str, Any]) -> BaselineQuality:
-    """The package-data summary of a ``benchmarks/baselines.py`` result document."""
-    tasks = {task: {w: row["best_pct_of_roofline"] for w, row in workloads.items()
-                    if row.get("best_pct_of_roofline") is not None}
-             for task, workloads in results["tasks"].items()}
-    return BaselineQuality(gpu=results.get("gpu"), date=results.get("date") or date.today().isoformat(),
-                           tasks={t: w for t, w in tasks.items() if w})
-
-
-def write_quality(quality: BaselineQuality, path: Path = QUALITY_PATH) -> None:
-    path.write_text(json.dumps(quality.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")

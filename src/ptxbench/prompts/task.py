@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ptxbench.arch.registry import Arch, load_registry
 from ptxbench.contract.signature import HEADER_NAME, header
+from ptxbench.tasks.baseline_quality import BaselineQuality, load_baseline_quality, weak_baseline
 from ptxbench.tasks.model import Task
 
 
@@ -26,11 +27,25 @@ def requirements_text(task: Task, arch: Arch) -> str:
     return "\n".join(lines)
 
 
-def render_task_prompt(task: Task, arch: Arch) -> str:
+def weak_baseline_text(task: Task, quality: BaselineQuality | None = None) -> str:
+    """The sentence after the baseline where its best measured share of the roofline is weak (``quality``: the
+    published one by default): the speedup would flatter, so the model is told it is judged by SOL instead. A
+    held-out workload is never named: the timed shape, or "some of its shapes"."""
+    weak = weak_baseline(task, load_baseline_quality() if quality is None else quality)
+    if weak is None:
+        return ""
+    where = "the timed shape" if weak.workload == task.timed().name else "some of its shapes"
+    return (f"\nThat baseline is weak here: its best reaches {weak.pct:.0f} % of the roofline on {where} "
+            f"({weak.gpu}), so speed on this task is judged by the SOL score (the time the task's bytes and FLOPs "
+            "need at the GPU's measured copy bandwidth and matmul rate, over your kernel's time), not by the speedup.")
+
+
+def render_task_prompt(task: Task, arch: Arch, quality: BaselineQuality | None = None) -> str:
     """The task section of a prompt, for one target.
 
     The baseline it names is the task's ``baseline.call``: the timing refuses a task whose text is not
-    the one its variants generate, so the prompt cannot promise a baseline that is not run."""
+    the one its variants generate, so the prompt cannot promise a baseline that is not run. Where that
+    baseline is weak (``quality``, the published one by default), the prompt says the verdict is SOL."""
     shown = "\n".join(
         f"- `{w.name}`{' (timed)' if w.role.value == 'timed' else ''}: {_sizes(w.sizes)}"
         + (f" — {w.note}" if w.note else "")
@@ -57,7 +72,7 @@ this header (`{HEADER_NAME}`) when it compiles your file:
 
 ## Workloads
 Correctness is checked on these shapes and on others of the same rules that are not shown; speed is
-measured on the timed shape and compared with {task.baseline.call}.
+measured on the timed shape and compared with {task.baseline.call}.{weak_baseline_text(task, quality)}
 {shown}
 
 ## Answer

@@ -298,7 +298,7 @@ def _task_row(label: str, family: str, rows: list[Attempt], scope: list[Attempt]
 def weak_baseline_warnings(task_ids: Iterable[str]) -> dict[str, str]:
     """The published weak-baseline warning of each bundled task among ``task_ids`` that has one: a
     speedup over a baseline far from its roofline flatters the candidate, so the reader is told."""
-    from ptxbench.evaluate.baselines import load_baseline_quality, weak_baseline_warning
+    from ptxbench.tasks.baseline_quality import load_baseline_quality, weak_baseline_warning
     from ptxbench.tasks.loader import bundled_suite
 
     wanted = set(task_ids)
