@@ -49,6 +49,21 @@ def run(Q, K, V, O, dO, L):
 '''
 
 
+_TORCH_BACKWARD = '''import torch
+
+
+def run(Q, K, V, O, dO, L):
+    scores = (Q.float() @ K.float().transpose(-1, -2)) / Q.shape[-1] ** 0.5
+    keep = torch.ones(scores.shape[-2:], dtype=torch.bool).tril()
+    p = torch.exp(scores.masked_fill(~keep, -float("inf")) - L.unsqueeze(-1))
+    dp = dO.float() @ V.float().transpose(-1, -2)
+    ds = p * (dp - (dO.float() * O.float()).sum(-1, keepdim=True))
+    scale = Q.shape[-1] ** -0.5
+    return ((ds @ K.float()) * scale).to(Q.dtype), ((ds.transpose(-1, -2) @ Q.float()) * scale).to(Q.dtype), \\
+        (p.transpose(-1, -2) @ dO.float()).to(Q.dtype)
+'''
+
+
 def _attention(causal: bool) -> dict[str, Any]:
     tensor = {"shape": ["B", "H", "S", "D"], "dtype": "bfloat16"}
     return {"name": f"mha_with_lse_d16{'_causal' if causal else ''}", "op_type": "attention",
@@ -78,6 +93,9 @@ BACKWARD = {"name": "mha_bwd_d16_causal", "op_type": "attention", "tags": ["caus
             "outputs": {"dQ": _BWD_TENSOR, "dK": _BWD_TENSOR, "dV": _BWD_TENSOR}, "reference": _CUDNN_BACKWARD}
 
 
+TORCH_BACKWARD = {**BACKWARD, "name": "mha_bwd_torch_d16_causal", "reference": _TORCH_BACKWARD}
+
+
 def _write(root: Path, definition: dict[str, Any], workload_axes: list[dict[str, int]]) -> None:
     for folder, suffix, text in (("definitions", "json", json.dumps(definition)),
                                  ("workloads", "jsonl", "".join(json.dumps({
@@ -97,9 +115,10 @@ def tasks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Task]:
         _write(root, _attention(causal), [{"B": 2, "H": 3, "D": 16, "S": s} for s in (8, 24, 16, 5)])
     _write(root, GEMM, [{"m": 96}])
     _write(root, BACKWARD, [{"B": 1, "H": 2, "d": 16, "S": s} for s in (64, 128, 32)])
+    _write(root, TORCH_BACKWARD, [{"B": 1, "H": 2, "d": 16, "S": s} for s in (64, 128, 32)])
     out = tmp_path_factory.mktemp("out")
     summary = import_dataset(root, out)
-    assert [o.refused for o in summary.outcomes] == [None] * 4
+    assert [o.refused for o in summary.outcomes] == [None] * 5
     return {o.definition: load_task_file(out / o.task_file) for o in summary.outcomes}  # type: ignore[operator]
 
 
@@ -143,3 +162,18 @@ def test_a_workload_that_changes_a_const_axis_is_refused(tmp_path: Path) -> None
     _write(tmp_path, _attention(False), [{"B": 2, "H": 3, "D": 16, "S": 8}, {"B": 2, "H": 4, "D": 16, "S": 16}])
     outcome = import_dataset(tmp_path, tmp_path / "out").outcomes[0]
     assert outcome.refused == "workload u1: H = 4, but the definition fixes it to 3"
+
+
+def test_a_backward_is_given_the_forward_of_its_own_q_k_v(tasks: dict[str, Task]) -> None:
+    """O and L of an attention backward are derived: the causal forward of the drawn Q, K, V, natural-log LSE."""
+    task = tasks[TORCH_BACKWARD["name"]]
+    assert {i.name for i in task.inputs if i.init.kind is InitKind.DERIVED} == {"O", "L"}
+    sizes = {"B": 1, "H": 2, "d": 16, "S": 32}
+    inputs = make_inputs(task, sizes, seed=9)
+    scores = inputs["Q"].double() @ inputs["K"].double().transpose(-1, -2) / 4
+    scores = scores.masked_fill(~torch.ones(32, 32, dtype=torch.bool).tril(), -math.inf)
+    assert torch.allclose(inputs["L"].double(), torch.logsumexp(scores, -1), atol=1e-4)
+    expected = torch.softmax(scores, -1) @ inputs["V"].double()
+    assert torch.allclose(inputs["O"].double(), expected, atol=2e-2)  # O in bf16
+    gradients = run_reference(task, dict(inputs), sizes)
+    assert all(torch.isfinite(g).all() for g in gradients.values())

@@ -1,8 +1,9 @@
 """The ``derive_inputs`` an imported task's reference carries, written here as code and copied into the
 task's reference text (``source()``), so it is read, linted and tested as code.
 
-In the task it runs beside two data assignments the importer writes: ``_INDEX_PLAN`` (which input plays
-which role, ``layouts.IndexPlan`` as a dict) and ``_LAYOUTS`` (each workload's layout, keyed by its sizes).
+In the task it runs beside the data assignments the importer writes: ``_INDEX_PLAN`` (which input plays
+which role, ``layouts.IndexPlan`` as a dict), ``_LAYOUTS`` (each workload's layout, keyed by its sizes) and
+``_FORWARD_PLAN`` (an attention backward's forward inputs, ``forward_inputs.ForwardPlan`` as a dict).
 The layout fixes each sequence's pages, last-page tokens, queries and keys; every trial draws fresh page
 ids and fresh routing under it, seeded by the trial's drawn data (so trials differ and a seed reproduces).
 """
@@ -12,8 +13,10 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-_INDEX_PLAN: dict[str, Any] = {}  # written by the importer into the task
+_INDEX_PLAN: dict[str, Any] = {}  # written by the importer into the task (empty: no index inputs)
 _LAYOUTS: dict[str, dict[str, list[int]]] = {}  # likewise
+_FORWARD_PLAN: dict[str, Any] = {}  # likewise (empty: no forward inputs; ``forward_inputs.ForwardPlan``)
+_FORWARD_ROWS = 1024  # query rows of one head scored at a time, so a long sequence's scores fit
 
 
 def _layout_key(sizes: dict[str, Any]) -> str:
@@ -21,6 +24,39 @@ def _layout_key(sizes: dict[str, Any]) -> str:
 
 
 def derive_inputs(**named: Any) -> dict[str, Any]:
+    derived = _derive_indices(named) if _INDEX_PLAN else {}
+    if _FORWARD_PLAN:
+        derived.update(_derive_forward(named))
+    return derived
+
+
+def _derive_forward(named: dict[str, Any]) -> dict[str, Any]:
+    import math
+
+    import torch
+
+    plan = _FORWARD_PLAN
+    q, k, v = named[plan["q"]], named[plan["k"]], named[plan["v"]]
+    heads, kv_heads, queries, keys = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    for b in range(q.shape[0]):
+        for h in range(heads):
+            kf, vf = k[b, h * kv_heads // heads].float(), v[b, h * kv_heads // heads].float()
+            for first in range(0, queries, _FORWARD_ROWS):
+                rows = torch.arange(first, min(first + _FORWARD_ROWS, queries), device=q.device)
+                scores = q[b, h, rows].float() @ kf.T * scale
+                if plan["causal"]:  # query i sees the keys up to its own position (the last queries' keys)
+                    hidden = torch.arange(keys, device=q.device)[None, :] > rows[:, None] + (keys - queries)
+                    scores = scores.masked_fill(hidden, -float("inf"))
+                row_lse = torch.logsumexp(scores, dim=-1)
+                out[b, h, rows] = (torch.exp(scores - row_lse[:, None]) @ vf).to(q.dtype)
+                lse[b, h, rows] = row_lse / math.log(2.0) if plan["base2"] else row_lse
+    return {plan["out"]: out, plan["lse"]: lse}
+
+
+def _derive_indices(named: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     plan = _INDEX_PLAN
@@ -65,4 +101,4 @@ def derive_inputs(**named: Any) -> dict[str, Any]:
 
 def source() -> str:
     """The code above, for the task's reference (the importer appends the data it reads)."""
-    return "\n\n".join(inspect.getsource(f) for f in (_layout_key, derive_inputs))
+    return "\n\n".join(inspect.getsource(f) for f in (_layout_key, derive_inputs, _derive_forward, _derive_indices))

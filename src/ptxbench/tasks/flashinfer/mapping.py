@@ -5,8 +5,8 @@
 - tensors keep name, shape and dtype (those a candidate can be given in C: bf16, f16, f32, fp8, int32,
   int8); scalars are fixed (``scalars``); index inputs are derived (``layouts``); scale factors (``*scale*``,
   ``SF_*``) are drawn positive; floating inputs a trace stores in blobs are drawn too (their values do not
-  change the work; an attention backward's ``O`` and ``L`` are then not the forward of its ``Q, K, V``,
-  which its reference, cuDNN's backward, takes as given).
+  change the work); an attention backward's ``O`` and ``L`` are derived, the forward of its ``Q, K, V``
+  (``forward_inputs``).
 - the family, the required features, the FLOP and byte formulas come from ``op_type`` and the shapes
   (``work``; ``flops`` overrides).
 - the baseline is the definition's own reference in the inputs' dtypes (``reference_text.baseline``), as
@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from ptxbench.tasks.flashinfer.blobs import BlobReader
+from ptxbench.tasks.flashinfer.forward_inputs import plan_forward
 from ptxbench.tasks.flashinfer.layouts import ATTENDED_PAIRS, KV_TOKENS, plan_indices
 from ptxbench.tasks.flashinfer.reference_text import reference_code
 from ptxbench.tasks.flashinfer.scalars import fixed_scalars
@@ -139,12 +140,15 @@ def gpu_libraries(definition: Definition) -> list[str]:
     return [what for key, what in _GPU_LIBRARIES.items() if key in names]
 
 
-def _statement(definition: Definition, scalars: dict[str, Any], derived: list[str]) -> str:
+def _statement(definition: Definition, scalars: dict[str, Any], derived: list[str], forward: list[str]) -> str:
     fixed = "".join(f"\n{name} = {value!r} in every call (fixed by the workloads)." for name, value in scalars.items())
     constraints = "".join(f"\nThe sizes satisfy `{c}`." for c in definition.constraints)
     index = (f"\nThe index inputs {', '.join(derived)} hold each workload's layout (the trace's own where it has "
              "one); kv_tokens and attended_pairs, where present, are what that layout reads and computes."
              if derived else "")
+    if forward:
+        index += (f"\n{forward[0]} and {forward[1]} are the forward of the same Q, K and V (the attention output and "
+                  "its log-sum-exp), as a backward is given them.")
     libraries = gpu_libraries(definition)
     needs = (f"\nThe reference calls {' and '.join(libraries)} on the inputs in their own dtypes: it runs on a CUDA "
              "GPU where they are installed, and an evaluation elsewhere fails with that reason." if libraries else "")
@@ -173,6 +177,8 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
             if spec.shape is not None:
                 dtype_of(f"{kind} {name}", spec)
     plan = plan_indices(definition)
+    forward = plan_forward(definition)
+    derived = plan.derived + (forward.derived if forward else [])
     flops_text = flops(definition, plan, flops_override)
     workloads = bind(definition, plan, specs, blobs)
     tensors_data: dict[str, list[dict[str, Any]]] = {"inputs": [], "outputs": []}
@@ -182,7 +188,7 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
                 continue
             entry: dict[str, Any] = {"name": name, "dtype": dtype_of(f"{kind[:-1]} {name}", spec).value,
                                      "shape": list(spec.shape), "description": spec.description or name}
-            if kind == "inputs" and name in plan.derived:
+            if kind == "inputs" and name in derived:
                 entry["init"] = {"kind": "derived"}
             elif kind == "inputs" and _is_scale(name) and spec.dtype.startswith("float"):
                 entry["init"] = {"kind": "positive"}
@@ -200,9 +206,9 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
     return {
         "id": task_id(definition.name), "family": family.value,
         "title": f"{definition.name} (FlashInfer-Trace {definition.op_type})",
-        "statement": _statement(definition, scalars, plan.derived),
+        "statement": _statement(definition, scalars, plan.derived, forward.derived if forward else []),
         "reference": reference_code(definition, scalars, plan, workloads, axis_names,
-                                    upcast=not gpu_libraries(definition)),
+                                    upcast=not gpu_libraries(definition), forward=forward),
         "flops": flops_text, "bytes": bytes_moved(definition, plan),
         "baseline": {"library": "reference", "call": REFERENCE_BASELINE_CALL},
         "axes": axes, **tensors_data, "workloads": with_roles(workloads, weight),

@@ -5,7 +5,8 @@
   that calls a GPU library (cuDNN, DeepGEMM) is given the inputs in their own dtypes, which the library needs.
 - ``baseline(**inputs, **sizes)`` calls ``run`` on the inputs as given, in their own dtypes: what
   FlashInfer-Bench times as the reference, and what an imported task's ``reference`` baseline times.
-- ``derive_inputs`` (``derive_source``) with the plan and layouts, where the definition has index inputs.
+- ``derive_inputs`` (``derive_source``) with the plan and layouts, where the definition has index inputs,
+  and with the forward plan, where it is an attention backward (``forward_inputs``).
 
 Scalars are fixed (``_SCALARS``); ``run`` is called by parameter name.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ptxbench.tasks.flashinfer import derive_source
+from ptxbench.tasks.flashinfer.forward_inputs import ForwardPlan
 from ptxbench.tasks.flashinfer.layouts import IndexPlan
 from ptxbench.tasks.flashinfer.schema import Definition
 from ptxbench.tasks.flashinfer.workloads import ImportedWorkload
@@ -45,13 +47,16 @@ def baseline(**named):
 
 
 def reference_code(definition: Definition, scalars: dict[str, Any], plan: IndexPlan,
-                   workloads: list[ImportedWorkload], axes: list[str], upcast: bool = True) -> str:
+                   workloads: list[ImportedWorkload], axes: list[str], upcast: bool = True,
+                   forward: ForwardPlan | None = None) -> str:
     code = [definition.reference.strip("\n"), "", "",
             f"_RUN_INPUTS = {tuple(definition.inputs)!r}", f"_OUTPUTS = {tuple(definition.outputs)!r}",
             f"_SCALARS = {scalars!r}", f"_UPCAST = {upcast!r}", "", _WRAPPERS.strip("\n")]
-    if plan.derived:
-        index_plan = {**plan._asdict(), "axes": axes}
-        layouts = {",".join(f"{a}={w.sizes[a]}" for a in sorted(axes)): w.layout for w in workloads}
+    if plan.derived or forward is not None:
+        index_plan = {**plan._asdict(), "axes": axes} if plan.derived else {}
+        layouts = {",".join(f"{a}={w.sizes[a]}" for a in sorted(axes)): w.layout for w in workloads} if plan.derived else {}
+        forward_plan = forward._asdict() if forward is not None else {}
         code += ["", "", "from typing import Any", "", f"_INDEX_PLAN = {index_plan!r}", f"_LAYOUTS = {layouts!r}",
-                 "", "", derive_source.source()]
+                 f"_FORWARD_PLAN = {forward_plan!r}", f"_FORWARD_ROWS = {derive_source._FORWARD_ROWS}", "", "",
+                 derive_source.source()]
     return "\n".join(code)
