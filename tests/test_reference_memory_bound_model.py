@@ -388,8 +388,10 @@ def rope_threads(nh: int, D: int) -> np.ndarray:
 
 ROPE_WORKLOADS = [w.sizes for w in get_task("rope").workloads] + [
     {"T": 1, "Hq": 1, "Hkv": 1, "D": 64, "theta": 10000}, {"T": 2, "Hq": 5, "Hkv": 3, "D": 128, "theta": 10000},
-    {"T": 5, "Hq": 128, "Hkv": 8, "D": 128, "theta": 1000000}, {"T": 1, "Hq": 200, "Hkv": 100, "D": 64, "theta": 500000},
-    {"T": 300, "Hq": 200, "Hkv": 100, "D": 64, "theta": 500000}, {"T": 64, "Hq": 30, "Hkv": 7, "D": 128, "theta": 500000}]
+    {"T": 5, "Hq": 128, "Hkv": 8, "D": 128, "theta": 1000000},
+    {"T": 1, "Hq": 200, "Hkv": 100, "D": 64, "theta": 500000},
+    {"T": 300, "Hq": 200, "Hkv": 100, "D": 64, "theta": 500000},
+    {"T": 64, "Hq": 30, "Hkv": 7, "D": 128, "theta": 500000}]
 
 
 def _rope_id(s: dict[str, int]) -> str:

@@ -20,9 +20,10 @@
 //   (cp.async.bulk, the copy engine): its query heads, contiguous in Q, and its key heads, contiguous in K,
 //   landing back to back in the stage so that head-row h of the run sits at (h - h0) * D * 2 bytes whatever
 //   tensor it came from. Both copies complete on the stage's mbarrier, armed with the run's bytes. hpu is the
-//   whole token (Hq + Hkv) when there are at least two tokens per SM, so a prefill token is one unit of 10 KB
-//   (Llama-3-8B) to 18 KB (70B); at decode the tokens are cut finer, down to one head, until every SM gets two
-//   units (T = 3, 48 heads: 144 units of one head). Units are numbered token-major.
+//   whole token (Hq + Hkv) when there are at least two tokens per SM and its heads fit 32 KB, so a prefill
+//   token is one unit of 10 KB (Llama-3-8B) to 18 KB (70B); at decode the tokens are cut finer, down to one
+//   head, until every SM gets two units (T = 3, 48 heads: 144 units of one head). Units are numbered
+//   token-major.
 // - Persistent grid: as many CTAs as fit at once (occupancy query), CTA b takes units b, b + G, b + 2G, ...
 //   (G = grid size), so the grid walks Q and K front to back. Each CTA owns a ring of S stages (S for about
 //   64 KB in flight per CTA, 2 to 8 stages); thread 0 issues the copies.
