@@ -267,7 +267,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
      "heldout_variant_correct, features_executed, speedup, "
      "roofline_pct, status, error_class, verified_on_gpu)"),
     (["compare", "softmax", "transpose", "--metric", "speed"], "error: unknown metric 'speed': one of compile, "
-     "features_in_ptx, features_in_sass, correct, features_executed or fast_<p>"),
+     "features_in_ptx, features_in_sass, correct, features_executed, fast_<p> or sol_<p>"),
     (["leaderboard", "softmax", "--metric", "fast_x"], "error: unknown metric 'fast_x': fast_p needs a number, "
                                                        "e.g. fast_1.0"),
     (["compare", "softmax", "transpose", "--metric", "compile"], "error: softmax and transpose have no (arch, task) "

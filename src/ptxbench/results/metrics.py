@@ -139,7 +139,8 @@ def threshold(metric: str) -> Threshold | None:
             try:
                 return Threshold(kind, float(metric.removeprefix(f"{kind}_")))  # type: ignore[arg-type]
             except ValueError:
-                raise OptionError(f"unknown metric {metric!r}: {kind}_p needs a number, e.g. {kind}_0.8") from None
+                example = fast_metric(1.0) if kind == "fast" else sol_metric(0.8)
+                raise OptionError(f"unknown metric {metric!r}: {kind}_p needs a number, e.g. {example}") from None
     return None
 
 
