@@ -118,6 +118,9 @@ def main() -> None:
         rows.append({"run": "adversarial", "item": f"{key} ({case['file']})",
                      "verdict": getattr(evaluation, "verdict", evaluation or "lost"),
                      "message": getattr(evaluation, "message", "")[:240], "problem": problem})
+    for row in rows:  # a run cut by the time limit did not lose its unfinished items: it never got to them
+        if row["verdict"] == "lost" and ended[row["run"]]["rc"] is None:
+            row["verdict"], row["problem"] = "unfinished", f"the run was cut at {args.timeout_s:.0f} s"
     harness_errors = [r["item"] for r in rows if r["verdict"] == f"infra: {InfraFailure.HARNESS_ERROR.value}"]
     lost = [r["item"] for r in rows if r["verdict"] == "lost"]
     gpu = torch.cuda.get_device_name(0)
@@ -126,7 +129,9 @@ def main() -> None:
                "torch": torch.__version__, "python": platform.python_version(),
                "command": " ".join(["python", *sys.argv]), "options": options, "runs": ended,
                "items": len(rows), "lost": lost, "harness_errors": harness_errors,
-               "wrong": [f"{r['item']}: {r['problem']}" for r in rows if r["problem"] and r["verdict"] != "lost"],
+               "unfinished": [r["item"] for r in rows if r["verdict"] == "unfinished"],
+               "wrong": [f"{r['item']}: {r['problem']}" for r in rows
+                         if r["problem"] and r["verdict"] not in ("lost", "unfinished")],
                "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     slug = gpu.lower().replace("nvidia ", "").replace(" ", "_")
@@ -134,7 +139,8 @@ def main() -> None:
     lines = [f"# Two `ptxbench eval` runs at once on one {gpu}", "",
              f"{summary['date']}, torch {summary['torch']}, `{summary['command']}`, options `{' '.join(options)}`.", "",
              *(f"- run {name}: rc {info['rc']}, {info['seconds']} s {info.get('note', '')}" for name, info in ended.items()),
-             f"- items {len(rows)}, lost {len(lost)}, HARNESS_ERROR {len(harness_errors)}, "
+             f"- items {len(rows)}, lost {len(lost)}, unfinished {len(summary['unfinished'])}, "
+             f"HARNESS_ERROR {len(harness_errors)}, "
              f"not as expected {len(summary['wrong'])}", "",
              "Wall clock beyond the events per timed call of the honest examples (ms; the guard allows "
              "max(0.5 ms, the call's event time)):", "",
