@@ -154,7 +154,8 @@ def _statement(definition: Definition, scalars: dict[str, Any], derived: list[st
              "GPU where they are installed, and an evaluation elsewhere fails with that reason." if libraries else "")
     return (f"{(definition.description or definition.name).strip()}\n\n"
             f"Imported from the FlashInfer-Trace definition `{definition.name}` (op_type {definition.op_type}). The "
-            f"computation is its reference, computed in fp32:{fixed}{constraints}{index}{needs}\n\n"
+            f"computation is its reference, {'as its libraries compute it' if libraries else 'computed in fp32'}:"
+            f"{fixed}{constraints}{index}{needs}\n\n"
             f"```python\n{definition.reference.strip()}\n```")
 
 
