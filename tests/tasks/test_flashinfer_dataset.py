@@ -216,3 +216,13 @@ def test_a_last_page_length_declared_as_long_as_the_indptrs_is_padded(tmp_path: 
     inputs = make_inputs(task, workload.sizes, seed=4)
     assert len(inputs["kv_last_page_len"]) == workload.sizes["len_indptr"] and inputs["kv_last_page_len"][-1] == 0
     assert torch.isfinite(run_reference(task, dict(inputs), workload.sizes)["output"]).all()
+
+
+def test_an_unreadable_workload_file_is_named_in_the_summary_and_by_the_cli(tmp_path: Path) -> None:
+    root = write_dataset(tmp_path / "d", [RAGGED_PREFILL], count=3)
+    (root / "workloads" / "gqa_ragged" / "broken.jsonl").write_text('{"definition": "x", "workload": {"uuid": "u"}}\n')
+    result = runner.invoke(app, ["tasks", "import", str(root), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.output and "broken.jsonl:1: workload.axes: Field required" in result.output
+    summary = load_summary(tmp_path / "out" / SUMMARY_NAME)
+    assert len(summary.imported) == 1 and len(summary.unreadable) == 1
