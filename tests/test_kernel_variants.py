@@ -181,7 +181,9 @@ def test_the_prefetch_variant_keeps_its_knob():
                                           ("gemm_fp8", "TMA_STORE"), ("gemm_fp8", "TMA_STORE_MAX_K"),
                                           ("add_rmsnorm", "kThreads"), ("add_rmsnorm", "kBytesInFlightPerCta"),
                                           ("silu_mul", "kChunk"), ("silu_mul", "kBytesInFlightPerCta"),
-                                          ("rope", "kThreads"), ("rope", "kMaxStageBytes")])
+                                          ("rope", "kThreads"), ("rope", "kMaxStageBytes"),
+                                          ("decode_gqa_paged", "kStages"), ("decode_gqa_paged", "kCtasPerSm"),
+                                          ("decode_gqa_paged", "kMinChunkTiles")])
 def test_the_reference_kernels_knobs_are_overridable(kernel, knob):
     source = (reference_folder("sm_90a") / f"{kernel}.cu").read_text()
     assert kernel_variants.apply_overrides(source, {knob: "7"}) != source

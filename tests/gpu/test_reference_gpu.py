@@ -150,3 +150,16 @@ def test_rope_reference_is_right_for_every_head_split(evaluator) -> None:  # typ
     named = {f"t{t}-q{q}-k{k}-d{d}-th{th}": {"T": t, "Hq": q, "Hkv": k, "D": d, "theta": th}
              for t, q, k, d, th in shapes}
     assert_passes_on(evaluator, "rope", named)
+
+
+def test_decode_reference_is_right_on_every_edge_of_its_split(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """One token (a page of 16 and of 64: three tiles past the fill skipped), one full page; batches of one-page
+    sequences (one token each; chunks holding more than 32 sequences); groups of 1, 16, 20 and 32 query heads (two
+    head blocks for the last two, one kv head for 32); a single long sequence over pages of 64; an odd batch of
+    257. Not yet run on a GPU; tests/test_reference_decode_model.py checks the same steps on the CPU."""
+    shapes = [(1, 32, 8, 16, 1, 1), (1, 32, 8, 64, 1, 1), (1, 32, 8, 64, 1, 64), (300, 8, 2, 16, 300, 300),
+              (500, 16, 2, 64, 500, 16000), (3, 8, 8, 16, 50, 780), (5, 32, 2, 64, 40, 2400), (4, 40, 2, 64, 30, 1800),
+              (2, 32, 1, 16, 100, 1590), (1, 64, 8, 64, 2000, 127950), (257, 32, 4, 16, 3000, 46000)]
+    named = {f"b{b}-h{h}-kh{kh}-p{p}-np{np_}-l{l}": {"B": b, "H": h, "KH": kh, "P": p, "NP": np_, "L": l}
+             for b, h, kh, p, np_, l in shapes}
+    assert_passes_on(evaluator, "decode_gqa_paged", named)

@@ -27,8 +27,9 @@
 //     sequence held by one CTA alone (the usual case for short ones) is written straight to O and LSE by that CTA;
 //     the merge kernel (one warp per sequence and query head) combines the others: M = max lse2_s,
 //     w_s = 2^(lse2_s - M), O = Σ w_s O_s / Σ w_s, LSE = (M + log2 Σ w_s) · ln 2. It is launched with programmatic
-//     dependent launch, so its CTAs are scheduled while the decode kernel drains and wait (griddepcontrol.wait)
-//     for its partials: no launch gap between the two. Partials are fp32 (O_s already divided by its own sum).
+//     dependent launch, so its CTAs are scheduled while the decode kernel drains and wait (griddepcontrol.wait,
+//     in every thread) for the decode grid to end: no launch gap between the two, no overlap of their work.
+//     Partials are fp32 (O_s already divided by its own sum).
 //   * The copy engine. One producer warp per CTA walks the chunk's tiles and, per tile, waits for a free stage of
 //     an 8-stage ring (RingBarriers: full = producer's arrive + transaction bytes, empty = one arrive per consumer
 //     warp) and issues four TMA loads of 2 KB (3-D tensor maps over each cache as [NP·P tokens][KH][128]: box
@@ -214,10 +215,10 @@ __device__ __forceinline__ void producer_loop(Shared& s, const CUtensorMap* map_
     ptx::tma_prefetch_map(map_k);
     ptx::tma_prefetch_map(map_v);
   }
+  PageBatch pages;  // first: its loads are in flight while the walk searches for its first sequence
+  pages.begin(indices, NP, t0 / (P / kTile), lane);
   TileWalk walk;
   walk.begin(indptr, last_len, B, P, t0, t1, lane);
-  PageBatch pages;
-  pages.begin(indices, NP, t0 / (P / kTile), lane);
   ptx::RingState at;
   while (walk.next()) {
     const int token = pages.page(walk.p) * P + walk.sub * kTile;  // row of the [NP·P][KH][128] view
@@ -487,6 +488,9 @@ __global__ void __launch_bounds__(128)
 decode_merge_kernel(const float* __restrict__ part_o, const float* __restrict__ part_lse,
                     const int32_t* __restrict__ indptr, const int32_t* __restrict__ last_len,
                     __nv_bfloat16* __restrict__ O, float* __restrict__ LSE, int H, int P, int chunk) {
+  // Every thread waits for the decode kernel to finish (and its partials to be visible), even one with nothing to
+  // merge: so the merge grid cannot end before the decode grid, and what follows on the stream follows both.
+  ptx::griddep_wait();
   const int lane = int(threadIdx.x & 31), warp = int(threadIdx.x >> 5);
   const int head_groups = (H + 3) / 4;
   const int b = int(blockIdx.x) / head_groups;
@@ -499,7 +503,6 @@ decode_merge_kernel(const float* __restrict__ part_o, const float* __restrict__ 
   const int64_t first_tile = int64_t(first_page) * per_page;
   const int c0 = int(first_tile / chunk), c1 = int((first_tile + (n - 1) / kTile) / chunk);
   if (c0 == c1) return;
-  ptx::griddep_wait();  // the decode kernel has finished and its partials are visible
 
   const int parts = c1 - c0 + 1;
   const int64_t slot0 = int64_t(c0) + b;
