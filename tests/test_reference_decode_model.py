@@ -459,11 +459,11 @@ SHAPES = {w.name: dict(w.sizes) for w in _workloads()} | {
 @pytest.mark.parametrize("name", sorted(SHAPES))
 def test_every_workload_is_covered_once_by_the_walks_and_the_merge(name: str, resident: int) -> None:
     """On each of the task's workloads (held-out ones too) and the GPU test's edge shapes, for the GPUs' resident
-    CTA counts (132 SMs x 3, x 2, and 114 SMs x 3): every key of every
-    sequence is in exactly one walked tile (the keys past a last page's fill in none, no tile wholly past it
-    loaded); each (chunk, sequence) piece is one segment, ending once, in its own slot c + b; a sequence is written
-    whole by a CTA exactly when the merge finds one chunk for it, and otherwise the merge's chunks are exactly the
-    CTAs with a piece of it; the grid is one wave of equal chunks."""
+    CTA counts (132 SMs x 3, x 2, and 114 SMs x 3): every key of every sequence is in exactly one walked tile (the
+    keys past a last page's fill in none, no tile wholly past it loaded; with pages of 16 every tile is walked, as
+    the producer's early first fill assumes); each (chunk, sequence) piece is one segment, ending once, in its own
+    slot c + b; a sequence is written whole by a CTA exactly when the merge finds one chunk for it, and otherwise
+    the merge's chunks are exactly the CTAs with a piece of it; the grid is one wave of equal chunks."""
     sizes = SHAPES[name]
     B, H, KH, P, NP = (sizes[k] for k in ("B", "H", "KH", "P", "NP"))
     indptr, _, last = _layout(sizes)
@@ -478,7 +478,10 @@ def test_every_workload_is_covered_once_by_the_walks_and_the_merge(name: str, re
     pieces: dict[int, set[int]] = {b: set() for b in range(B)}
     slots: set[int] = set()
     for c in range(split.splits):
-        tiles = walk(indptr, last, P, c * split.chunk, min((c + 1) * split.chunk, tiles_total))
+        t0, t1 = c * split.chunk, min((c + 1) * split.chunk, tiles_total)
+        tiles = walk(indptr, last, P, t0, t1)
+        if P == TILE:  # the producer issues the first stages before its walk: every tile must hold keys
+            assert [t.tile for t in tiles] == list(range(t0, t1))
         for i, tile in enumerate(tiles):
             assert 1 <= tile.valid <= TILE and tile.key0 % TILE == 0
             seen[tile.b][tile.key0:tile.key0 + tile.valid] += 1

@@ -36,7 +36,9 @@
 //     {64 dims, 1 head, 16 tokens} at token page·P + 16·sub, K and V, two 64-dim halves each) with the 128-byte
 //     swizzle, so ldmatrix reads them without bank conflicts. Each load is 16 rows of 128 bytes; the control's
 //     one bulk copy per 256-byte row needed 8x as many copy instructions. Page numbers, sequence ends and last-page
-//     fills are read 32 at a time by the warp's lanes (the next 32 prefetched) and broadcast by shuffles.
+//     fills are read 32 at a time by the warp's lanes (the next 32 prefetched) and broadcast by shuffles. With
+//     pages of 16 every tile holds keys, so the ring's first 8 stages are issued as soon as the page numbers are
+//     in, before the walk has found its first sequence.
 //   * Four consumer warps share every tile. Each computes the whole S = Q Kᵀ for the tile (mma.sync m16n8k16,
 //     the group's query heads as the 16 rows of A, rows past the group zero and never stored; 16 mma.sync) and the
 //     same online softmax (base 2, the scale log2(e)/sqrt(128) folded into one FMA before ex2), and then O += P V
@@ -217,18 +219,29 @@ __device__ __forceinline__ void producer_loop(Shared& s, const CUtensorMap* map_
   }
   PageBatch pages;  // first: its loads are in flight while the walk searches for its first sequence
   pages.begin(indices, NP, t0 / (P / kTile), lane);
+  auto issue = [&](const ptx::RingState& at, int token) {  // lane 0: tile rows token .. token + 15
+    uint64_t* full = s.ring.producer_acquire(at, kStageBytes);
+    ptx::tma_load_3d(s.kv[at.stage][0], map_k, full, 0, kv_head, token);
+    ptx::tma_load_3d(s.kv[at.stage][1], map_k, full, 64, kv_head, token);
+    ptx::tma_load_3d(s.kv[at.stage][2], map_v, full, 0, kv_head, token);
+    ptx::tma_load_3d(s.kv[at.stage][3], map_v, full, 64, kv_head, token);
+  };
+  // With pages of 16 every tile holds keys (a page has at least one), so the ring's first fill needs only the page
+  // numbers: it goes out before the sequence search, and the walk below skips what it issued.
+  const int early = P == kTile ? min(kStages, t1 - t0) : 0;
+  ptx::RingState at;
+  for (int i = 0; i < early; ++i) {
+    const int token = pages.page(t0 / (P / kTile) + i) * P;
+    if (lane == 0) issue(at, token);
+    __syncwarp();
+    at.advance(kStages);
+  }
   TileWalk walk;
   walk.begin(indptr, last_len, B, P, t0, t1, lane);
-  ptx::RingState at;
   while (walk.next()) {
+    if (walk.tile < t0 + early) continue;  // issued above, in the same stages
     const int token = pages.page(walk.p) * P + walk.sub * kTile;  // row of the [NP·P][KH][128] view
-    if (lane == 0) {
-      uint64_t* full = s.ring.producer_acquire(at, kStageBytes);
-      ptx::tma_load_3d(s.kv[at.stage][0], map_k, full, 0, kv_head, token);
-      ptx::tma_load_3d(s.kv[at.stage][1], map_k, full, 64, kv_head, token);
-      ptx::tma_load_3d(s.kv[at.stage][2], map_v, full, 0, kv_head, token);
-      ptx::tma_load_3d(s.kv[at.stage][3], map_v, full, 64, kv_head, token);
-    }
+    if (lane == 0) issue(at, token);
     __syncwarp();
     at.advance(kStages);
   }
