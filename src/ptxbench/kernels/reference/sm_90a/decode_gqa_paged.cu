@@ -14,7 +14,7 @@
 // So the design is about the copy engine, bytes in flight, and every SM busy from start to end:
 //
 //   * Split-KV over a balanced, flattened key space. For each kv head, the keys of the whole batch are laid out
-//     page after page in page-table order (page-list position p = kv_indptr[b] + i holds keys 16 · (P/16) · i ..
+//     page after page in page-table order (page-list position p = kv_indptr[b] + i holds keys P·i .. P·i + P - 1
 //     of sequence b), cut into 16-key tiles (one tile = 16 token slots of one page; P is 16 or 64, so a page is 1
 //     or 4 tiles). The T = NP · P/16 tiles are cut into `splits` equal chunks, one CTA per (chunk, kv head, block
 //     of 16 query heads), and `splits` is chosen so that all CTAs are resident at once (one wave, the occupancy
