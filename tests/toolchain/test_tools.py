@@ -1,5 +1,6 @@
 """The external tools run from toolchain/tools.py: nvidia-smi asked by one function for the run header and
-for doctor, and c++filt's absence costing only readable names (fakes on PATH)."""
+for doctor, c++filt's absence costing only readable names, and cuobjdump run once per cubin's bytes (fakes on
+PATH or named by PTXBENCH_CUOBJDUMP)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ptxbench.doctor import run_doctor
-from ptxbench.toolchain.tools import demangle, driver_version, query_gpus
+from ptxbench.errors import ToolchainMissing
+from ptxbench.toolchain.tools import demangle, disassemble, driver_version, query_gpus
 
 SMI = """#!/bin/sh
 case "$1" in
@@ -58,3 +60,25 @@ def test_names_stay_mangled_without_a_demangler_and_read_with_one(tmp_path: Path
              '#!/bin/sh\nwhile read -r name || [ -n "$name" ]; do echo "readable $name"; done\n')
     assert demangle(["_Z6kernelPf", "_Z5otherv"]) == {"_Z6kernelPf": "readable _Z6kernelPf",
                                                       "_Z5otherv": "readable _Z5otherv"}
+
+
+def test_cuobjdump_reads_each_cubins_bytes_once_and_a_changed_cubin_again(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = tmp_path / "calls"
+    fake = tmp_path / "cuobjdump"
+    fake.write_text(f'#!/bin/sh\n[ "$1" = --version ] && exit 0\necho "$2" >> {calls}\ngrep -q broken "$2" && {{ echo "bad cubin" >&2; exit 1; }}\n'
+                    'echo "Function : listing of $(cat "$2")"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PTXBENCH_CUOBJDUMP", str(fake))
+    first, copy = tmp_path / "a.cubin", tmp_path / "b.cubin"
+    first.write_text("kernel one")
+    copy.write_text("kernel one")
+    assert disassemble(first) == disassemble(first) == disassemble(copy) == "Function : listing of kernel one\n"
+    assert calls.read_text().splitlines() == [str(first)], "the same bytes are read once"
+    first.write_text("kernel two")
+    assert disassemble(first) == "Function : listing of kernel two\n"
+    first.write_text("broken")
+    for _ in range(2):  # a failure is not kept: each call says it
+        with pytest.raises(ToolchainMissing, match="cuobjdump could not read a.cubin: bad cubin"):
+            disassemble(first)
+    assert calls.read_text().splitlines() == [str(first)] * 4

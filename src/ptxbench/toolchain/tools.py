@@ -9,8 +9,12 @@ the driver version.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import subprocess
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,13 +25,65 @@ DEMANGLERS = ("c++filt", "cu++filt")
 
 
 def disassemble(cubin: Path, timeout_s: float = 60.0) -> str:
-    """The cubin's SASS, as cuobjdump prints it (read with ``static.sass``)."""
+    """The cubin's SASS, as cuobjdump prints it (read with ``static.sass``). A cubin this process has read
+    before, byte for byte, with the same cuobjdump, is answered from memory (``_SassMemo``)."""
     cuobjdump = find_toolchain().path("cuobjdump")
+    key = _sass_memo.key(cuobjdump, cubin)
+    if key is not None and (known := _sass_memo.get(key)) is not None:
+        return known
     proc = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, timeout=timeout_s)
     if proc.returncode != 0:
         raise ToolchainMissing(f"cuobjdump could not read {cubin.name}: {proc.stderr.strip()} "
                                "(a cuobjdump older than the ptxas that built it? use nvidia-cuda-cuobjdump>=13.2)")
+    if key is not None and _sass_memo.key(cuobjdump, cubin) == key:  # unchanged while cuobjdump read it
+        _sass_memo.put(key, proc.stdout)
     return proc.stdout
+
+
+class _SassMemo:
+    """SASS listings by the digest of their cubin, the most recently used first, up to ``MAX_CHARS`` in all.
+    cuobjdump costs about 0.4 s of CPU even for a small cubin (it starts nvdisasm), and one process reads one
+    build's SASS many times: ``eval`` of several items of one source, the evaluator after the check before
+    it, a server's jobs. The same bytes always give the same listing, so answering from memory changes
+    nothing but the time."""
+
+    MAX_CHARS = 64 * 2**20
+
+    def __init__(self) -> None:
+        self._listings: OrderedDict[tuple[str, int, str], str] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(cuobjdump: str, cubin: Path) -> tuple[str, int, str] | None:
+        """(the tool, its modification time, the cubin's SHA-256); None where either cannot be read (cuobjdump
+        then says why)."""
+        try:
+            return cuobjdump, os.stat(cuobjdump).st_mtime_ns, hashlib.sha256(cubin.read_bytes()).hexdigest()
+        except OSError:
+            return None
+
+    def get(self, key: tuple[str, int, str]) -> str | None:
+        with self._lock:
+            listing = self._listings.get(key)
+            if listing is not None:
+                self._listings.move_to_end(key)
+            return listing
+
+    def put(self, key: tuple[str, int, str], listing: str) -> None:
+        if len(listing) > self.MAX_CHARS:
+            return
+        with self._lock:
+            if key in self._listings:
+                return
+            self._listings[key] = listing
+            self._chars += len(listing)
+            while self._chars > self.MAX_CHARS:
+                _, dropped = self._listings.popitem(last=False)
+                self._chars -= len(dropped)
+
+
+_sass_memo = _SassMemo()
 
 
 def demangle(names: list[str]) -> dict[str, str]:
