@@ -553,8 +553,15 @@ class GpuEvaluator:
                 for phase, seconds in (reply.get("phases_s") or {}).items():
                     if isinstance(seconds, float):  # the worker's own account, kept for diagnosis only
                         self._count(f"trials.worker.{phase}", seconds)
-                with self._stage("trials.judge"):
-                    trial, found = self._judge_trial(task, workload, seed, reply, inputs, expected, own_kernels)
+                try:
+                    with self._stage("trials.judge"):
+                        trial, found = self._judge_trial(task, workload, seed, reply, inputs, expected, own_kernels)
+                except Exception as exc:
+                    if not _harness_out_of_memory(exc):
+                        raise
+                    return Trials(trials, guards, TrialsEnded(Status.RUNTIME_ERROR, (
+                        f"workload {workload.name}: the harness ran out of GPU memory comparing the outputs: "
+                        f"{str(exc).splitlines()[0]}"), out_of_memory=True, harness_short=True, workload=workload.name))
                 del reply  # the worker's tensors are released before its next call
                 trials.append(trial)
                 guards += found
@@ -713,8 +720,15 @@ class GpuEvaluator:
             finally:
                 self.worker.kill()
                 self._release_baseline_memory()
-        with self.lock.shared("recheck"):
-            checked = self._timings_checked(task, evaluation, workloads, clean, measured)
+        try:
+            with self.lock.shared("recheck"):
+                checked = self._timings_checked(task, evaluation, workloads, clean, measured)
+        except Exception as exc:
+            if not _harness_out_of_memory(exc):
+                raise
+            self._release_cached_memory()  # another lane's work held the memory: the re-check again, alone
+            with self.lock.exclusive("recheck alone"):
+                checked = self._timings_checked(task, evaluation, workloads, clean, measured)
         timings = [t.model_copy(update={"baseline_variants": {
             **{v: ms for v, (ms, _) in clean[t.workload].items()}, **skipped[t.workload]}}) for t in checked.timings]
         checked = checked.model_copy(update={"timings": timings})
