@@ -3,9 +3,9 @@
 // kv_indices[kv_indptr[b] .. kv_indptr[b + 1]), all full but the last (kv_last_page_len[b] tokens). Outputs
 // O = softmax(q·Kᵀ / sqrt(128)) · V (bf16) and LSE (natural log, fp32) per sequence and query head.
 //
-// Not yet run on a GPU: built and checked on the CPU only (`ptxbench check`, the static reference tests, and the
+// Correct on every workload and 11 edge shapes on an H100 (2026-12-07, benchmarks/results/new_references_h100_80gb_hbm3.md); checked on the CPU (`ptxbench check`, the static reference tests, and the
 // NumPy model tests/test_reference_decode_model.py of its walk, its fragment and swizzle addressing, its online
-// softmax and its merge). Measured figures go here once `ptxbench eval --gold` and benchmarks/reference_kernels.py
+// softmax and its merge). Its speed is to be measured: figures go here once benchmarks/reference_kernels.py
 // have run it. It grew out of the project's split-KV control (tests/adversarial/split_kv_decode.cu: bulk-copied
 // rows, tiles round-robin over the warps, ceil-sized splits in about three waves), measured at 0.161 ms on the
 // H200 on the timed workload, about 39 % of the copy bandwidth for its 268 MB; what changed, and why, is below.
