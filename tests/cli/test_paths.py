@@ -134,14 +134,14 @@ def test_the_context_ablation_keeps_its_labels_through_eval(runs: dict[str, Path
 
 def test_a_generate_only_run_measured_nothing(runs: dict[str, Path]) -> None:
     table = _table(_ok("metrics", str(runs["gen-full"]), "--by", "", "--bootstrap", "0"))
-    assert table[2] == "| – | – | – | – | – | – | – | – | – | – | – | – | – | – | 1 | 3 | 3 | 2 |"
+    assert table[2] == "| – | – | – | – | – | – | – | – | – | – | – | – | – | – | – | – | 1 | 3 | 3 | 2 |"
     (summary,) = _summary(runs["gen-full"])
     assert set(summary["rates"].values()) == {None}
     markdown = _report(runs["gen-full"])
     assert "> **Nothing built.**" in markdown
     assert _section(markdown, "Per task") == [["transpose", "memory_bound", "3", "not measured", "not measured",
                                                "not measured", "not measured", "not measured", "—",
-                                               "unevaluated (2)"]]
+                                               "not measured", "unevaluated (2)"]]
 
 
 def test_a_cpu_run_prints_correctness_as_not_measured_in_metrics_and_report(tmp_path: Path) -> None:
@@ -151,7 +151,7 @@ def test_a_cpu_run_prints_correctness_as_not_measured_in_metrics_and_report(tmp_
     (folder / "rmsnorm.cu").write_text(BROKEN)
     _ok("eval", str(folder), "--out", str(tmp_path / "cpu"))
     table = _table(_ok("metrics", str(tmp_path / "cpu"), "--by", "", "--bootstrap", "0"))
-    assert table[2] == "| 50.0 | 0.0 | 0.0 | – | – | – | – | – | – | – | – | – | – | – | 2 | 2 | 2 | 1 |"
+    assert table[2] == "| 50.0 | 0.0 | 0.0 | – | – | – | – | – | – | – | – | – | – | – | – | – | 2 | 2 | 2 | 1 |"
     (summary,) = _summary(tmp_path / "cpu")
     assert summary["rates"]["compile"] == {"value": 0.5, "low": None, "high": None}
     assert summary["rates"]["correct"] is None and summary["rates"]["fast_1.0"] is None
