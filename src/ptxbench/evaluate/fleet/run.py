@@ -156,6 +156,10 @@ def candidate_from_file(path: Path, task: Task) -> Candidate:
 
 
 def gpu_available() -> bool:
+    from ptxbench.evaluate.fleet.pool import cuda_driver_present
+
+    if not cuda_driver_present():  # no GPU, known without importing torch
+        return False
     try:
         import torch
     except ImportError:
