@@ -27,7 +27,7 @@ def child(task_id: str, variant: str) -> None:
     outside the profiled range, then exactly one timed call profiled: setup work is never counted."""
     import torch
 
-    from ptxbench.evaluate.baselines import variant_specs
+    from ptxbench.evaluate.baselines.variants import variant_specs
     from ptxbench.tasks.loader import get_task
     from ptxbench.tasks.reference import make_inputs
 
@@ -47,7 +47,7 @@ def main() -> None:
     import torch
 
     from ptxbench.arch.registry import Arch
-    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.baselines.variants import baseline_variants
     from ptxbench.evaluate.executed import NCU_METRICS, judge_execution, parse_ncu_csv
     from ptxbench.tasks.loader import bundled_suite
 

@@ -66,7 +66,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def write(doc: dict[str, Any], stem: Path, quality_path: Path | None = None) -> None:
     """The result JSON and markdown, and the package-data quality summary."""
-    from ptxbench.evaluate.baselines import QUALITY_PATH, quality_from_results, write_quality
+    from ptxbench.evaluate.baselines.variants import QUALITY_PATH, quality_from_results, write_quality
 
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
@@ -78,7 +78,7 @@ def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
             after_task: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Every variant of every task's shown workloads; ``after_task`` gets the document so far after each
     task, so a run cut short (a lent GPU's time limit) keeps the tasks it finished."""
-    from ptxbench.evaluate.baselines import SETUP_TIMEOUT_S, variant_specs
+    from ptxbench.evaluate.baselines.variants import SETUP_TIMEOUT_S, variant_specs
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
     from ptxbench.evaluate.timing import interleaved
     from ptxbench.tasks.loader import bundled_suite

@@ -57,7 +57,7 @@ def _summary(values: list[float]) -> dict[str, float]:
 
 def _measure(runner, task, calls: int) -> dict[str, list[float]]:  # type: ignore[no-untyped-def]
     """``calls`` calls of the fastest-listed baseline per method, alternating gate and cover call by call."""
-    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.baselines.variants import baseline_variants
 
     variant = next(iter(baseline_variants(task)))
     runner.set_task(task.model_dump_json())

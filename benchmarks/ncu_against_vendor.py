@@ -50,7 +50,7 @@ STALLS_SHOWN = 12
 VENDOR_PROGRAM = """
 import json, secrets, sys
 import torch
-from ptxbench.evaluate.baselines import variant_specs
+from ptxbench.evaluate.baselines.variants import variant_specs
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.reference import make_inputs
 spec = json.loads(sys.argv[1])
@@ -137,7 +137,7 @@ def main() -> None:
 
     from ptxbench.arch.registry import Arch
     from ptxbench.check import build_request, read_candidate
-    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.baselines.variants import baseline_variants
     from ptxbench.evaluate.profiling import profiled_program
     from ptxbench.tasks.loader import get_task
     from ptxbench.toolchain.compile import build

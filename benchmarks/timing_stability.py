@@ -32,7 +32,7 @@ OUT = REPO / "benchmarks" / "results"
 
 _CHILD = """
 import json, secrets, sys, time
-from ptxbench.evaluate.baselines import baseline_variants
+from ptxbench.evaluate.baselines.variants import baseline_variants
 from ptxbench.evaluate.child.gpu_side import CandidateRunner
 from ptxbench.tasks.loader import get_task
 task = get_task(sys.argv[1]); so = sys.argv[2]; repeats = int(sys.argv[3]); budget = float(sys.argv[4])
@@ -106,7 +106,7 @@ def _evaluations(task, shared_object: str, repeats: int) -> dict:  # type: ignor
     how far each workload's candidate time, baseline time and their ratio spread across evaluations,
     with the clocks seen meanwhile. One unrecorded evaluation comes first (spares warming up)."""
     from ptxbench.evaluate import timing
-    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.baselines.variants import baseline_variants
     from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
     from ptxbench.evaluate.isolation.worker import Worker
 
@@ -188,7 +188,7 @@ def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: igno
     length between switches, measured time per side), in one evaluator: how far the candidate/baseline
     ratio spreads. A chunk of 0 ms alternates after every call."""
     from ptxbench.evaluate import timing
-    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.baselines.variants import baseline_variants
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 
     evaluator = GpuEvaluator(EvalOptions())

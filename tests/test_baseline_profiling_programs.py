@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from ptxbench.evaluate import baselines
+from ptxbench.evaluate.baselines import variants as baselines
 from ptxbench.tasks import reference
 
 from .conftest import repo_script

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ptxbench import integrity
-from ptxbench.evaluate import baseline_cache
-from ptxbench.evaluate.baseline_cache import BaselineCache
+from ptxbench.evaluate.baselines import cache as baseline_cache
+from ptxbench.evaluate.baselines.cache import BaselineCache
 
 DEVICE = {"name": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": "91900"}
 
@@ -79,7 +79,7 @@ def test_a_tampered_baseline_record_is_deleted_and_missing(tmp_path: Path, caplo
         cache.put(other, 9.0, 0.1)
         path.write_text(_stored(cache, other).read_text())
     _new_process()
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.baseline_cache"):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.baselines.cache"):
         assert cache.get(key) is None
     assert not path.exists() and str(path) in caplog.text
     if tamper == "moved":

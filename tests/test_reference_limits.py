@@ -67,7 +67,7 @@ def test_the_misses_gpu_check_profiles_real_workloads_against_real_baselines() -
     and baselines those tasks have, so its one device call is not spent on a typo."""
     import re
 
-    from ptxbench.evaluate.baselines import variant_specs
+    from ptxbench.evaluate.baselines.variants import variant_specs
 
     script = (REPO / "scripts" / "gpu_checks.sh").read_text()
     block = script[script.index("        misses)"):script.index(";;", script.index("        misses)"))]

@@ -176,7 +176,7 @@ class FakeRunner:
         """As the GPU runner's check, without the setup run: a variant whose library does not import here
         (Liger-Kernel, Triton for torch.compile) is skipped with its reason, the others are timed.
         "cudnn-too-old": the cuDNN variant's setup refuses head dim 256, as cuDNN before 9.10 does."""
-        from ptxbench.evaluate.baselines import cudnn_attention_refusal, variant_specs
+        from ptxbench.evaluate.baselines.variants import cudnn_attention_refusal, variant_specs
 
         assert self.task is not None
         variants = variant_specs(self.task)

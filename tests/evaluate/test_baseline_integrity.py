@@ -12,8 +12,8 @@ import pytest
 
 from ptxbench import integrity
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate import baseline_cache
-from ptxbench.evaluate.baseline_cache import BaselineCache, BaselineTiming
+from ptxbench.evaluate.baselines import cache as baseline_cache
+from ptxbench.evaluate.baselines.cache import BaselineCache, BaselineTiming
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.records.evaluation import Evaluation, Status
 
@@ -49,7 +49,7 @@ def test_rewritten_baseline_times_are_ignored_in_the_run_and_measured_again_late
     assert [t.baseline_clean_ms for t in during.timings] == [1.0] * len(during.timings), "kept in memory"
 
     baseline_cache._memo.clear()  # a later process
-    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.baseline_cache"):
+    with caplog.at_level(logging.WARNING, logger="ptxbench.evaluate.baselines.cache"):
         later = _evaluate(root)
     assert later.status is Status.PASSED, later.message
     assert [t.baseline_clean_ms for t in later.timings] == [1.0] * len(later.timings), "measured again"

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from ptxbench.cli import app
-from ptxbench.evaluate import baselines
+from ptxbench.evaluate.baselines import variants as baselines
 from ptxbench.results.attempts import Attempt
 from ptxbench.results.report import render_report
 from ptxbench.tasks import baseline_quality

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ptxbench.evaluate import baselines
-from ptxbench.evaluate.baselines import BaselineQuality, baseline_text, variant_specs, weak_baseline_warning
+from ptxbench.evaluate.baselines import variants as baselines
+from ptxbench.evaluate.baselines.variants import BaselineQuality, baseline_text, variant_specs, weak_baseline_warning
 from ptxbench.prompts.task import render_task_prompt
 from ptxbench.tasks.loader import bundled_suite
 from ptxbench.tasks.model import Role

@@ -204,7 +204,7 @@ def test_baselines_are_timed_before_any_candidate_code_is_loaded(monkeypatch: py
     """A candidate sharing a process with its baseline could slow the baseline (a background thread that
     pauses while the candidate runs), and the cache would keep the slowed number for every later
     candidate. The stand-in worker refuses to time a baseline once a candidate is loaded."""
-    from ptxbench.evaluate.baseline_cache import BaselineCache
+    from ptxbench.evaluate.baselines.cache import BaselineCache
 
     monkeypatch.setenv(BEHAVIOUR, "correct")
     evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=20), handler=HANDLER, reference_device="cpu")
@@ -222,7 +222,7 @@ def test_a_baseline_variant_that_cannot_run_one_workload_is_skipped_there_with_i
         monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """cuDNN too old for head dim 256: the hd256 workload is timed against FlashAttention alone and its timing
     records cuDNN's reason; the other workload keeps both variants' clean times."""
-    from ptxbench.evaluate.baseline_cache import BaselineCache
+    from ptxbench.evaluate.baselines.cache import BaselineCache
 
     data = get_task("attention_fwd").model_dump(mode="json")
     data["workloads"] = [
@@ -250,7 +250,7 @@ def test_a_baseline_variant_that_cannot_run_one_workload_is_skipped_there_with_i
 
 
 def _evaluate_with_fresh_cache(monkeypatch: pytest.MonkeyPatch, tmp_path, behaviour: str):  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.baseline_cache import BaselineCache
+    from ptxbench.evaluate.baselines.cache import BaselineCache
 
     monkeypatch.setenv(BEHAVIOUR, behaviour)
     evaluator = GpuEvaluator(EvalOptions(profile=False, call_timeout_s=20), handler=HANDLER, reference_device="cpu")

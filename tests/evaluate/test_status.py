@@ -111,7 +111,7 @@ def test_library_guard_reads_mapped_paths() -> None:
 
 
 def test_baseline_timings_are_cached_per_gpu_and_library_versions(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.baseline_cache import BaselineCache
+    from ptxbench.evaluate.baselines.cache import BaselineCache
 
     cache = BaselineCache(tmp_path)
     device = {"name": "NVIDIA H200", "torch": "2.11.0", "cuda": "13.0", "cudnn": 91900}

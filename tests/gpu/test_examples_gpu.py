@@ -69,7 +69,7 @@ def test_vendor_baseline_passes_the_tolerance(task, workload) -> None:  # type: 
     """A tolerance the best library fails would make the task unsolvable the way it asks. A variant that
     cannot run the workload (cuDNN too old for head dim 256) is skipped with its reason, as the evaluator
     skips it; at least one must run."""
-    from ptxbench.evaluate.baselines import baseline_variants
+    from ptxbench.evaluate.baselines.variants import baseline_variants
 
     sizes = workload.sizes
     inputs = make_inputs(task, sizes, seed=99, device="cuda")

@@ -87,7 +87,7 @@ def test_every_task_keeps_the_traces_layout_and_its_reference_runs_on_the_cpu(im
     if "topk_ids" in blob:
         ids = inputs["topk_ids"]
         assert all(len(set(row)) == len(row) for row in ids.tolist()) and int(ids.max()) < 4
-    from ptxbench.evaluate.baselines import variant_specs  # the baseline: the reference in the inputs' dtypes
+    from ptxbench.evaluate.baselines.variants import variant_specs  # the baseline: the reference in the inputs' dtypes
 
     timed = variant_specs(task)["reference"].setup(inputs, smallest.sizes)()
     for name, value in timed.items():

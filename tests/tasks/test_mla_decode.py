@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptxbench.evaluate import baselines_mla  # noqa: E402
+from ptxbench.evaluate.baselines import mla as baselines_mla  # noqa: E402
 from ptxbench.evaluate.compare import compare, compare_outputs  # noqa: E402
 from ptxbench.tasks.loader import get_task  # noqa: E402
 from ptxbench.tasks.model import Tolerance  # noqa: E402
@@ -150,7 +150,7 @@ def _efficient_on_cpu(q, k, v, bias, cum_q, cum_k, max_q, max_k,  # type: ignore
 @pytest.mark.parametrize("sizes", [{"B": 3, "H": 8, "P": 16, "NP": 12, "L": 150},
                                    {"B": 4, "H": 16, "P": 1, "NP": 37, "L": 37}], ids=["p16", "p1"])
 def test_baselines_match_the_reference(variant: str, sizes: dict[str, int], monkeypatch: pytest.MonkeyPatch) -> None:
-    from ptxbench.evaluate.baselines import variants_for
+    from ptxbench.evaluate.baselines.variants import variants_for
 
     monkeypatch.setattr(torch.ops.aten, "_efficient_attention_forward", _efficient_on_cpu)
     inputs = make_inputs(TASK, sizes, seed=4)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
-from ptxbench.evaluate.baseline_cache import BaselineCache
+from ptxbench.evaluate.baselines.cache import BaselineCache
 from ptxbench.evaluate.child.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.child.gpu_side import CANARY_VALUE
 from ptxbench.evaluate.compare import compare_outputs
@@ -639,7 +639,7 @@ class GpuEvaluator:
         once on the workload's shape, under SETUP_TIMEOUT_S: compiling and autotuning happen there, never
         in a timed call); one that fails is skipped with its reason, which each Timing records beside the
         other variants' clean times."""
-        from ptxbench.evaluate.baselines import SETUP_TIMEOUT_S, variant_specs
+        from ptxbench.evaluate.baselines.variants import SETUP_TIMEOUT_S, variant_specs
 
         device = self.device()
         workloads = [w for w in task.workloads if w.role is not Role.HELDOUT and w.name not in evaluation.not_run]

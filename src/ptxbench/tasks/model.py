@@ -241,7 +241,7 @@ class Baseline(BaseModel):
     """The vendor baselines the candidate is timed against (the fastest of the task's variants).
 
     ``call`` is the text generated from the variants the evaluator defines for the task
-    (``ptxbench.evaluate.baselines.baseline_text``): kept here so the task's hash changes with it, and
+    (``ptxbench.evaluate.baselines.variants.baseline_text``): kept here so the task's hash changes with it, and
     refused at timing when it differs, so a prompt never promises a baseline that is not run.
 
     ``library = "reference"`` (imported tasks) times the task's own reference, ``baseline`` in its reference

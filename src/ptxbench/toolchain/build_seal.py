@@ -9,7 +9,7 @@ forgotten, so a build of it later is checked afresh.
 
 Both ``compile`` (which seals and checks entries) and ``build_cache`` (which removes them) use this module, and
 it uses neither. ``BuildSeal`` is the cache's own envelope, read and written here only, so it stays beside
-the code that signs it, as ``llm.cache`` and ``evaluate.baseline_cache`` keep theirs; the record it vouches
+the code that signs it, as ``llm.cache`` and ``evaluate.baselines.cache`` keep theirs; the record it vouches
 for, ``BuildResult``, is in ``records.build``.
 """
 

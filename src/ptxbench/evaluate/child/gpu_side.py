@@ -422,7 +422,7 @@ class CandidateRunner:
     def _loaded_variants(self, names: list[str]) -> dict[str, Any]:
         """The named baseline variants of the current task; an error naming the reason for one that
         cannot load (the evaluator times only those ``check_baselines`` passed)."""
-        from ptxbench.evaluate.baselines import variant_specs
+        from ptxbench.evaluate.baselines.variants import variant_specs
 
         variants = variant_specs(self.task, audit=True)  # the benchmark may name audited ones
         chosen = {name: variants[name] for name in names}
@@ -436,7 +436,7 @@ class CandidateRunner:
         """Per named variant, None when it loads, sets up and runs on one input set of ``sizes``, else
         why not. Run before a workload's baselines are timed: it also builds what setup caches in this
         process (compiled graphs, autotuning), under the caller's generous setup timeout."""
-        from ptxbench.evaluate.baselines import variant_specs
+        from ptxbench.evaluate.baselines.variants import variant_specs
         from ptxbench.tasks.reference import make_inputs
 
         variants = variant_specs(self.task, audit=True)  # the benchmark may name audited ones

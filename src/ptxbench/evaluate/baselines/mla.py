@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from ptxbench.evaluate.baseline_calls import Outputs, Tensors, TimedCall, warmed
-from ptxbench.evaluate.baselines_attention import _paged_tokens
+from ptxbench.evaluate.baselines.calls import Outputs, Tensors, TimedCall, warmed
+from ptxbench.evaluate.baselines.attention import _paged_tokens
 
 if TYPE_CHECKING:
     import torch

@@ -18,11 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ptxbench.evaluate import baselines_attention as paged
-from ptxbench.evaluate import baselines_mla as mla
-from ptxbench.evaluate import baselines_reference as own_reference
-from ptxbench.evaluate import serving_ops as serving
-from ptxbench.evaluate.baseline_calls import Bound, Outputs, Setup, Tensors, TimedCall, warmed
+from ptxbench.evaluate.baselines import attention as paged
+from ptxbench.evaluate.baselines import mla
+from ptxbench.evaluate.baselines import reference as own_reference
+from ptxbench.evaluate.baselines import serving
+from ptxbench.evaluate.baselines.calls import Bound, Outputs, Setup, Tensors, TimedCall, warmed
 from ptxbench.tasks.baseline_quality import (  # noqa: F401 - their home is tasks/ (the prompt says it too)
     QUALITY_PATH, WEAK_BASELINE_PCT, BaselineQuality, load_baseline_quality, quality_from_results,
     weak_baseline_warning, write_quality,
@@ -368,7 +368,7 @@ def variant_specs(task: Task, audit: bool = False) -> dict[str, BaselineVariant]
     """The task's variants (``audit``: also those only the benchmark times, ``_AUDITED``), refused when
     the task's recorded baseline text is not the one they generate (the prompt would then promise a
     baseline the evaluator does not run). A task whose baseline library is ``reference`` has one variant, its
-    own reference (``baselines_reference``)."""
+    own reference (``reference``)."""
     if task.baseline.library == "reference":  # the task model checks its call text
         return {"reference": BaselineVariant("reference", own_reference.DESCRIPTION, own_reference.reference_setup(task))}
     variants = variants_for(task.id)

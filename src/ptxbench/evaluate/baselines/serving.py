@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ptxbench.evaluate.baseline_calls import Bound, Outputs, Tensors
+from ptxbench.evaluate.baselines.calls import Bound, Outputs, Tensors
 
 
 BLOCK = 128  # the fp8 task's scale block along K (and along N for the weights)

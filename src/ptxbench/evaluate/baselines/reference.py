@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ptxbench.evaluate.baseline_calls import Setup, Tensors, TimedCall, warmed
+from ptxbench.evaluate.baselines.calls import Setup, Tensors, TimedCall, warmed
 from ptxbench.tasks.model import Task
 from ptxbench.tasks.reference import reference_baseline
 

@@ -1,5 +1,5 @@
 """The vocabulary every vendor-baseline module shares: the shapes of a variant's setup and timed call, and
-the warm-up a setup ends with. Its own module so that ``baselines`` and the per-family variant modules it
+the warm-up a setup ends with. Its own module so that ``variants`` and the per-family variant modules it
 imports (attention, MLA, serving ops) use one definition without importing each other."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ptxbench.evaluate.baseline_calls import Outputs, Tensors, TimedCall, warmed
+from ptxbench.evaluate.baselines.calls import Outputs, Tensors, TimedCall, warmed
 
 if TYPE_CHECKING:
     import torch
