@@ -48,7 +48,7 @@ def main() -> None:
 
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.baselines.variants import baseline_variants
-    from ptxbench.evaluate.executed import NCU_METRICS, judge_execution, parse_ncu_csv
+    from ptxbench.evaluate.proof.executed import NCU_METRICS, judge_execution, parse_ncu_csv
     from ptxbench.tasks.loader import bundled_suite
 
     rows = []

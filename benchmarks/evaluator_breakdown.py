@@ -109,8 +109,8 @@ def _trial_pieces(task, shared_object: Path) -> dict:  # type: ignore[no-untyped
 def _ncu_pieces(task, shared_object: Path, session_of: int = 1) -> dict:  # type: ignore[no-untyped-def]
     """The ncu stage split: the profiled program alone, under ncu with the cheap metric, with the real one;
     with ``session_of`` > 1 also that many programs in one ncu session and its report read back."""
-    from ptxbench.evaluate.executed import NCU_METRICS
-    from ptxbench.evaluate.profiling import REPORT_NAME, profiled_program
+    from ptxbench.evaluate.proof.executed import NCU_METRICS
+    from ptxbench.evaluate.proof.profiling import REPORT_NAME, profiled_program
     from ptxbench.toolchain.discover import find_toolchain
     from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 

@@ -79,7 +79,7 @@ def vendor_program(task_id: str, sizes: dict[str, int], baseline: str) -> list[s
 
 def parse_raw_csv(text: str) -> list[dict]:
     """Each profiled kernel launch of ncu's raw CSV page: its name and {metric: [unit, value]}."""
-    from ptxbench.evaluate.executed import ncu_csv_table
+    from ptxbench.evaluate.proof.executed import ncu_csv_table
 
     header, units, body = ncu_csv_table(text)
     launches = []
@@ -93,7 +93,7 @@ def parse_raw_csv(text: str) -> list[dict]:
 
 
 def _value(cell: list[str] | None) -> float | None:
-    from ptxbench.evaluate.executed import ncu_number
+    from ptxbench.evaluate.proof.executed import ncu_number
 
     return None if cell is None else ncu_number(cell[1])
 
@@ -138,7 +138,7 @@ def main() -> None:
     from ptxbench.arch.registry import Arch
     from ptxbench.check import build_request, read_candidate
     from ptxbench.evaluate.baselines.variants import baseline_variants
-    from ptxbench.evaluate.profiling import profiled_program
+    from ptxbench.evaluate.proof.profiling import profiled_program
     from ptxbench.tasks.loader import get_task
     from ptxbench.toolchain.compile import build
 

@@ -36,9 +36,9 @@ EXAMPLES = REPO / "kernels" / "examples"
 def ncu_kernel_ms(task, shared_object: Path, timeout_s: float = 600) -> list[float]:  # type: ignore[no-untyped-def]
     """The durations (ms) of one call's kernel launches of the timed workload under ncu, in launch order, measured
     as the executed-instruction proof measures them."""
-    from ptxbench.evaluate.executed import NCU_METRICS, parse_ncu_csv
+    from ptxbench.evaluate.proof.executed import NCU_METRICS, parse_ncu_csv
     from ptxbench.evaluate.launches import kernel_durations_ms
-    from ptxbench.evaluate.profiling import REPORT_NAME, profiled_program
+    from ptxbench.evaluate.proof.profiling import REPORT_NAME, profiled_program
     from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
     with tempfile.TemporaryDirectory() as folder:

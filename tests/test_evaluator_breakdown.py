@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from ptxbench.evaluate import profiling
+from ptxbench.evaluate.proof import profiling
 from ptxbench.tasks.loader import get_task
 from ptxbench.toolchain import discover, tools
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.executed import judge_execution, parse_ncu_csv
+from ptxbench.evaluate.proof.executed import judge_execution, parse_ncu_csv
 from ptxbench.records.evaluation import KernelProfile
 from ptxbench.tasks.loader import get_task
 
@@ -80,7 +80,7 @@ def test_each_launch_records_its_grid_block_and_stream() -> None:
 
 
 def test_byte_counters_are_read_in_bytes_whatever_unit_ncu_printed() -> None:
-    from ptxbench.evaluate.executed import TMA_LOAD_BYTES_METRIC, TMA_STORE_BYTES_METRIC
+    from ptxbench.evaluate.proof.executed import TMA_LOAD_BYTES_METRIC, TMA_STORE_BYTES_METRIC
 
     # 64 blocks, each one 4 KB bulk copy in and one out, printed in base units
     assert BULK[0].bytes == {TMA_LOAD_BYTES_METRIC: 262_144, TMA_STORE_BYTES_METRIC: 262_144}
@@ -113,7 +113,7 @@ def test_a_token_copy_is_a_minor_share_of_the_bytes() -> None:
 
 
 def test_each_direction_counts_only_its_own_counter_and_a_shared_counter_counts_once() -> None:
-    from ptxbench.evaluate.executed import TMA_LOAD_BYTES_METRIC, TMA_STORE_BYTES_METRIC
+    from ptxbench.evaluate.proof.executed import TMA_LOAD_BYTES_METRIC, TMA_STORE_BYTES_METRIC
 
     loads_only = KernelProfile(launch_id=0, name="k", executed={"UTMALDG.2D": 8, "UTMASTG.2D": 1},
                                bytes={TMA_LOAD_BYTES_METRIC: 1000.0, TMA_STORE_BYTES_METRIC: 10.0})
@@ -136,7 +136,7 @@ def test_a_byte_share_is_never_judged_for_a_feature_that_did_not_run() -> None:
 
 
 def test_every_byte_share_in_the_suite_names_features_with_byte_counters() -> None:
-    from ptxbench.evaluate.executed import FEATURE_BYTE_METRICS
+    from ptxbench.evaluate.proof.executed import FEATURE_BYTE_METRICS
     from ptxbench.tasks.loader import bundled_suite
 
     shares = [(task.id, r) for task in bundled_suite() for arch in (Arch.SM_90A, Arch.SM_100A)

@@ -198,7 +198,7 @@ def _sandbox_environment(root: Path) -> dict[str, str]:
 
 
 def test_fake_ncu_csv_prints_what_a_stdout_parser_would_believe(reports: dict[str, CheckReport]) -> None:
-    from ptxbench.evaluate.executed import parse_ncu_csv
+    from ptxbench.evaluate.proof.executed import parse_ncu_csv
 
     done = subprocess.run(_call_command(reports, "fake_ncu_csv.cu", _GEMM_1024), capture_output=True, text=True,
                           timeout=60)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate import diagnose_failure
-from ptxbench.evaluate.diagnose_failure import first_finding, is_cuda_error, with_diagnosis
+from ptxbench.evaluate.diagnosis import sanitizer as diagnose_failure
+from ptxbench.evaluate.diagnosis.sanitizer import first_finding, is_cuda_error, with_diagnosis
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.records.evaluation import Status
 from ptxbench.tasks.loader import get_task

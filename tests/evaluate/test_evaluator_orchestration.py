@@ -145,8 +145,8 @@ def test_a_failure_other_than_memory_is_not_tried_again(monkeypatch: pytest.Monk
 
 
 def test_a_profile_that_ran_out_of_memory_is_taken_again_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ptxbench.evaluate import profiling
-    from ptxbench.evaluate.profiling import ProfiledRunFailed
+    from ptxbench.evaluate.proof import profiling
+    from ptxbench.evaluate.proof.profiling import ProfiledRunFailed
 
     calls: list[bool] = []
 
@@ -171,8 +171,8 @@ def test_a_profile_that_ran_out_of_memory_is_taken_again_alone(monkeypatch: pyte
 
 
 def test_a_profile_that_failed_otherwise_is_not_taken_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ptxbench.evaluate import profiling
-    from ptxbench.evaluate.profiling import ProfiledRunFailed
+    from ptxbench.evaluate.proof import profiling
+    from ptxbench.evaluate.proof.profiling import ProfiledRunFailed
 
     calls: list[bool] = []
 

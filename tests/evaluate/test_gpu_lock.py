@@ -104,7 +104,7 @@ def test_one_profiler_session_at_a_time_and_run_under_ncu_takes_the_turn(tmp_pat
     import os
     import sys
 
-    from ptxbench.evaluate import profiling
+    from ptxbench.evaluate.proof import profiling
     from ptxbench.evaluate.isolation.gpu_lock import PROFILER_TURN
 
     monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path))

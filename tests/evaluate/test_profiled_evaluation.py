@@ -12,7 +12,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.executed import BYTE_METRICS
+from ptxbench.evaluate.proof.executed import BYTE_METRICS
 from ptxbench.records.evaluation import Evaluation, Guard, Status
 
 from ..conftest import EXAMPLES

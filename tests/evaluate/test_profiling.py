@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ptxbench.contract.signature import parameters
-from ptxbench.evaluate.profiling import profiled_program
+from ptxbench.evaluate.proof.profiling import profiled_program
 from ptxbench.tasks.loader import get_task
 
 
@@ -62,7 +62,7 @@ def test_the_program_loads_every_module_it_names_by_path_without_ptxbench(tmp_pa
     """The profiled program runs under ``python -I`` where ptxbench is not importable and finds the harness's
     modules it needs by their paths in other folders of ``evaluate/``: each must be there and load."""
     from ptxbench.evaluate.child import profile_one
-    from ptxbench.evaluate.profiling import PROFILED_PROGRAM
+    from ptxbench.evaluate.proof.profiling import PROFILED_PROGRAM
 
     assert PROFILED_PROGRAM.samefile(profile_one.__file__)
     script = ("import importlib.util, sys\n"
@@ -202,7 +202,7 @@ def _fake_ncu(tmp_path: Path, monkeypatch, **scripted) -> Path:  # type: ignore[
 
 def _profile(tmp_path: Path):  # type: ignore[no-untyped-def]
     from ptxbench.arch.registry import Arch
-    from ptxbench.evaluate.profiling import profile_requirements
+    from ptxbench.evaluate.proof.profiling import profile_requirements
 
     return profile_requirements(_small_rmsnorm(), Arch.SM_90A, tmp_path / "candidate.so", timeout_s=60)
 
@@ -216,7 +216,7 @@ def test_a_table_the_candidate_prints_is_ignored_only_the_report_counts(tmp_path
 
 
 def test_without_a_report_a_printed_table_is_no_profile(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.profiling import ProfiledRunFailed
+    from ptxbench.evaluate.proof.profiling import ProfiledRunFailed
 
     _fake_ncu(tmp_path, monkeypatch, candidate_output=FORGED_TABLE + "the last words\n", candidate_report=None)
     with pytest.raises(ProfiledRunFailed, match="ncu wrote no report") as failed:
@@ -225,7 +225,7 @@ def test_without_a_report_a_printed_table_is_no_profile(tmp_path: Path, monkeypa
 
 
 def test_an_unreadable_report_is_no_profile(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.profiling import ProfiledRunFailed
+    from ptxbench.evaluate.proof.profiling import ProfiledRunFailed
 
     from .fake_ncu import UNREADABLE
 
@@ -265,7 +265,7 @@ def test_the_report_lies_in_a_folder_the_program_protects_and_secrets_stay_out(t
 
 
 def test_the_probe_learns_counter_permission_from_the_harness_kernel(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.profiling import probe_counters
+    from ptxbench.evaluate.proof.profiling import probe_counters
 
     from .fake_ncu import recordings
 

@@ -163,3 +163,18 @@ def test_decode_reference_is_right_on_every_edge_of_its_split(evaluator) -> None
     named = {f"b{b}-h{h}-kh{kh}-p{p}-np{np_}-l{l}": {"B": b, "H": h, "KH": kh, "P": p, "NP": np_, "L": l}
              for b, h, kh, p, np_, l in shapes}
     assert_passes_on(evaluator, "decode_gqa_paged", named)
+
+
+def test_prefill_gqa_ragged_reference_is_right_on_ragged_edges(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """Ragged batches with a sequence of length 1 beside long ones, one token alone, and lengths at and either side
+    of the kernel's edges for each packing of heads into a tile (8 heads: 16-token tiles, 8 a warpgroup; 4: 32 and
+    16; 2 with a group of 6; 1 for plain multi-head attention): a second warpgroup wholly past a sequence's end,
+    the 128-key tile (127, 128, 129), and a group of 16 served by two CTAs per kv head. The order of the sequences
+    in memory follows the data, so a last K/V tile runs into the next sequence or past T."""
+    shapes = [(1, 1, 0, 32, 8), (3, 129, 64, 32, 8), (2, 2, 1, 8, 1), (4, 130, 43, 3, 3), (5, 257, 64, 12, 2),
+              (3, 300, 149, 32, 2), (4, 129, 1, 32, 8), (3, 33, 1, 32, 8), (2, 17, 1, 32, 8), (10, 17, 1, 64, 8),
+              (2, 1000, 999, 32, 4), (40, 64, 1, 32, 4)]
+    named = {f"b{b}-s{s}-ds{ds}-h{h}-kh{kh}": {"B": b, "S": s, "DS": ds, "T": b * s - ds * b * (b - 1) // 2,
+                                                "H": h, "KH": kh}
+             for b, s, ds, h, kh in shapes}
+    assert_passes_on(evaluator, "prefill_gqa_ragged", named)

@@ -385,7 +385,7 @@ class GpuEvaluator:
             if final:  # a timed call failed, or its outputs were wrong
                 return evaluation
         if self.options.profile and find_toolchain().has("ncu"):
-            from ptxbench.evaluate.profiling import ProfiledRunFailed
+            from ptxbench.evaluate.proof.profiling import ProfiledRunFailed
 
             unreadable = self._counters_unreadable()
             if unreadable is not None:  # the harness's probe says so; no candidate's output can
@@ -424,7 +424,7 @@ class GpuEvaluator:
         """Why ncu cannot read this GPU's counters, or None when it can: the harness's own probe kernel
         profiled once per evaluator (one GPU), so a candidate's output never decides it."""
         if self._counter_probe is None:
-            from ptxbench.evaluate.profiling import probe_counters
+            from ptxbench.evaluate.proof.profiling import probe_counters
 
             with self._stage("profile.probe"):  # the probe's program holds the GPU's lock (shared) itself
                 self._counter_probe = (probe_counters(self.options.profile_timeout_s),)
@@ -433,7 +433,7 @@ class GpuEvaluator:
     def _profiled(self, task: Task, arch: Arch, shared_object: Path, alone: bool = False) -> Profiled:
         """``profile_requirements`` and whether it ran with the GPU to itself: tried again alone when the GPU's
         memory ran out beside another evaluation (as the trials are), or alone from the start."""
-        from ptxbench.evaluate.profiling import ProfiledRunFailed, profile_requirements
+        from ptxbench.evaluate.proof.profiling import ProfiledRunFailed, profile_requirements
 
         if not alone:
             try:
@@ -572,10 +572,10 @@ class GpuEvaluator:
     def _diagnosed(self, message: str, task: Task, workload: Workload | None, shared_object: Path | None,
                    out_of_memory: bool = False) -> str:
         """``message`` of a failed call, with compute-sanitizer's first finding on ``workload`` appended when
-        it names a CUDA error (``diagnose_failure``); run while this lane holds the GPU's lock."""
+        it names a CUDA error (``diagnosis.sanitizer``); run while this lane holds the GPU's lock."""
         if workload is None or shared_object is None or out_of_memory:
             return message
-        from ptxbench.evaluate.diagnose_failure import with_diagnosis
+        from ptxbench.evaluate.diagnosis.sanitizer import with_diagnosis
 
         with self._stage("diagnosis"):
             return with_diagnosis(message, task, workload.sizes, shared_object)

@@ -53,7 +53,7 @@ Dims = tuple[int, int, int]
 
 class KernelProfile(Record):
     """One profiled kernel launch, as ncu saw it from outside the candidate's process (read by
-    ``ptxbench.evaluate.executed``)."""
+    ``ptxbench.evaluate.proof.executed``)."""
 
     launch_id: int
     name: str
@@ -63,7 +63,7 @@ class KernelProfile(Record):
     duration_ns: float | None = None
     executed: dict[str, int] = Field(default_factory=dict, description="full SASS mnemonic -> warp-level count")
     bytes: dict[str, float] = Field(default_factory=dict, description=(
-        "byte counters of ptxbench.evaluate.executed.BYTE_METRICS present in the report, in bytes; a counter ncu "
+        "byte counters of ptxbench.evaluate.proof.executed.BYTE_METRICS present in the report, in bytes; a counter ncu "
         "did not report is absent"))
 
 

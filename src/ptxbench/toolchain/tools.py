@@ -1,6 +1,6 @@
 """Running the external tools that read a build or the machine: cuobjdump, c++filt, nvidia-smi and ncu.
 
-The parsers of what they print live in ``static/`` (SASS, PTX, ptxas log, ELF) and ``evaluate/executed``
+The parsers of what they print live in ``static/`` (SASS, PTX, ptxas log, ELF) and ``evaluate/proof/executed``
 (ncu's CSV); this module only finds a tool, runs it and hands back its text, so every external program
 PTXBench starts is found in one place. cuobjdump and ncu come from ``discover`` (their versions are in the
 run header); c++filt and nvidia-smi are looked up on PATH, and their absence only costs readable names and

@@ -68,7 +68,7 @@ def sanitizer_finding(task: Task, sizes: dict[str, int], shared_object: Path,
                       timeout_s: float = DIAGNOSIS_TIMEOUT_S) -> str | None:
     """The sanitizer's first finding on one call of the candidate at ``sizes`` ("no error found" when it
     found none), or None when the sanitizer could not say (missing, timed out, wrote no log)."""
-    from ptxbench.evaluate.profiling import Folders
+    from ptxbench.evaluate.proof.profiling import Folders
 
     toolchain = find_toolchain()
     if not toolchain.has(SANITIZER):
@@ -89,7 +89,7 @@ def sanitized_program(task: Task, sizes: dict[str, int], shared_object: Path, fo
     """``profile_one.py`` on a plan for ``sizes`` (inputs drawn on the CPU with the trials' distributions),
     written into ``folder``, with no GPU lock named: the evaluator already holds it (exclusively while
     timing), and the program waiting for it would wait forever."""
-    from ptxbench.evaluate.profiling import _cuda_runtime, _program, plan_arguments
+    from ptxbench.evaluate.proof.profiling import _cuda_runtime, _program, plan_arguments
     from ptxbench.tasks.reference import make_inputs
 
     inputs = make_inputs(task, sizes, secrets.randbits(62), device="cpu")
@@ -109,7 +109,7 @@ def _sanitizer_command(sanitizer: str, log: Path, program: list[str]) -> list[st
 def _ran_in_time(command: list[str], home: Path, timeout_s: float) -> bool:
     """Run ``command`` in its own session with the profiled program's environment, its output discarded;
     False when it did not end within ``timeout_s`` (then it and what it started are killed)."""
-    from ptxbench.evaluate.profiling import program_environment
+    from ptxbench.evaluate.proof.profiling import program_environment
 
     try:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ptxbench.arch.registry import Arch
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.executed import NCU_METRICS, OPCODE_METRIC, judge_execution, parse_ncu_csv
+from ptxbench.evaluate.proof.executed import NCU_METRICS, OPCODE_METRIC, judge_execution, parse_ncu_csv
 from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, default_lock_folder, profiler_turn, shared_if_known
 from ptxbench.evaluate.isolation.processes import mapped_libraries
 from ptxbench.evaluate.child.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
@@ -39,7 +39,7 @@ from ptxbench.tasks.model import Task
 from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
 # Run by its path with ``python -I``: it imports nothing of ptxbench (see its docstring).
-PROFILED_PROGRAM = Path(__file__).parent / "child" / "profile_one.py"
+PROFILED_PROGRAM = Path(__file__).parent.parent / "child" / "profile_one.py"
 REPORT_NAME = "profile.ncu-rep"
 IMPORT_TIMEOUT_S = 120.0
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
