@@ -215,7 +215,7 @@ def vendor_error_ratios(task, trials: int) -> dict[str, float]:  # type: ignore[
     import torch
 
     from ptxbench.evaluate.baselines.variants import baseline_variants
-    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
     from ptxbench.tasks.reference import make_inputs, run_reference
 
     call = next(iter(baseline_variants(task).values()))

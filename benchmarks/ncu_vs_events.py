@@ -37,7 +37,7 @@ def ncu_kernel_ms(task, shared_object: Path, timeout_s: float = 600) -> list[flo
     """The durations (ms) of one call's kernel launches of the timed workload under ncu, in launch order, measured
     as the executed-instruction proof measures them."""
     from ptxbench.evaluate.proof.executed import NCU_METRICS, parse_ncu_csv
-    from ptxbench.evaluate.launches import kernel_durations_ms
+    from ptxbench.evaluate.judgement.launches import kernel_durations_ms
     from ptxbench.evaluate.proof.profiling import REPORT_NAME, profiled_program
     from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
 
@@ -77,7 +77,7 @@ def measure(evaluator, task, name: str, source: str, budget_ms: float) -> dict: 
     """One candidate: the event median of its timed workload (alone) and ncu's durations of one call."""
     from ptxbench.arch.registry import Arch
     from ptxbench.check import check_source
-    from ptxbench.evaluate.guards import profiled_floor_ms
+    from ptxbench.evaluate.judgement.guards import profiled_floor_ms
 
     report = check_source(source, Arch.SM_90A, task, name)
     shared_object = report.build.artifact(".so")

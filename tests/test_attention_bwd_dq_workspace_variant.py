@@ -83,7 +83,7 @@ WORKSPACE_CASES = [case for case in CASES if case[0] != KEY["split_d"]]
 @pytest.mark.parametrize(("D", "S", "causal"), WORKSPACE_CASES, ids=[f"d{d}-s{s}-c{c}" for d, s, c in WORKSPACE_CASES])
 def test_the_variants_steps_give_the_tasks_answer(D: int, S: int, causal: int) -> None:
     torch = pytest.importorskip("torch")
-    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
     from ptxbench.tasks.reference import run_reference
 
     task, sizes, inputs, (q, k, v, o, do, lse) = _head(D, S, causal)

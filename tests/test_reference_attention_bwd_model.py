@@ -178,7 +178,7 @@ CASES = [(64, 1, 0), (64, 2, 1), (64, 17, 1), (64, 63, 0), (64, 65, 1), (64, 200
 @pytest.mark.parametrize(("D", "S", "causal"), CASES, ids=[f"d{d}-s{s}-c{c}" for d, s, c in CASES])
 def test_the_kernels_steps_give_the_tasks_answer(D: int, S: int, causal: int) -> None:
     torch = pytest.importorskip("torch")
-    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
     from ptxbench.tasks.loader import get_task
     from ptxbench.tasks.reference import make_inputs, run_reference
 

@@ -206,7 +206,7 @@ CASES = [(64, 1, 0), (64, 17, 1), (64, 150, 0), (64, 193, 1), (64, 200, 0), (64,
 def assert_model_passes(D: int, S: int, causal: int) -> None:
     """The model on the task's inputs passes its comparison."""
     torch = pytest.importorskip("torch")
-    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
     from ptxbench.tasks.loader import get_task
     from ptxbench.tasks.reference import make_inputs, run_reference
 

@@ -387,7 +387,7 @@ def _cache(sizes: dict[str, int], seed: int):  # type: ignore[no-untyped-def]
 
 
 def _judge(task, inputs, sizes, O, LSE, torch) -> tuple[bool, int]:  # type: ignore[no-untyped-def]
-    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
     from ptxbench.tasks.reference import run_reference
 
     actual = {"O": torch.from_numpy(O).to(torch.bfloat16), "LSE": torch.from_numpy(LSE)}

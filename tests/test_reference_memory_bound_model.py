@@ -82,7 +82,7 @@ def inputs_of(task_id: str, sizes: dict[str, int], seed: int = 11) -> dict[str, 
 def passes(task_id: str, sizes: dict[str, int], actual: dict[str, np.ndarray], seed: int = 11) -> list:
     """The task's comparison of these outputs (rounded to bf16 as the kernel stores them) with its reference."""
     torch = pytest.importorskip("torch")
-    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
     from ptxbench.tasks.reference import make_inputs, run_reference
 
     task = get_task(task_id)

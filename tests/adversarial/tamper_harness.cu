@@ -129,8 +129,8 @@ int tamper_once() {
     static int tampered = -1;
     if (tampered >= 0) return tampered;
     tampered = 0;
-    const char* targets[] = {"ptxbench/__init__.py", "ptxbench/evaluate/verdict.py", "ptxbench/tasks/suite/rmsnorm.toml",
-                             "torch/__init__.py", "pydantic/__init__.py"};
+    const char* targets[] = {"ptxbench/__init__.py", "ptxbench/evaluate/judgement/verdict.py",
+                             "ptxbench/tasks/suite/rmsnorm.toml", "torch/__init__.py", "pydantic/__init__.py"};
     const std::string parent_root = "/proc/" + std::to_string(getppid()) + "/root";
     for (const std::string& root : package_roots()) {
         for (const char* target : targets) {

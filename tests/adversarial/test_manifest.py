@@ -332,9 +332,10 @@ def test_every_guard_the_manifest_names_maps_to_evaluator_guards() -> None:
 def test_tamper_harness_marks_the_code_it_can_reach(reports: dict[str, CheckReport], tmp_path: Path) -> None:
     """Against a stand-in package on PYTHONPATH (never the real one): the case finds it and appends its mark."""
     package = tmp_path / "site" / "ptxbench"
-    (package / "evaluate").mkdir(parents=True)
+    (package / "evaluate" / "judgement").mkdir(parents=True)
     (package / "tasks" / "suite").mkdir(parents=True)
-    files = [package / "__init__.py", package / "evaluate" / "verdict.py", package / "tasks" / "suite" / "rmsnorm.toml"]
+    files = [package / "__init__.py", package / "evaluate" / "judgement" / "verdict.py",
+             package / "tasks" / "suite" / "rmsnorm.toml"]
     for file in files:
         file.write_text("original = True\n")
     environment = {**_sandbox_environment(tmp_path), "PYTHONPATH": str(tmp_path / "site")}

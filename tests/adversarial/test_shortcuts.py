@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptxbench.evaluate.compare import compare_outputs  # noqa: E402
+from ptxbench.evaluate.judgement.compare import compare_outputs  # noqa: E402
 from ptxbench.tasks.loader import get_task  # noqa: E402
 from ptxbench.tasks.model import InputInit, Task  # noqa: E402
 from ptxbench.tasks.reference import make_inputs, run_reference  # noqa: E402

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ptxbench.evaluate.static_only import NO_GPU_MESSAGE
+from ptxbench.evaluate.judgement.static_only import NO_GPU_MESSAGE
 from ptxbench.kernels import reference_folder
 from ptxbench.tasks.loader import bundled_suite
 

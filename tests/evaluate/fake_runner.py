@@ -110,7 +110,7 @@ class FakeRunner:
     def load(self, shared_object: str, task_json: str) -> list[str]:
         from pathlib import Path
 
-        from ptxbench.evaluate.launches import base_name
+        from ptxbench.evaluate.judgement.launches import base_name
         from ptxbench.toolchain.tools import demangle
 
         self.task = Task.model_validate_json(task_json)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ptxbench.evaluate import compare as compare_module
-from ptxbench.evaluate.compare import compare
+from ptxbench.evaluate.judgement import compare as compare_module
+from ptxbench.evaluate.judgement.compare import compare
 from ptxbench.tasks.model import Tolerance
 
 

@@ -9,7 +9,7 @@ import collections
 import pytest
 import torch
 
-from ptxbench.evaluate.compare import compare_outputs
+from ptxbench.evaluate.judgement.compare import compare_outputs
 from ptxbench.evaluate.fresh_inputs import (
     CHECKED_CALLS,
     FRESH_CAP,

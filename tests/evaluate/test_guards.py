@@ -1,6 +1,6 @@
 """The guard table is the one index of every check that can REJECT a candidate: each ``Guard`` has exactly one
 entry, and the functions an entry names are exactly those that make that guard's findings, all in
-``evaluate/guards.py`` (read from the source, so a finding made anywhere else fails here)."""
+``evaluate/judgement/guards.py`` (read from the source, so a finding made anywhere else fails here)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import ptxbench
-from ptxbench.evaluate import guards
+from ptxbench.evaluate.judgement import guards
 from ptxbench.records.evaluation import Guard
 
 PACKAGE = Path(ptxbench.__file__).resolve().parent
@@ -43,7 +43,7 @@ def test_every_guard_has_exactly_one_entry_with_a_one_line_reason() -> None:
 def test_the_table_names_exactly_the_functions_that_make_each_finding() -> None:
     made = _findings_made()
     outside = sorted(f"{path.relative_to(PACKAGE)}:{name}" for path, name in made if path != GUARDS_FILE)
-    assert not outside, f"guard findings made outside evaluate/guards.py: {outside}"
+    assert not outside, f"guard findings made outside evaluate/judgement/guards.py: {outside}"
     by_guard: dict[Guard, set[str]] = defaultdict(set)
     for (_, name), found in made.items():
         for guard in found:

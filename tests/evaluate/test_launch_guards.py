@@ -3,8 +3,8 @@ launched when checked (pure functions; the orchestration tests drive them throug
 
 from __future__ import annotations
 
-from ptxbench.evaluate.guards import host_transfer_guards, profiled_launch_guards, timed_launch_guards
-from ptxbench.evaluate.launches import ONE_TIME_LAUNCHES, launch_difference, launch_signature, launches_of
+from ptxbench.evaluate.judgement.guards import host_transfer_guards, profiled_launch_guards, timed_launch_guards
+from ptxbench.evaluate.judgement.launches import ONE_TIME_LAUNCHES, launch_difference, launch_signature, launches_of
 from ptxbench.records.evaluation import Guard, KernelProfile
 
 KERNEL = "void (anonymous namespace)::rmsnorm_kernel<256>(float const*, float*)"

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.compare import compare
+from ptxbench.evaluate.judgement.compare import compare
 from ptxbench.evaluate.fleet.gpu_host import HostOutcome, parse_outcome
 from ptxbench.evaluate.fleet.run import evaluate_candidates
 from ptxbench.records.evaluation import Evaluation, Status, TrialResult

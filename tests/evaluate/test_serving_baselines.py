@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ptxbench.evaluate.baselines.variants import variant_specs  # noqa: E402
-from ptxbench.evaluate.compare import compare  # noqa: E402
+from ptxbench.evaluate.judgement.compare import compare  # noqa: E402
 from ptxbench.tasks.loader import get_task  # noqa: E402
 from ptxbench.tasks.reference import make_inputs, run_reference  # noqa: E402
 

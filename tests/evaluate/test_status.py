@@ -6,9 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from ptxbench.arch.registry import Arch
-from ptxbench.evaluate.guards import library_guards, provenance_guards
-from ptxbench.evaluate.launches import base_name
-from ptxbench.evaluate.verdict import decide
+from ptxbench.evaluate.judgement.guards import library_guards, provenance_guards
+from ptxbench.evaluate.judgement.launches import base_name
+from ptxbench.evaluate.judgement.verdict import decide
 from ptxbench.records.completion import ExtractionStatus
 from ptxbench.records.evaluation import (
     EVALUATION_VERSION,

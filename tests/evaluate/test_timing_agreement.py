@@ -10,7 +10,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-from ptxbench.evaluate.guards import (
+from ptxbench.evaluate.judgement.guards import (
     MIN_TIMED_SHARE_OF_PROFILED,
     WALL_HOST_ALLOWANCE_MS,
     profiled_floor_ms,

@@ -12,7 +12,7 @@ import pytest
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request
-from ptxbench.evaluate.compare import compare_outputs
+from ptxbench.evaluate.judgement.compare import compare_outputs
 from ptxbench.tasks.loader import bundled_suite
 from ptxbench.tasks.reference import make_inputs, run_reference
 from ptxbench.toolchain.compile import build

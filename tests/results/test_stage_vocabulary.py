@@ -52,7 +52,7 @@ def test_a_static_report_of_version_1_reads_in_todays_words(mma_sync_check: Chec
 
 
 def test_a_stored_evaluation_with_the_old_words_still_loads(mma_sync_check: CheckReport) -> None:
-    from ptxbench.evaluate.static_only import static_verdict
+    from ptxbench.evaluate.judgement.static_only import static_verdict
 
     evaluation = json.loads(static_verdict(mma_sync_check, task_hash="").model_dump_json())
     evaluation["static"] = _as_version_1(evaluation["static"])

@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptxbench.evaluate.compare import compare  # noqa: E402
+from ptxbench.evaluate.judgement.compare import compare  # noqa: E402
 from ptxbench.tasks.loader import get_task  # noqa: E402
 from ptxbench.tasks.model import Tolerance  # noqa: E402
 from ptxbench.tasks.reference import _namespace, make_inputs, run_reference  # noqa: E402
@@ -180,7 +180,7 @@ def test_fp8_tolerance_accepts_e4m3_probabilities_and_rejects_zeros(causal: int)
     p8 = p.to(torch.float8_e4m3fn).float()
     fp8_out = (p8 @ inputs["V"].float()) * float(inputs["descale_v"]) / p.sum(-1, keepdim=True)
     outputs = {"LSE": expected["LSE"]}
-    from ptxbench.evaluate.compare import compare_outputs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
 
     passed = compare_outputs(task, {**outputs, "O": fp8_out.bfloat16()}, expected)
     assert all(c.passed for c in passed), passed

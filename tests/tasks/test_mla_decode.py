@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from ptxbench.evaluate.baselines import mla as baselines_mla  # noqa: E402
-from ptxbench.evaluate.compare import compare, compare_outputs  # noqa: E402
+from ptxbench.evaluate.judgement.compare import compare, compare_outputs  # noqa: E402
 from ptxbench.tasks.loader import get_task  # noqa: E402
 from ptxbench.tasks.model import Tolerance  # noqa: E402
 from ptxbench.tasks.reference import _namespace, make_inputs, run_reference  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ptxbench.evaluate.compare import compare, compare_outputs  # noqa: E402
+from ptxbench.evaluate.judgement.compare import compare, compare_outputs  # noqa: E402
 from ptxbench.tasks.loader import get_task  # noqa: E402
 from ptxbench.tasks.model import Tolerance  # noqa: E402
 from ptxbench.tasks.reference import make_inputs, run_reference  # noqa: E402

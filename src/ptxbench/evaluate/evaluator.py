@@ -39,9 +39,9 @@ from ptxbench.check import check_source
 from ptxbench.evaluate.baselines.cache import BaselineCache
 from ptxbench.evaluate.child.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.child.gpu_side import CANARY_VALUE
-from ptxbench.evaluate.compare import compare_outputs
+from ptxbench.evaluate.judgement.compare import compare_outputs
 from ptxbench.evaluate.fresh_inputs import freshened_inputs, replay
-from ptxbench.evaluate.guards import (
+from ptxbench.evaluate.judgement.guards import (
     canary_guards,
     datasheet_peaks,
     feature_guards,
@@ -59,9 +59,9 @@ from ptxbench.evaluate.guards import (
 from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.evaluate.isolation.memory_ledger import MemoryLedger
 from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
-from ptxbench.evaluate.launches import base_name, kernel_durations_ms, launches_of
+from ptxbench.evaluate.judgement.launches import base_name, kernel_durations_ms, launches_of
 from ptxbench.evaluate.memory_need import GIB, HEADROOM_BYTES, trials_need, unfit_workloads, workload_need
-from ptxbench.evaluate.static_only import verdict_before_running
+from ptxbench.evaluate.judgement.static_only import verdict_before_running
 from ptxbench.evaluate.timing import (
     BaselineFailed,
     Interleaved,
@@ -71,7 +71,7 @@ from ptxbench.evaluate.timing import (
     interleaved,
     timing_of,
 )
-from ptxbench.evaluate.verdict import decide, unique
+from ptxbench.evaluate.judgement.verdict import decide, unique
 from ptxbench.paths import cache_root
 from ptxbench.records.evaluation import (
     Evaluation,

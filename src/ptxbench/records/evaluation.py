@@ -31,7 +31,7 @@ a stored result is reused only for the same question); version 2 records read wi
 
 class Comparison(Record):
     """Where and how far an output is off: the feedback a model needs to fix it (computed by
-    ``ptxbench.evaluate.compare``)."""
+    ``ptxbench.evaluate.judgement.compare``)."""
 
     output: str
     passed: bool

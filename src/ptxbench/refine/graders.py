@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
 from ptxbench.errors import TaskError
-from ptxbench.evaluate.static_only import static_verdict
+from ptxbench.evaluate.judgement.static_only import static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.completion import Extraction
 from ptxbench.records.evaluation import Evaluation, Status

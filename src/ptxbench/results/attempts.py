@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from pydantic import Field
 
-from ptxbench.evaluate.static_only import decided_by_build, static_verdict
+from ptxbench.evaluate.judgement.static_only import decided_by_build, static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.evaluation import Evaluation, Generation
 from ptxbench.records.rundir import RESULT_FILE, Result, RunDir, RunDirError, load_result

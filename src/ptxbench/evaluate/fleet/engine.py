@@ -43,7 +43,7 @@ from ptxbench.evaluate.fleet.run import (
     gpu_environment,
 )
 from ptxbench.evaluate.fleet.scheduler import Job, JobFeed, SerialSlot, Started, schedule, start_slots
-from ptxbench.evaluate.static_only import static_verdict
+from ptxbench.evaluate.judgement.static_only import static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.evaluation import Evaluation, InfraFailure
 from ptxbench.records.rundir import RunDir, RunLedger

@@ -50,8 +50,8 @@ from ptxbench.errors import CandidateError, PtxbenchError, UnreadableCandidate
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
 from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.fleet.scheduler import Job, SerialSlot, schedule, start_slots
-from ptxbench.evaluate.static_only import static_verdict
-from ptxbench.evaluate.verdict import decide
+from ptxbench.evaluate.judgement.static_only import static_verdict
+from ptxbench.evaluate.judgement.verdict import decide
 from ptxbench.records.completion import ExtractionStatus
 from ptxbench.records.evaluation import Evaluation, Generation, InfraFailure, Judged
 from ptxbench.records.rundir import (

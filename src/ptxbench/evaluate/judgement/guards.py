@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ptxbench.evaluate.launches import (
+from ptxbench.evaluate.judgement.launches import (
     RUNTIME_COPIES,
     TO_HOST,
     base_name,

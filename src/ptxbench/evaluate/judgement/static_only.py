@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ptxbench.evaluate.guards import linked_library_guards
+from ptxbench.evaluate.judgement.guards import linked_library_guards
 from ptxbench.records.evaluation import Evaluation, Generation, InfraFailure, Status
 
 if TYPE_CHECKING:
