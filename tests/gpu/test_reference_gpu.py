@@ -84,6 +84,19 @@ def test_fp8_reference_is_right_on_edges_of_its_tiles_and_pairs(evaluator) -> No
         (64, 192, 128), (48, 1024, 2560), (80, 640, 1280)])
 
 
+def test_gemm_fp8_blockscale_reference_is_right_at_its_tile_and_scale_block_edges(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """The block-scaled fp8 kernel's edges: one token and one k-block; 80-wide tiles (M <= 128) that straddle a
+    128-row weight-scale block at 48 and at 16 columns, or end in one past N; 64-row A tiles (M <= 64) and
+    just past them; a last weight block of 64 rows (N = 2112) on both tile widths; 128-wide tiles in pairs
+    with an odd count of tile-rows (the pair's second tile wholly past M) and a tile-column whose second half
+    of B is wholly past N; TMA-store epilogues (K <= 4096) and direct ones (K = 4224: 33 k-blocks); and
+    several tiles per CTA, so the ring wraps many times with tiles of different scale rows."""
+    shapes = [(1, 64, 128), (64, 192, 256), (65, 320, 384), (128, 2112, 1280), (129, 192, 128),
+              (300, 704, 512), (200, 448, 4224), (1000, 2112, 384), (1536, 8192, 640)]
+    named = {f"m{m}-n{n}-k{k}": {"M": m, "N": n, "K": k, "KB": k // 128, "NB": -(-n // 128)} for m, n, k in shapes}
+    assert_passes_on(evaluator, "gemm_fp8_blockscale", named)
+
+
 def test_attention_reference_is_right_at_every_tile_edge(evaluator) -> None:  # type: ignore[no-untyped-def]
     """Lengths at and either side of the kernel's edges: a 64-row warpgroup (the later ones of a CTA wholly past
     S get no Q and compute nothing), the CTA of 192 query rows at D = 64 and 128 rows otherwise, the KV tile
