@@ -1,6 +1,6 @@
 """A NumPy model of the prefill_gqa_ragged reference kernel (kernels/reference/sm_90a/prefill_gqa_ragged.cu): its
-work list from the device indptr (tiles of the longest sequence x sequences x head units, blocks past a sequence's
-end exiting), the packing of 2^p query heads of one kv head into a tile's rows (row r = token r >> p, head r % 2^p),
+work list from the device indptr (sequence-major, each sequence's tiles of the longest sequence's size from the
+last down, head units innermost; blocks past a sequence's end exiting), the packing of 2^p query heads of one kv head into a tile's rows (row r = token r >> p, head r % 2^p),
 the Q parts a producer loads, the KV tiles each warpgroup computes, where masks apply and which rows are stored.
 Run on the task's own inputs and judged by the task's comparison, on ragged batches with sequences of length 1 and
 on every packing. What it cannot show: descriptors, swizzles, TMA boxes and mbarrier phases (only a GPU run does)."""
@@ -75,7 +75,7 @@ def model(Q: np.ndarray, K: np.ndarray, V: np.ndarray, indptr: list[int], S: int
     O, LSE = np.full(Q.shape, np.nan), np.full((total, heads), np.nan)
     writes = np.zeros((total, heads), dtype=int)
     for t in range(n_tiles * batch * units):
-        tile, seq, unit = n_tiles - 1 - t // (batch * units), (t % (batch * units)) // units, t % units
+        unit, seq, tile = t % units, t // units // n_tiles, n_tiles - 1 - (t // units) % n_tiles
         start, length = indptr[seq], indptr[seq + 1] - indptr[seq]
         q0 = tile * tokens
         if q0 >= length:
