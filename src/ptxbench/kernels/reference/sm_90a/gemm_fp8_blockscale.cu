@@ -4,8 +4,9 @@
 // fp32 accumulation, bf16 out. DeepSeek-V3's fp8 linear layers, computed the way DeepGEMM does.
 //
 // Not yet measured on a GPU: it builds for sm_90a with wgmma fp8, TMA and mbarrier in its SASS and no spills
-// (ptxbench check), and its tile, scale and ring arithmetic was checked by hand and by a CPU model of the
-// indices only; its correctness and speed on an H100 are still to be run.
+// (ptxbench check); its tiles, boxes, scale choice and epilogue mask pass a NumPy model of its steps
+// (tests/test_reference_blockscale_model.py: every element of D stored once, equal to the task's reference);
+// its correctness and speed on a GPU are still to be run.
 //
 // Design: the pipeline of the gemm_fp8 reference (TMA + mbarrier ring, one producer and two consumer
 // warpgroups, persistent CTAs, B shared by TMA multicast in 2 x 1 clusters), with the scales applied by the
