@@ -19,11 +19,10 @@ KERNEL = reference_folder("sm_90a") / "prefill_gqa_ragged.cu"
 
 
 def _constant(name: str) -> int:
-    """An `constexpr int NAME = value;` of the kernel (value a literal or 64 * CONSUMERS)."""
-    source = KERNEL.read_text()
-    found = re.search(rf"^constexpr int {name} = ([^;]+);", source, re.MULTILINE)
+    """A `constexpr int NAME = <literal>;` or `= <literal> * <constant>;` of the kernel."""
+    found = re.search(rf"^constexpr int {name} = (\d+)(?: \* (\w+))?;", KERNEL.read_text(), re.MULTILINE)
     assert found, name
-    return int(eval(found.group(1), {}, {"CONSUMERS": 2}))  # noqa: S307 - a literal expression of our own file
+    return int(found.group(1)) * (_constant(found.group(2)) if found.group(2) else 1)
 
 
 ROWS, BKV, MAX_PACK = _constant("ROWS"), _constant("BKV"), _constant("MAX_PACK")
