@@ -4,9 +4,11 @@
 // O = softmax(q·kᵀ / sqrt(128), key <= query within the sequence) · V in bf16 and LSE (natural log) in fp32.
 //
 // Status: NOT YET MEASURED ON A GPU. Written 2026-12-07 from the GPU-proven attention_fwd reference (same
-// producer / consumer split, rings, online softmax and wgmma steps, unchanged); checked on the CPU only
-// (`ptxbench check`: builds for sm_90a, wgmma / TMA / mbarrier in the SASS). Correctness and speed figures go
-// here once tests/gpu/test_reference_gpu.py and benchmarks/reference_kernels.py have run it.
+// producer / consumer split, rings, online softmax and wgmma steps, unchanged); checked on the CPU only:
+// `ptxbench check` (builds for sm_90a, wgmma / TMA / mbarrier in the SASS, 168 registers, no spills) and a NumPy
+// model of its work list, head packing, tiles, masks and stores, judged by the task's own comparison
+// (tests/test_reference_prefill_ragged_model.py). Correctness and speed figures go here once
+// tests/gpu/test_reference_gpu.py and benchmarks/reference_kernels.py have run it.
 //
 // Design (FlashAttention-3 style, as attention_fwd at D = 128: one CTA of a producer warpgroup and two consumer
 // warpgroups, 384 threads, a 128-row query tile, 128-key K and V tiles in two rings of two stages):
