@@ -248,3 +248,121 @@ ROUTED_MOE = {
 }
 
 SMALL_DEFINITIONS = (PAGED_PREFILL, RAGGED_PREFILL, ROUTED_MOE)
+
+
+# ------------------------------------------------ definitions shaped like the dataset's, kept small for a GPU test
+# One per kind the GPU test evaluates with a plain kernel: a GEMM C = A @ B.T as the dataset's gemm_n*_k* (fp16,
+# M the tokens), a paged GQA decode as its gqa_paged_decode_* (head_dim 128, last-page lengths, the 2-based LSE),
+# and an fp8 block-scaled SwiGLU MoE as its moe_fp8_block_scale_* (blocks of 128, the activations' scales stored
+# [blocks, tokens]) with its routing given as its *_routed_moe_* are: top-k on drawn logits can tie, and two correct
+# kernels may then pick different experts, so routing is an input here (experts and their weights).
+
+_GEMM = '''import torch
+
+
+def run(A, B):
+    return torch.matmul(A, B.T)
+'''
+
+_PAGED_DECODE = '''import math
+import torch
+
+
+@torch.no_grad()
+def run(q, k_cache, v_cache, kv_indptr, kv_indices, kv_last_page_len, sm_scale):
+    batch, heads, dim = q.shape
+    _, page_size, kv_heads, _ = k_cache.shape
+    group = heads // kv_heads
+    output = torch.zeros((batch, heads, dim), dtype=torch.bfloat16, device=q.device)
+    lse = torch.full((batch, heads), -float("inf"), dtype=torch.float32, device=q.device)
+    for b in range(batch):
+        start, end = int(kv_indptr[b]), int(kv_indptr[b + 1])
+        if start == end:
+            continue
+        pages = kv_indices[start:end].long()
+        used = (end - start - 1) * page_size + int(kv_last_page_len[b])
+        k = k_cache[pages].reshape(-1, kv_heads, dim)[:used].float().repeat_interleave(group, dim=1)
+        v = v_cache[pages].reshape(-1, kv_heads, dim)[:used].float().repeat_interleave(group, dim=1)
+        logits = torch.einsum("hd,khd->hk", q[b].float(), k) * sm_scale
+        lse[b] = torch.logsumexp(logits, -1) / math.log(2.0)
+        output[b] = torch.einsum("hk,khd->hd", torch.softmax(logits, -1), v).to(torch.bfloat16)
+    return output, lse
+'''
+
+_FP8_MOE = '''import torch
+
+
+@torch.no_grad()
+def run(topk_ids, topk_weights, hidden_states, hidden_states_scale, gemm1_weights, gemm1_weights_scale,
+        gemm2_weights, gemm2_weights_scale):
+    block = 128
+    tokens, hidden = hidden_states.shape
+    experts, gemm1_out, _ = gemm1_weights.shape
+    inter = gemm1_out // 2
+
+    def dequant(w, s):  # w [E, R, C] fp8, s [E, R/128, C/128]
+        scale = s.float().repeat_interleave(block, dim=1).repeat_interleave(block, dim=2)
+        return w.float() * scale
+
+    x = hidden_states.float() * hidden_states_scale.float().T.repeat_interleave(block, dim=1)
+    w13 = dequant(gemm1_weights, gemm1_weights_scale)
+    w2 = dequant(gemm2_weights, gemm2_weights_scale)
+    out = torch.zeros((tokens, hidden), dtype=torch.float32, device=x.device)
+    for e in range(experts):
+        rows, slots = torch.nonzero(topk_ids == e, as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        h = x[rows] @ w13[e].T
+        act = torch.nn.functional.silu(h[:, inter:]) * h[:, :inter]
+        out.index_add_(0, rows, (act @ w2[e].T) * topk_weights[rows, slots].float()[:, None])
+    return out.to(torch.bfloat16)
+'''
+
+GEMM_F16 = {
+    "name": "gemm_n256_k1024", "op_type": "gemm", "tags": ["status:verified"],
+    "description": "General matrix multiply C = A @ B.T, a projection's shape kept small.",
+    "axes": {"M": _axis(), "N": _axis(256), "K": _axis(1024)},
+    "inputs": {"A": _tensor(["M", "K"], "float16"), "B": _tensor(["N", "K"], "float16")},
+    "outputs": {"C": _tensor(["M", "N"], "float16")},
+    "reference": _GEMM,
+}
+
+PAGED_DECODE = {
+    "name": "gqa_paged_decode_h8_kv2_d128_ps16", "op_type": "gqa_paged", "tags": ["stage:decode", "status:verified"],
+    "description": "Batched grouped-query attention decode over a paged KV cache (pages of 16): 8 query heads, "
+                   "2 KV heads, head_dim 128.",
+    "axes": {"batch_size": _axis(), "num_qo_heads": _axis(8), "num_kv_heads": _axis(2), "head_dim": _axis(128),
+             "page_size": _axis(16), "num_pages": _axis(), "len_indptr": _axis(), "num_kv_indices": _axis()},
+    "constraints": ["len_indptr == batch_size + 1", "num_kv_indices == kv_indptr[-1].item()"],
+    "inputs": {"q": _tensor(["batch_size", "num_qo_heads", "head_dim"], "bfloat16"),
+               "k_cache": _tensor(["num_pages", "page_size", "num_kv_heads", "head_dim"], "bfloat16"),
+               "v_cache": _tensor(["num_pages", "page_size", "num_kv_heads", "head_dim"], "bfloat16"),
+               "kv_indptr": _tensor(["len_indptr"], "int32"), "kv_indices": _tensor(["num_kv_indices"], "int32"),
+               "kv_last_page_len": _tensor(["batch_size"], "int32"), "sm_scale": _tensor(None, "float32")},
+    "outputs": {"output": _tensor(["batch_size", "num_qo_heads", "head_dim"], "bfloat16"),
+                "lse": _tensor(["batch_size", "num_qo_heads"], "float32")},
+    "reference": _PAGED_DECODE,
+}
+
+FP8_MOE = {
+    "name": "moe_fp8_block_scale_routed_topk2_e8_h256_i128", "op_type": "moe",
+    "tags": ["status:verified", "quantization:float8_e4m3fn", "routing:pre-computed"],
+    "description": "FP8 block-scale SwiGLU MoE (blocks of 128) with pre-computed routing: 8 experts, top 2.",
+    "axes": {"seq_len": _axis(), "num_experts": _axis(8), "hidden_size": _axis(256), "intermediate_size": _axis(128),
+             "gemm1_out_size": _axis(256), "top_k": _axis(2), "num_hidden_blocks": _axis(2),
+             "num_intermediate_blocks": _axis(1), "num_gemm1_out_blocks": _axis(2)},
+    "inputs": {"topk_ids": _tensor(["seq_len", "top_k"], "int32"),
+               "topk_weights": _tensor(["seq_len", "top_k"], "float32"),
+               "hidden_states": _tensor(["seq_len", "hidden_size"], "float8_e4m3fn"),
+               "hidden_states_scale": _tensor(["num_hidden_blocks", "seq_len"], "float32"),
+               "gemm1_weights": _tensor(["num_experts", "gemm1_out_size", "hidden_size"], "float8_e4m3fn"),
+               "gemm1_weights_scale": _tensor(["num_experts", "num_gemm1_out_blocks", "num_hidden_blocks"], "float32"),
+               "gemm2_weights": _tensor(["num_experts", "hidden_size", "intermediate_size"], "float8_e4m3fn"),
+               "gemm2_weights_scale": _tensor(["num_experts", "num_hidden_blocks", "num_intermediate_blocks"],
+                                              "float32")},
+    "outputs": {"output": _tensor(["seq_len", "hidden_size"], "bfloat16")},
+    "constraints": ["gemm1_out_size == 2 * intermediate_size"],
+    "reference": _FP8_MOE,
+}
+
+EVAL_DEFINITIONS = (GEMM_F16, PAGED_DECODE, FP8_MOE)
