@@ -1,8 +1,8 @@
 """A NumPy model of the moe_grouped_gemm reference kernel's tile logic (kernels/reference/sm_90a/moe_grouped_gemm.cu),
 the part no build can check: the warp-wide walker that reads the device offsets 32 experts at a time, sums their
 tile counts by shuffles and finds each tile's expert by a ballot; the grouped order inside an expert; the persistent
-CTAs' strides; the TMA boxes (X from the tile's first row, zeros past T; W as one [E * N, K] map, zeros past E * N)
-that may read other experts' rows; and the epilogue's choice per consumer (skip, TMA store clipped at N, or stores
+CTAs' strides; the TMA boxes (X from the tile's first row in a box of 128, 64 or 16 rows, zeros past T, the stage's
+rows past a short box left as NaN here; W as one [E * N, K] map, zeros past E * N) that may read other experts' rows; and the epilogue's choice per consumer (skip, TMA store clipped at N, or stores
 masked to the expert's rows). Each tile's 128 x BN product is formed from exactly the boxes the kernel loads, so a
 slip in a row or column base shows as a wrong value, and every element of Y is counted: stored exactly once.
 
@@ -31,6 +31,8 @@ def _constant(name: str) -> int:
 
 BM = _constant("BM")
 GROUP_M = _constant("GROUP_M")
+X_BOX_MID = _constant("X_BOX_MID")
+X_BOX_SMALL = _constant("X_BOX_SMALL")
 
 
 def grouped_tile(t: int, rows: int, cols: int, group: int) -> tuple[int, int]:
@@ -97,7 +99,8 @@ class ExpertWalker:
 
 def choose_bn(T: int, E: int, N: int, sms: int) -> int:
     """The host's choose_bn."""
-    tile_rows = (T + BM - 1) // BM + min(E, T) // 2
+    groups = min(E, T)
+    tile_rows = max((T + BM - 1) // BM + groups // 2, groups)
     best, best_cost = 256, 0.0
     for i, (width, efficiency) in enumerate(zip((256, 128, 64), (1.0, 1.1, 1.3))):
         tiles = tile_rows * ((N + width - 1) // width)
@@ -138,7 +141,12 @@ def run_model(counts: list[int], N: int, K: int, sms: int = 132, bn: int | None 
         while (tile := producer.find(t)) is not None:
             assert consumer.find(t) == tile  # producer and consumers agree without talking
             walk.append(tile)
-            product = box(X, tile.row0, BM) @ box(W2d, tile.expert * N + tile.tn * BN, BN).T  # [BM, BN]
+            rows_here = tile.end - tile.row0
+            x_rows = BM if rows_here > X_BOX_MID else X_BOX_MID if rows_here > X_BOX_SMALL else X_BOX_SMALL
+            stage = np.full((BM, K), np.nan)  # the stage's rows past a short box: an earlier stage's bytes
+            stage[:x_rows] = box(X, tile.row0, x_rows)
+            stats[f"x{x_rows}"] = stats.get(f"x{x_rows}", 0) + 1
+            product = stage @ box(W2d, tile.expert * N + tile.tn * BN, BN).T  # [BM, BN]
             for half in range(2):
                 row0 = tile.row0 + half * 64
                 if row0 >= tile.end:
@@ -199,6 +207,7 @@ def test_many_small_experts_as_in_the_dsv3_decode_workload() -> None:
     stats, walks = run_model(counts, 128, 64, bn=64)
     assert stats["loads"] <= 256 // LANES
     assert stats["masked"] > stats["tma"] and stats["skipped"] > 0
+    assert stats["x16"] > stats.get("x64", 0) > 0  # most groups take the 16-row box of X
     assert all(len(walk) > 0 for walk in walks)
 
 
@@ -215,4 +224,5 @@ def test_tile_width_choice_on_the_tasks_workloads() -> None:
     """The host's width choice from T, E and N on 132 SMs (the group sizes are not read back)."""
     assert choose_bn(8192, 8, 14336, 132) == 256     # mixtral-up-prefill (timed)
     assert choose_bn(1024, 256, 7168, 132) == 256    # dsv3-256e-decode
-    assert choose_bn(64, 16, 1536, 132) == 128       # qwen3-moe-ep8-decode
+    assert choose_bn(64, 16, 1536, 132) == 64        # qwen3-moe-ep8-decode
+    assert choose_bn(128, 8, 14336, 132) == 128      # mixtral-up-decode

@@ -194,11 +194,12 @@ def test_prefill_gqa_ragged_reference_is_right_on_ragged_edges(evaluator) -> Non
 
 
 def test_moe_grouped_gemm_reference_is_right_on_group_edges(evaluator) -> None:  # type: ignore[no-untyped-def]
-    """One token; each tile width the host picks (BN = 64 for the first five shapes; 128 at T = 4096, N = 4096; 256 at
-    T = 8000, N = 2880, its last tile-column 64 wide, the W box reading the next expert's rows); more than 32 experts (the walker's chunks of 32: 40, and 300 experts for 500 rows, most empty or of a few rows); groups of
-    many tile-rows (the grouped order) beside empty ones. The routing is the task's own (skewed, an eighth of the
-    experts empty), so groups end at arbitrary rows. tests/test_reference_moe_model.py checks the same tile logic
-    on the CPU."""
+    """One token; each tile width the host picks (BN = 64 at N <= 320; 128 at T = 4096, N = 4096; 256 at T = 100,
+    N = 4096 and at T = 8000, N = 2880, its last tile-column 64 wide, the W box reading the next expert's rows); X in
+    boxes of 16, 64 and 128 rows (groups of a few rows, of up to 64 and larger); more than 32 experts (the walker's
+    chunks of 32: 40, and 300 experts for 500 rows, most empty or of a few rows); groups of many tile-rows (the
+    grouped order) beside empty ones. The routing is the task's own (skewed, an eighth of the experts empty), so
+    groups end at arbitrary rows. tests/test_reference_moe_model.py checks the same tile logic on the CPU."""
     shapes = [(1, 2, 64, 64), (100, 8, 4096, 256), (3001, 40, 192, 192), (127, 3, 320, 128), (500, 300, 128, 64),
               (4096, 4, 4096, 640), (8000, 5, 2880, 128)]
     named = {f"t{t}-e{e}-n{n}-k{k}": {"T": t, "E": e, "N": n, "K": k} for t, e, n, k in shapes}

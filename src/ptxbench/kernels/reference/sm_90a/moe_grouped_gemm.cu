@@ -9,7 +9,8 @@
 // Design: the persistent warp-specialised GEMM of gemm_bf16.cu (its pipeline unchanged), fed by a tile
 // scheduler over the experts' row ranges instead of one M x N grid.
 //   * One persistent CTA per SM, 384 threads = three warpgroups. Warpgroup 0 is the producer: its first warp
-//     walks the tiles and one lane streams K-slices of X (128 rows x 64) and W[e] (BN rows x 64) into a ring
+//     walks the tiles and one lane streams K-slices of X (128 rows x 64, or 64 or 16 when the tile holds no
+//     more rows of its expert) and W[e] (BN rows x 64) into a ring
 //     of shared memory (192 KiB: 4 stages for BN = 256, 6 for 128, 8 for 64) with TMA (128-byte swizzle).
 //     Each stage has a "full" mbarrier (the producer's arrival plus the TMA bytes) and an "empty" one (one
 //     arrival per consumer warpgroup once its wgmmas have read the stage).
@@ -25,8 +26,10 @@
 //     lane), forms their tile counts and a prefix sum by shuffles, and finds a tile's expert by a ballot.
 //     A CTA's tiles only increase, so each walker reads every offset at most once per call: E / 32 steps
 //     in all, no shared or global scratch, any E.
-//   * Rows of a tile past its expert's end: the X box (128 rows from the tile's first row) may read the
-//     next expert's rows (or zeros past T); the wgmmas compute them, and nothing of them is stored. A
+//   * Rows of a tile past its expert's end: the X box (from the tile's first row) may read the next
+//     expert's rows (or zeros past T), and a 64- or 16-row box leaves the stage's later rows as an earlier
+//     stage wrote them; the wgmmas compute all 128 (row r of a product depends on row r of X only), and
+//     nothing of the rows past the end is stored. A
 //     consumer whose 64 rows all lie past the end (small groups: decode) computes nothing and only hands
 //     its stages back. The W box of the last tile-column may run past N into the next expert's weights
 //     (W is one [E * N, K] map) or past E * N (zeros): those columns are never stored either.
@@ -36,7 +39,7 @@
 //     rows < end_e and columns < N (at most one such tile-row per expert and tile-column).
 //   * The tile width BN (256, 128 or 64) is chosen on the host from T, E and N alone (the counts are on the
 //     device and are not read back): the cost model of gemm_bf16 on an estimate of the tile-rows,
-//     ceil(T / 128) plus half a tile-row for each expert that can have rows.
+//     ceil(T / 128) plus half a tile-row for each expert that can have rows, and at least one per such expert.
 //   * Remainders: N and K are multiples of 64 (task rules), so every K-slice is whole and a tile-column is
 //     stored in whole 64-wide boxes; T and the group sizes are arbitrary.
 #include "ptx_wrappers.cuh"
@@ -48,6 +51,8 @@ constexpr int BK = 64;                     // K per stage: 64 bf16 = one 128-byt
 constexpr int THREADS = 384;
 constexpr int GROUP_M = 8;                 // tile-rows of one expert walked together for L2 reuse
 constexpr uint32_t A_BYTES = BM * BK * 2;  // 16 KiB
+constexpr int X_BOX_MID = 64;              // the X boxes: BM, X_BOX_MID or X_BOX_SMALL rows, the smallest
+constexpr int X_BOX_SMALL = 16;            // that holds a tile's rows of its expert
 constexpr uint32_t RING_BYTES = 192 * 1024;
 constexpr int C_COLS = 128;                // columns staged per TMA-store round (two 64-column boxes)
 
@@ -143,6 +148,10 @@ __device__ __forceinline__ uint32_t staged_offset(int row, int col) {
   return (col / 64) * 8192 + ptx::sw128_offset(row, (col % 64) * 2);
 }
 
+struct XMaps {
+  CUtensorMap box[3];  // X [T, K] in boxes of BM, X_BOX_MID and X_BOX_SMALL rows x 64
+};
+
 struct Problem {
   const int32_t* offsets;
   __nv_bfloat16* y;
@@ -150,13 +159,16 @@ struct Problem {
 };
 
 // Producer (the first warp of warpgroup 0; lane 0 issues): every tile's K-slices of X and W[e] into the
-// ring, running ahead of the consumers by as many stages as the ring holds.
+// ring, running ahead of the consumers by as many stages as the ring holds. X comes in the smallest box
+// (128, 64 or 16 rows) that holds the tile's rows of its expert: a small group's tile then reads 2 or 8 KiB
+// of X per stage beside W's 8-32 KiB, not 16. The rows of the stage past the box keep an earlier stage's
+// bytes; their products land in rows that are never stored (each output row depends on its own X row only).
 template <int BN>
-__device__ __forceinline__ void producer_loop(Shared<BN>& s, const CUtensorMap* map_x, const CUtensorMap* map_w,
+__device__ __forceinline__ void producer_loop(Shared<BN>& s, const CUtensorMap* maps_x, const CUtensorMap* map_w,
                                               const Problem& p) {
   const bool issues = threadIdx.x == 0;
   if (issues) {
-    ptx::tma_prefetch_map(map_x);
+    for (int i = 0; i < 3; ++i) ptx::tma_prefetch_map(maps_x + i);
     ptx::tma_prefetch_map(map_w);
   }
   ptx::RingState at;
@@ -165,9 +177,12 @@ __device__ __forceinline__ void producer_loop(Shared<BN>& s, const CUtensorMap* 
   for (int t = static_cast<int>(blockIdx.x); walk.find(t, tile); t += static_cast<int>(gridDim.x)) {
     if (issues) {
       const int w_row = tile.expert * p.N + tile.tn * BN;
+      const int rows = tile.end - tile.row0;  // >= 1
+      const int box = rows > X_BOX_MID ? 0 : rows > X_BOX_SMALL ? 1 : 2;
+      const uint32_t x_bytes = static_cast<uint32_t>(box == 0 ? BM : box == 1 ? X_BOX_MID : X_BOX_SMALL) * BK * 2;
       for (int k = 0; k < p.k_steps; ++k) {
-        uint64_t* full = s.ring.producer_acquire(at, A_BYTES + Config<BN>::B_BYTES);
-        ptx::tma_load_2d(s.a[at.stage], map_x, full, k * BK, tile.row0);
+        uint64_t* full = s.ring.producer_acquire(at, x_bytes + Config<BN>::B_BYTES);
+        ptx::tma_load_2d(s.a[at.stage], maps_x + box, full, k * BK, tile.row0);
         ptx::tma_load_2d(s.b[at.stage], map_w, full, k * BK, w_row);
         at.advance(Config<BN>::STAGES);
       }
@@ -260,7 +275,7 @@ __device__ __forceinline__ void epilogue_masked(__nv_bfloat16* __restrict__ y, c
 
 template <int BN>
 __global__ void __launch_bounds__(THREADS, 1)
-moe_grouped_gemm_sm90a(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+moe_grouped_gemm_sm90a(const __grid_constant__ XMaps maps_x, const __grid_constant__ CUtensorMap map_w,
                        const __grid_constant__ CUtensorMap map_y, const Problem p) {
   extern __shared__ uint8_t smem_raw[];
   Shared<BN>& s = *ptx::align_smem<Shared<BN>>(smem_raw);
@@ -271,7 +286,7 @@ moe_grouped_gemm_sm90a(const __grid_constant__ CUtensorMap map_x, const __grid_c
 
   if (warpgroup == 0) {
     ptx::setmaxnreg_dec<40>();
-    if (ptx::warp_idx() == 0) producer_loop<BN>(s, &map_x, &map_w, p);
+    if (ptx::warp_idx() == 0) producer_loop<BN>(s, maps_x.box, &map_w, p);
     return;
   }
 
@@ -297,10 +312,13 @@ moe_grouped_gemm_sm90a(const __grid_constant__ CUtensorMap map_x, const __grid_c
   if (signals) ptx::tma_store_wait_read<0>();  // the buffer must outlive the stores reading it
 }
 
-// Time ~ (waves of tiles) x (work per tile), with a narrower tile a little less efficient per FLOP, on
-// an estimate of the tile-rows (the group sizes are on the device).
+// Time ~ (waves of tiles) x (work per tile: W's bytes in decode, FLOPs in prefill), with a narrower tile a
+// little less efficient per FLOP, on an estimate of the tile-rows (the group sizes are on the device): the
+// full ones plus half a partial one per group that can have rows, and at least one per such group.
 int choose_bn(int64_t T, int64_t E, int64_t N, int sms) {
-  const int64_t tile_rows = (T + BM - 1) / BM + (E < T ? E : T) / 2;
+  const int64_t groups = E < T ? E : T;
+  const int64_t dense = (T + BM - 1) / BM + groups / 2;
+  const int64_t tile_rows = dense > groups ? dense : groups;
   const int widths[3] = {256, 128, 64};
   const double efficiency[3] = {1.0, 1.1, 1.3};
   int best = 256;
@@ -316,10 +334,14 @@ int choose_bn(int64_t T, int64_t E, int64_t N, int sms) {
 template <int BN>
 int launch(const __nv_bfloat16* X, const __nv_bfloat16* W, const int32_t* offsets, __nv_bfloat16* Y, int64_t T,
            int64_t E, int64_t N, int64_t K, int sms, cudaStream_t stream) {
-  CUtensorMap map_x, map_w, map_y;
-  cudaError_t err = ptx::make_tma_map_2d(&map_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, X, T, K, K, BM, BK,
-                                         CU_TENSOR_MAP_SWIZZLE_128B);
-  if (err != cudaSuccess) return static_cast<int>(err);
+  XMaps maps_x;
+  CUtensorMap map_w, map_y;
+  cudaError_t err;
+  const uint32_t x_box_rows[3] = {BM, X_BOX_MID, X_BOX_SMALL};
+  for (int i = 0; i < 3; ++i)
+    if ((err = ptx::make_tma_map_2d(&maps_x.box[i], CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, X, T, K, K, x_box_rows[i],
+                                    BK, CU_TENSOR_MAP_SWIZZLE_128B)) != cudaSuccess)
+      return static_cast<int>(err);
   if ((err = ptx::make_tma_map_2d(&map_w, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, W, E * N, K, K, BN, BK,
                                   CU_TENSOR_MAP_SWIZZLE_128B)) != cudaSuccess)
     return static_cast<int>(err);
@@ -336,7 +358,7 @@ int launch(const __nv_bfloat16* X, const __nv_bfloat16* W, const int32_t* offset
   const int grid = static_cast<int>(most_tiles < sms ? most_tiles : sms);
   const Problem p{offsets, Y, static_cast<int>(T), static_cast<int>(E), static_cast<int>(N),
                   static_cast<int>(tiles_n), static_cast<int>(K / BK)};
-  moe_grouped_gemm_sm90a<BN><<<grid, THREADS, smem, stream>>>(map_x, map_w, map_y, p);
+  moe_grouped_gemm_sm90a<BN><<<grid, THREADS, smem, stream>>>(maps_x, map_w, map_y, p);
   return static_cast<int>(cudaGetLastError());
 }
 
