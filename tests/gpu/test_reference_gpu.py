@@ -204,3 +204,17 @@ def test_moe_grouped_gemm_reference_is_right_on_group_edges(evaluator) -> None: 
               (4096, 4, 4096, 640), (8000, 5, 2880, 128)]
     named = {f"t{t}-e{e}-n{n}-k{k}": {"T": t, "E": e, "N": n, "K": k} for t, e, n, k in shapes}
     assert_passes_on(evaluator, "moe_grouped_gemm", named)
+
+
+def test_mla_decode_reference_is_right_on_every_edge_of_its_split(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """One token (pages of 64, 16 and 1: a tile of one key, the other 63 value rows zeroed), one full page of 64;
+    partial last pages of 16; batches of more sequences than CTAs (chunks holding many, the 32-wide search run
+    ten times); token-granular pages with 16 and 128 heads; 8 heads (one 64-row block mostly empty), 72 (a second
+    block of 8) and 192 (three blocks); a single long sequence split over every CTA. Not yet run on a GPU;
+    tests/test_reference_mla_model.py checks the same steps on the CPU."""
+    shapes = [(1, 16, 64, 1, 1), (1, 128, 16, 1, 1), (1, 16, 1, 1, 1), (1, 128, 64, 1, 64), (3, 64, 16, 20, 300),
+              (300, 16, 64, 300, 5000), (70, 16, 1, 3000, 3000), (5, 128, 1, 700, 700), (4, 8, 16, 40, 600),
+              (3, 72, 16, 30, 450), (2, 192, 64, 30, 1850), (1, 128, 64, 500, 31990), (1, 16, 16, 1000, 15990)]
+    named = {f"b{b}-h{h}-p{p}-np{np_}-l{l}": {"B": b, "H": h, "P": p, "NP": np_, "L": l}
+             for b, h, p, np_, l in shapes}
+    assert_passes_on(evaluator, "mla_decode_paged", named)
