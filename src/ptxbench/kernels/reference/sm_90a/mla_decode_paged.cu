@@ -47,7 +47,8 @@
 //   * Segments. A chunk may start or end inside a sequence and may hold several; the consumers keep one online softmax
 //     per piece (a segment). At a segment's start both warpgroups meet (named barrier 4: their last S is done) and
 //     thread 0 loads the sequence's Q (64 rows: heads 64 y .. of this head block, rows past H never stored) into the
-//     Q slabs with TMA. At its end the partial row sums are added across the warpgroups (named barrier 3) and each
+//     Q slabs with TMA, and starts the next sequence's Q towards L2 (a TMA prefetch) when the chunk goes on past this
+//     one. At its end the partial row sums are added across the warpgroups (named barrier 3) and each
 //     warpgroup writes its 256 dims: straight to output and lse when the CTA held the whole sequence, else to the
 //     piece's workspace slot (chunk c + b: unique, as pieces are ordered by key position), as bf16 O / l and the
 //     base-2 log-sum-exp.
@@ -313,6 +314,12 @@ __device__ __forceinline__ void consumer_loop(Shared& s, const CUtensorMap* map_
           ptx::tma_load_2d(s.q[slab], map_qn, &s.q_full, 64 * slab, qrow);
         ptx::tma_load_2d(s.q[kSlabs - 1], map_qp, &s.q_full, 0, qrow);
         if (walk.j == 0 && blockIdx.y == 0) seq_tile0[walk.b] = walk.tstart;  // for the merge
+        if (walk.b + 1 < B && walk.tstart + walk.ntiles < t1) {  // the chunk goes on: the next Q into L2
+          const int next_row = qrow + out.H;
+#pragma unroll
+          for (int slab = 0; slab < kSlabs - 1; ++slab) ptx::tma_prefetch_2d(map_qn, 64 * slab, next_row);
+          ptx::tma_prefetch_2d(map_qp, 0, next_row);
+        }
       }
 #pragma unroll
       for (int i = 0; i < 128; ++i) o[i] = 0.0f;
