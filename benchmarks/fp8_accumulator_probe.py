@@ -592,6 +592,13 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['workload']} | {r['S']} | {r['max_score']:.1f} | {r['max_lse']:.1f} | "
                      f"{r['max_lse_error']:.3g} | {r['lse_atol_needed_at_rtol']:.3g} | {r['lse_error_over_magnitude']:.3g} | "
                      f"{r['o_error_over_o_bound']:.3g} |")
+    lines += ["", "## gemm_fp8 and gemm_fp8_blockscale under the same model (worst error / tolerance, 64 sampled "
+              "outputs, bf16 output rounding included; promotion every N of K)", "",
+              "| task | workload | K | never | 128 | 256 | 512 |", "|---|---|---|---|---|---|---|"]
+    for r in result["gemm_fp8"]:
+        cells = [_fmt(r[f"error_over_bound_promote_{p}"]) if f"error_over_bound_promote_{p}" in r else "-"
+                 for p in ("never", 128, 256, 512)]
+        lines.append(f"| {r['task']} | {r['workload']} | {r['K']} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
