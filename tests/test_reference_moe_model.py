@@ -2,9 +2,10 @@
 the part no build can check: the warp-wide walker that reads the device offsets 32 experts at a time, sums their
 tile counts by shuffles and finds each tile's expert by a ballot; the grouped order inside an expert; the persistent
 CTAs' strides; the TMA boxes (X from the tile's first row in a box of 128, 64 or 16 rows, zeros past T, the stage's
-rows past a short box left as NaN here; W as one [E * N, K] map, zeros past E * N) that may read other experts' rows; and the epilogue's choice per consumer (skip, TMA store clipped at N, or stores
-masked to the expert's rows). Each tile's 128 x BN product is formed from exactly the boxes the kernel loads, so a
-slip in a row or column base shows as a wrong value, and every element of Y is counted: stored exactly once.
+rows past a short box left as NaN here; W as one [E * N, K] map, zeros past E * N) that may read other experts'
+rows; and the epilogue's choice per consumer (skip, TMA store clipped at N, or stores masked to the expert's rows).
+Each tile's 128 x BN product is formed from exactly the boxes the kernel loads, so a slip in a row or column base
+shows as a wrong value, and every element of Y is counted: stored exactly once.
 
 What it cannot show: the tensor maps' encoding, the wgmma fragments and the mbarrier ring (gemm_bf16.cu's, unchanged
 and GPU-proven), the speed."""

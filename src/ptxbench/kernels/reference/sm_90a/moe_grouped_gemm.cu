@@ -10,8 +10,8 @@
 // scheduler over the experts' row ranges instead of one M x N grid.
 //   * One persistent CTA per SM, 384 threads = three warpgroups. Warpgroup 0 is the producer: its first warp
 //     walks the tiles and one lane streams K-slices of X (128 rows x 64, or 64 or 16 when the tile holds no
-//     more rows of its expert) and W[e] (BN rows x 64) into a ring
-//     of shared memory (192 KiB: 4 stages for BN = 256, 6 for 128, 8 for 64) with TMA (128-byte swizzle).
+//     more rows of its expert) and W[e] (BN rows x 64) into a ring of shared memory (192 KiB: 4 stages for
+//     BN = 256, 6 for 128, 8 for 64) with TMA (128-byte swizzle).
 //     Each stage has a "full" mbarrier (the producer's arrival plus the TMA bytes) and an "empty" one (one
 //     arrival per consumer warpgroup once its wgmmas have read the stage).
 //   * Warpgroups 1 and 2 are consumers: each owns 64 rows of the 128 x BN tile and issues
@@ -29,10 +29,10 @@
 //   * Rows of a tile past its expert's end: the X box (from the tile's first row) may read the next
 //     expert's rows (or zeros past T), and a 64- or 16-row box leaves the stage's later rows as an earlier
 //     stage wrote them; the wgmmas compute all 128 (row r of a product depends on row r of X only), and
-//     nothing of the rows past the end is stored. A
-//     consumer whose 64 rows all lie past the end (small groups: decode) computes nothing and only hands
-//     its stages back. The W box of the last tile-column may run past N into the next expert's weights
-//     (W is one [E * N, K] map) or past E * N (zeros): those columns are never stored either.
+//     nothing of the rows past the end is stored. A consumer whose 64 rows all lie past the end (small
+//     groups: decode) computes nothing and only hands its stages back. The W box of the last tile-column
+//     may run past N into the next expert's weights (W is one [E * N, K] map) or past E * N (zeros): those
+//     columns are never stored either.
 //   * Epilogue: a consumer whose 64 rows all belong to the expert writes them as gemm_bf16 does (bf16 into
 //     a swizzled staging buffer, TMA stores that clip columns >= N, overlapping the next tile); a consumer
 //     holding the expert's last, partial rows stores bf16 pairs straight from its accumulators, masked to
