@@ -18,6 +18,8 @@ from ptxbench.tasks.loader import bundled_suite
 from ptxbench.tasks.model import Role
 from ptxbench.tasks.reference import make_inputs
 
+from . import fake_flashinfer
+
 # views and metadata: no work on the data
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "alias", "as_strided", "detach", "slice",
           "select", "unsqueeze", "squeeze", "reshape", "_reshape_alias", "lift_fresh",
@@ -72,6 +74,13 @@ EXPECTED_CALL = {
                                                "_efficient_attention_forward"],
     ("mla_decode_paged", "cublas_padded"): ["index_select", "index_select"] + ["_to_copy"] * 4 + ["bmm", "bmm", "add",
                                             "add", "logsumexp", "sub", "exp", "_to_copy", "bmm"],
+    # FlashInfer (the stand-in of fake_flashinfer.py logs its launches): run() on the pages in place; decode's
+    # base-2 LSE scaled to natural log
+    ("decode_gqa_paged", "flashinfer"): ["flashinfer.decode.run", "mul"],
+    ("decode_gqa_paged", "flashinfer_tc"): ["flashinfer.decode.run", "mul"],
+    ("prefill_gqa_ragged", "flashinfer"): ["flashinfer.prefill.run"],
+    ("mla_decode_paged", "flashinfer"): ["flashinfer.mla.run"],
+    ("rope", "flashinfer"): ["flashinfer.apply_rope_with_cos_sin_cache"],
 }
 
 
@@ -146,6 +155,7 @@ def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setitem(sys.modules, "liger_kernel", types.ModuleType("liger_kernel"))
     monkeypatch.setitem(sys.modules, "liger_kernel.ops", types.ModuleType("liger_kernel.ops"))
     monkeypatch.setattr(baselines, "_COMPILED", {})
+    fake_flashinfer.install(monkeypatch, log)
     return log
 
 

@@ -2,7 +2,8 @@
 
 No library PyTorch carries takes MLA's shapes whole: FlashAttention-2 and cuDNN stop at head dim 256,
 and the scores here run over 576 dimensions (latent 512 + rope 64) with 512-dimensional values.
-FlashInfer's and FlashMLA's kernels do, but neither is installed on the GPU machines. Two paths remain:
+FlashInfer's and FlashMLA's kernels do (FlashInfer's is the ``flashinfer`` variant, where installed:
+``flashinfer.py``). Without them, two paths remain:
 
 - ``efficient_varlen``: the 128 heads of a sequence read one shared latent head, so MLA decode is
   attention with the heads as the queries. PyTorch's memory-efficient (CUTLASS) kernel takes any head

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ptxbench.evaluate.baselines import attention as paged
+from ptxbench.evaluate.baselines import flashinfer as fi
 from ptxbench.evaluate.baselines import mla
 from ptxbench.evaluate.baselines import reference as own_reference
 from ptxbench.evaluate.baselines import serving
@@ -260,11 +261,19 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
         BaselineVariant("flash_varlen", "the sequences' keys and values gathered from the pages (`index_select`, "
                         "timed) and FlashAttention-2's variable-length kernel as built into PyTorch "
                         "(`aten._flash_attention_forward`, grouped-query heads native)", paged.decode_gqa_paged_flash),
+        BaselineVariant("flashinfer", "FlashInfer's `BatchDecodeWithPagedKVCacheWrapper` on the NHD pages in place "
+                        "(`plan()` in setup; its base-2 LSE scaled to natural log, timed), where installed",
+                        fi.decode_gqa_paged(tensor_cores=False), requires=fi.REQUIRES),
+        BaselineVariant("flashinfer_tc", "the same wrapper with `use_tensor_cores=True` (its tensor-core decode), "
+                        "where installed", fi.decode_gqa_paged(tensor_cores=True), requires=fi.REQUIRES),
     ),
     "prefill_gqa_ragged": (
         BaselineVariant("flash_varlen", "FlashAttention-2's variable-length causal kernel as built into PyTorch "
                         "(`aten._flash_attention_forward` on seq_indptr, grouped-query heads native)",
                         paged.prefill_gqa_ragged_flash),
+        BaselineVariant("flashinfer", "FlashInfer's `BatchPrefillWithRaggedKVCacheWrapper`, causal, on seq_indptr "
+                        "(`plan()` in setup; FlashInfer's backend for the GPU, FA3 on sm_90; natural-log LSE), "
+                        "where installed", fi.prefill_gqa_ragged, requires=fi.REQUIRES),
     ),
     "attention_fp8_fwd": (
         BaselineVariant("cudnn", "cuDNN bf16 attention on the widened fp8 inputs (e4m3 is exact in bf16; descales "
@@ -280,6 +289,10 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
                         mla.mla_decode_efficient),
         BaselineVariant("cublas_padded", "the sequences gathered into a padded batch (timed), cuBLAS products with "
                         "fp32 scores and an fp32 masked softmax", mla.mla_decode_padded),
+        BaselineVariant("flashinfer", "FlashInfer's `BatchMLAPagedAttentionWrapper` on the split query and caches "
+                        "in place (`plan()` in setup, sm_scale read there; FlashInfer's backend for the GPU, FA3 "
+                        "first on sm_90; natural-log LSE), where installed", fi.mla_decode_paged,
+                        requires=fi.REQUIRES),
     ),
     "rmsnorm": (
         BaselineVariant("torch", "eager `torch.nn.functional.rms_norm(X, (Hd,), W, eps=1e-6)`", _eager(_bind_rmsnorm)),
@@ -327,6 +340,9 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
         BaselineVariant("torch", "eager rotate-half RoPE with fp32 angles `positions * inv_freq` (inv_freq "
                         "computed in setup)", _eager(serving.bind_rope)),
         _compile_variant("rope", serving.bind_rope, "it"),
+        BaselineVariant("flashinfer", "FlashInfer's `apply_rope_with_cos_sin_cache` (`is_neox=True`; the fp32 cos/sin "
+                        "cache of positions 0..32767 computed in setup), where installed", fi.rope,
+                        requires=fi.REQUIRES),
     ),
 }
 

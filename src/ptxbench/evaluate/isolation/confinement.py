@@ -72,7 +72,10 @@ _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", r
 # process, so a candidate could rewrite a compiled baseline kernel (slower baselines, larger speedups). The
 # baseline process is given folders in the harness's cache (read-only to candidates); a candidate's process
 # folders of its own (``compile_cache_environment``).
-COMPILE_CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton"}
+# FlashInfer JIT-compiles its kernels into FLASHINFER_WORKSPACE_BASE (default: HOME) for the same reuse and the
+# same risk, so it is kept apart the same way.
+COMPILE_CACHE_VARIABLES = {"TORCHINDUCTOR_CACHE_DIR": "inductor", "TRITON_CACHE_DIR": "triton",
+                           "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
 
 
 def candidate_environment(environ: Mapping[str, str], home: str | None = None) -> dict[str, str]:

@@ -1,0 +1,141 @@
+"""FlashInfer's kernels as baselines: what vLLM and SGLang run for paged decode, ragged prefill, MLA decode
+and RoPE, where ``flashinfer`` (flashinfer-python) is installed.
+
+Each setup allocates the wrapper's workspace and calls its ``plan()`` (the schedule FlashInfer derives from
+the index arrays, and on first use the JIT compilation of its kernels by nvcc and ninja) outside the timed
+call, as a serving engine plans once per batch and runs every layer; the timed call is the wrapper's
+``run()`` on the task's own tensors, in place (the pages are never gathered), plus what the task asks
+beyond it: FlashInfer's decode log-sum-exp is base 2, the task's natural, so it is scaled by ln 2 inside
+the timed call. RoPE uses FlashInfer's cos/sin-cache kernel (SGLang's and vLLM's path): its on-the-fly
+kernel takes the angles' sine and cosine from the fast-math intrinsics, which the task rules out for
+positions up to 32768; the cache is a model constant (a function of theta and D), built in setup.
+
+Nothing here imports torch or flashinfer at module level: the evaluator reads the variants on machines
+without them, and a variant whose ``flashinfer`` cannot be imported is skipped with that reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ptxbench.evaluate.baselines.calls import Outputs, Setup, Tensors, TimedCall, warmed
+
+if TYPE_CHECKING:
+    import torch
+
+REQUIRES = ("flashinfer",)
+LN2 = math.log(2.0)
+# FlashInfer's recommended float workspace (split-k partial results); zeroed before its first use, as it asks.
+WORKSPACE_BYTES = 128 << 20
+# The rope task's positions lie in 0 .. 32767 (its statement): the cos/sin cache covers them all.
+ROPE_MAX_POSITION = 32768
+
+
+def _workspace(device: "torch.device") -> "torch.Tensor":
+    import torch
+
+    return torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+
+
+def decode_gqa_paged(tensor_cores: bool) -> Setup:
+    """``BatchDecodeWithPagedKVCacheWrapper`` over the NHD pages as given; ``tensor_cores`` picks its
+    tensor-core (prefill-kernel) decode, which FlashInfer recommends for larger query-head groups."""
+    def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+        import flashinfer
+
+        q, k_cache, v_cache = inputs["Q"], inputs["K_cache"], inputs["V_cache"]
+        _, heads, dim = q.shape
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(_workspace(q.device), "NHD",
+                                                                use_tensor_cores=tensor_cores)
+        wrapper.plan(inputs["kv_indptr"], inputs["kv_indices"], inputs["kv_last_page_len"], heads, k_cache.shape[2],
+                     dim, sizes["P"], q_data_type=q.dtype, kv_data_type=k_cache.dtype, sm_scale=1.0 / math.sqrt(dim))
+
+        def call() -> Outputs:
+            out, lse = wrapper.run(q, (k_cache, v_cache), return_lse=True)
+            return {"O": out, "LSE": lse * LN2}
+        return warmed(call)
+    return setup
+
+
+def prefill_gqa_ragged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+    """``BatchPrefillWithRaggedKVCacheWrapper``, causal, queries and keys both on seq_indptr; its backend is
+    FlashInfer's choice for the GPU (FA3 on sm_90), its log-sum-exp asked for in natural log."""
+    import flashinfer
+
+    q, k, v, indptr = inputs["Q"], inputs["K"], inputs["V"], inputs["seq_indptr"]
+    heads, dim = q.shape[1], q.shape[2]
+    wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(q.device), "NHD")
+    wrapper.plan(indptr, indptr, heads, k.shape[1], dim, causal=True, sm_scale=1.0 / math.sqrt(dim),
+                 q_data_type=q.dtype, kv_data_type=k.dtype)
+
+    def call() -> Outputs:
+        out, lse = wrapper.run(q, k, v, return_lse=True, lse_base="ln")
+        return {"O": out, "LSE": lse}
+    return warmed(call)
+
+
+def _sequence_lengths(indptr: "torch.Tensor", last: "torch.Tensor", page_size: int) -> "torch.Tensor":
+    """Tokens per sequence, int32: every page full but the last."""
+    import torch
+
+    pages = (indptr[1:] - indptr[:-1]).to(torch.int32)
+    return (pages - 1) * page_size + last.to(torch.int32)
+
+
+def mla_decode_paged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+    """``BatchMLAPagedAttentionWrapper`` on the split query (q_nope, q_pe) and split caches (ckv, kpe), one
+    query per sequence, not causal; sm_scale read once in setup (its plan takes a host float), the
+    log-sum-exp asked for in natural log; the backend is FlashInfer's choice (FA3 first on sm_90)."""
+    import torch
+    import flashinfer.mla
+
+    q_nope, q_pe, ckv, kpe = inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"], inputs["kpe_cache"]
+    batch, heads, latent = q_nope.shape
+    indptr = inputs["kv_indptr"]
+    metadata = flashinfer.mla.MLAPlanMetadata.csr(
+        torch.arange(batch + 1, dtype=torch.int32, device=q_nope.device), indptr, inputs["kv_indices"],
+        _sequence_lengths(indptr, inputs["kv_last_page_len"], sizes["P"]))
+    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(_workspace(q_nope.device))
+    wrapper.plan(metadata=metadata, num_heads=heads, head_dim_ckv=latent, head_dim_kpe=q_pe.shape[-1],
+                 page_size=sizes["P"], causal=False, sm_scale=float(inputs["sm_scale"].reshape(())),
+                 q_data_type=q_nope.dtype, kv_data_type=ckv.dtype, query_layout="split", kv_cache_layout="split",
+                 lse_mode="basee")
+
+    def call() -> Outputs:
+        out, lse = wrapper.run(query=(q_nope, q_pe), kv_cache=(ckv, kpe), return_lse=True, return_lse_base_on_e=True)
+        return {"output": out, "lse": lse}
+    return warmed(call)
+
+
+_COS_SIN: dict[tuple[int, int, str], Any] = {}  # this process's caches, by head dim, theta and device
+
+
+def cos_sin_cache(dim: int, theta: int, device: "torch.device") -> "torch.Tensor":
+    """[ROPE_MAX_POSITION, dim] fp32: per position the cosines of its dim / 2 angles, then their sines (the
+    layout ``apply_rope_with_cos_sin_cache`` reads), each computed in float64 and rounded once."""
+    import torch
+
+    key = (dim, theta, str(device))
+    if key not in _COS_SIN:
+        exponent = torch.arange(dim // 2, dtype=torch.float64) * 2 / dim
+        angles = torch.arange(ROPE_MAX_POSITION, dtype=torch.float64)[:, None] * float(theta) ** (-exponent)[None, :]
+        _COS_SIN[key] = torch.cat([angles.cos(), angles.sin()], dim=-1).to(torch.float32).to(device)
+    return _COS_SIN[key]
+
+
+def rope(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+    """``apply_rope_with_cos_sin_cache`` (NeoX rotate-half, ``is_neox=True``) on Q and K viewed as
+    [T, heads * D], writing new outputs (Q and K stay unchanged)."""
+    import flashinfer
+
+    q, k, positions = inputs["Q"], inputs["K"], inputs["positions"]
+    dim, tokens = sizes["D"], q.shape[0]
+    cache = cos_sin_cache(dim, sizes["theta"], q.device)
+
+    def call() -> Outputs:
+        q_out, k_out = flashinfer.apply_rope_with_cos_sin_cache(positions, q.view(tokens, -1), k.view(tokens, -1), dim,
+                                                                cache, is_neox=True)
+        return {"Q_out": q_out.view(q.shape), "K_out": k_out.view(k.shape)}
+    return warmed(call)

@@ -1,0 +1,214 @@
+"""A CPU stand-in for the ``flashinfer`` module: the four entry points the FlashInfer baselines call, with
+FlashInfer's documented contracts (NHD pages, CSR page tables, base-2 log-sum-exp unless asked otherwise,
+the cos/sin cache's cosines-then-sines layout) computed in fp32 with plain PyTorch, so a test can check a
+variant's argument mapping end to end against the task's own reference. With ``log`` the stand-in computes
+nothing and logs each kernel launch by name instead (the timed-call audit in test_baselines.py).
+
+Every plan and run is recorded in ``FakeFlashInfer.calls`` as ``(name, args, kwargs)``, and each entry
+checks what the real one would refuse (shapes against the plan, the declared LSE mode)."""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from typing import Any
+
+import pytest
+import torch
+
+LN2 = math.log(2.0)
+
+
+class FakeFlashInfer:
+    """The stand-in's state: its recorded calls, and the launch log when it only counts."""
+
+    def __init__(self, log: list[str] | None) -> None:
+        self.log = log
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+
+    def record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls.append((name, args, kwargs))
+        if self.log is not None and name.endswith(("run", "rope_with_cos_sin_cache")):
+            self.log.append(f"flashinfer.{name}")
+
+    def named(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        return [(args, kwargs) for called, args, kwargs in self.calls if called == name]
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+            mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [n, H, d], k/v [m, KH, d] -> out [n, H, dv] fp32 and the natural-log LSE [n, H]; kv head h // group."""
+    group = q.shape[1] // k.shape[1]
+    k, v = k.float().repeat_interleave(group, dim=1), v.float().repeat_interleave(group, dim=1)
+    scores = torch.einsum("nhd,mhd->hnm", q.float(), k) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask[None], float("-inf"))
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.einsum("hnm,mhd->nhd", torch.exp(scores - lse[..., None]), v)
+    return out, lse.t()
+
+
+def _page_rows(indptr: list[int], indices: torch.Tensor, lengths: list[int], page_size: int) -> list[torch.Tensor]:
+    """Per sequence the rows of its tokens in the cache viewed as [pages * page_size, ...]."""
+    rows = []
+    for b, n in enumerate(lengths):
+        pages = indices[indptr[b]:indptr[b + 1]].long()
+        rows.append((pages[:, None] * page_size + torch.arange(page_size)).reshape(-1)[:n])
+    return rows
+
+
+class _DecodeWrapper:
+    def __init__(self, fake: FakeFlashInfer, workspace: torch.Tensor, kv_layout: str = "NHD",
+                 use_tensor_cores: bool = False, **kwargs: Any) -> None:
+        fake.record("decode.init", (workspace, kv_layout), {"use_tensor_cores": use_tensor_cores, **kwargs})
+        self.fake, self.layout, self.plan_args = fake, kv_layout, None
+
+    def plan(self, indptr: torch.Tensor, indices: torch.Tensor, last_page_len: torch.Tensor, num_qo_heads: int,
+             num_kv_heads: int, head_dim: int, page_size: int, **kwargs: Any) -> None:
+        self.fake.record("decode.plan", (indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                                         page_size), kwargs)
+        assert self.layout == "NHD" and num_qo_heads % num_kv_heads == 0
+        self.plan_args = (indptr.tolist(), indices.clone(), last_page_len.tolist(), num_qo_heads, num_kv_heads,
+                          head_dim, page_size, kwargs.get("sm_scale") or 1.0 / math.sqrt(head_dim),
+                          kwargs.get("q_data_type"))
+
+    def run(self, q: torch.Tensor, paged_kv_cache: tuple[torch.Tensor, torch.Tensor], *,
+            return_lse: bool = False, **kwargs: Any) -> Any:
+        self.fake.record("decode.run", (q, paged_kv_cache), {"return_lse": return_lse, **kwargs})
+        assert self.plan_args is not None, "run before plan"
+        indptr, indices, last, heads, kv_heads, dim, page_size, scale, q_type = self.plan_args
+        k_cache, v_cache = paged_kv_cache
+        assert q.shape == (len(indptr) - 1, heads, dim) and q.dtype == q_type
+        assert k_cache.shape[1:] == (page_size, kv_heads, dim) == v_cache.shape[1:]  # NHD
+        lse = torch.empty(q.shape[:2], dtype=torch.float32)
+        if self.fake.log is not None:
+            return (torch.empty_like(q), lse) if return_lse else torch.empty_like(q)
+        lengths = [(indptr[b + 1] - indptr[b] - 1) * page_size + last[b] for b in range(len(last))]
+        out = torch.empty(q.shape, dtype=torch.float32)
+        for b, rows in enumerate(_page_rows(indptr, indices, lengths, page_size)):
+            keys, values = k_cache.reshape(-1, kv_heads, dim)[rows], v_cache.reshape(-1, kv_heads, dim)[rows]
+            o, natural = _attend(q[b:b + 1], keys, values, scale)
+            out[b], lse[b] = o[0], natural[0] / LN2  # FlashInfer's decode LSE is base 2
+        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+
+
+class _RaggedPrefillWrapper:
+    def __init__(self, fake: FakeFlashInfer, workspace: torch.Tensor, kv_layout: str = "NHD", **kwargs: Any) -> None:
+        fake.record("prefill.init", (workspace, kv_layout), kwargs)
+        self.fake, self.layout, self.plan_args = fake, kv_layout, None
+
+    def plan(self, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, num_qo_heads: int, num_kv_heads: int,
+             head_dim_qk: int, head_dim_vo: int | None = None, **kwargs: Any) -> None:
+        self.fake.record("prefill.plan", (qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo),
+                         kwargs)
+        self.plan_args = (qo_indptr.tolist(), kv_indptr.tolist(), num_qo_heads, num_kv_heads, head_dim_qk,
+                          bool(kwargs.get("causal", False)), kwargs.get("sm_scale") or 1.0 / math.sqrt(head_dim_qk))
+
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, return_lse: bool = False,
+            lse_base: str = "log2", **kwargs: Any) -> Any:
+        self.fake.record("prefill.run", (q, k, v), {"return_lse": return_lse, "lse_base": lse_base, **kwargs})
+        assert self.plan_args is not None, "run before plan"
+        qo, kv, heads, kv_heads, dim, causal, scale = self.plan_args
+        assert self.layout == "NHD" and q.shape == (qo[-1], heads, dim) and k.shape == (kv[-1], kv_heads, dim)
+        assert lse_base in ("log2", "ln")
+        lse = torch.empty(q.shape[:2], dtype=torch.float32)
+        if self.fake.log is not None:
+            return (torch.empty_like(q), lse) if return_lse else torch.empty_like(q)
+        out = torch.empty(q.shape, dtype=torch.float32)
+        for b in range(len(qo) - 1):
+            n, m = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
+            # causal aligned at the bottom right, as FlashInfer's: query i sees keys j <= i + (m - n)
+            mask = torch.arange(m)[None, :] <= torch.arange(n)[:, None] + (m - n) if causal else None
+            o, natural = _attend(q[qo[b]:qo[b + 1]], k[kv[b]:kv[b + 1]], v[kv[b]:kv[b + 1]], scale, mask)
+            out[qo[b]:qo[b + 1]], lse[qo[b]:qo[b + 1]] = o, natural if lse_base == "ln" else natural / LN2
+        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+
+
+class _MLAPlanMetadata:
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
+    @classmethod
+    def csr(cls, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+            kv_len_arr: torch.Tensor) -> "_MLAPlanMetadata":
+        return cls(qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_len_arr=kv_len_arr)
+
+
+class _MLAWrapper:
+    def __init__(self, fake: FakeFlashInfer, workspace: torch.Tensor, **kwargs: Any) -> None:
+        fake.record("mla.init", (workspace,), kwargs)
+        self.fake, self.plan_kwargs = fake, None
+
+    def plan(self, *args: Any, metadata: _MLAPlanMetadata | None = None, **kwargs: Any) -> None:
+        self.fake.record("mla.plan", args, {"metadata": metadata, **kwargs})
+        assert not args and isinstance(metadata, _MLAPlanMetadata), "the canonical keyword form"
+        self.plan_kwargs = {**metadata.fields, **kwargs}
+
+    def run(self, *args: Any, query: Any = None, kv_cache: Any = None, return_lse: bool = False,
+            return_lse_base_on_e: bool = False, **kwargs: Any) -> Any:
+        self.fake.record("mla.run", args, {"query": query, "kv_cache": kv_cache, "return_lse": return_lse,
+                                           "return_lse_base_on_e": return_lse_base_on_e, **kwargs})
+        plan = self.plan_kwargs
+        assert plan is not None and not args, "run after plan, in the keyword form"
+        assert plan["query_layout"] == "split" and plan["kv_cache_layout"] == "split"
+        asked = "basee" if return_lse_base_on_e else "base2"
+        assert not return_lse or plan["lse_mode"] == asked, "the plan's lse_mode must match the run"
+        q_nope, q_pe = query
+        ckv, kpe = kv_cache
+        batch, heads = q_nope.shape[:2]
+        page_size, latent, rope = plan["page_size"], plan["head_dim_ckv"], plan["head_dim_kpe"]
+        assert q_nope.shape == (batch, heads, latent) and q_pe.shape == (batch, heads, rope) and heads == plan["num_heads"]
+        assert ckv.shape[1:] == (page_size, latent) and kpe.shape[1:] == (page_size, rope)
+        lse = torch.empty(batch, heads, dtype=torch.float32)
+        if self.fake.log is not None:
+            return (torch.empty_like(q_nope), lse) if return_lse else torch.empty_like(q_nope)
+        assert plan["qo_indptr"].tolist() == list(range(batch + 1)), "one query per sequence"
+        out = torch.empty(q_nope.shape, dtype=torch.float32)
+        indptr, lengths = plan["kv_indptr"].tolist(), plan["kv_len_arr"].tolist()
+        for b, rows in enumerate(_page_rows(indptr, plan["kv_indices"], lengths, page_size)):
+            c, r = ckv.reshape(-1, latent)[rows].float(), kpe.reshape(-1, rope)[rows].float()
+            scores = (q_nope[b].float() @ c.t() + q_pe[b].float() @ r.t()) * plan["sm_scale"]
+            natural = torch.logsumexp(scores, dim=-1)
+            out[b] = torch.exp(scores - natural[:, None]) @ c
+            lse[b] = natural if return_lse_base_on_e else natural / LN2
+        return (out.to(q_nope.dtype), lse) if return_lse else out.to(q_nope.dtype)
+
+
+def _rope(fake: FakeFlashInfer, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, head_size: int,
+          cos_sin_cache: torch.Tensor, is_neox: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    fake.record("apply_rope_with_cos_sin_cache", (positions, query, key, head_size, cos_sin_cache),
+                {"is_neox": is_neox})
+    assert query.dim() == 2 and key.dim() == 2 and query.shape[1] % head_size == 0, "[nnz, heads * head_size]"
+    assert cos_sin_cache.dtype == torch.float32 and cos_sin_cache.shape[1] == head_size
+    if fake.log is not None:
+        return torch.empty_like(query), torch.empty_like(key)
+    half = head_size // 2
+    cos = cos_sin_cache[positions.long(), :half][:, None, :]
+    sin = cos_sin_cache[positions.long(), half:][:, None, :]
+
+    def rotate(x: torch.Tensor) -> torch.Tensor:
+        x = x.view(x.shape[0], -1, head_size).float()
+        if is_neox:
+            first, second = x[..., :half], x[..., half:]
+            return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+        even, odd = x[..., 0::2], x[..., 1::2]
+        return torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1).flatten(-2)
+    return (rotate(query).to(query.dtype).view(query.shape), rotate(key).to(key.dtype).view(key.shape))
+
+
+def install(monkeypatch: pytest.MonkeyPatch, log: list[str] | None = None) -> FakeFlashInfer:
+    """``flashinfer`` and ``flashinfer.mla`` in sys.modules for the test's duration; returns the stand-in's state."""
+    fake = FakeFlashInfer(log)
+    module = types.ModuleType("flashinfer")
+    mla = types.ModuleType("flashinfer.mla")
+    module.BatchDecodeWithPagedKVCacheWrapper = lambda *a, **k: _DecodeWrapper(fake, *a, **k)  # type: ignore[attr-defined]
+    module.BatchPrefillWithRaggedKVCacheWrapper = (  # type: ignore[attr-defined]
+        lambda *a, **k: _RaggedPrefillWrapper(fake, *a, **k))
+    module.apply_rope_with_cos_sin_cache = lambda *a, **k: _rope(fake, *a, **k)  # type: ignore[attr-defined]
+    mla.BatchMLAPagedAttentionWrapper = lambda *a, **k: _MLAWrapper(fake, *a, **k)  # type: ignore[attr-defined]
+    mla.MLAPlanMetadata = _MLAPlanMetadata  # type: ignore[attr-defined]
+    module.mla = mla  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flashinfer", module)
+    monkeypatch.setitem(sys.modules, "flashinfer.mla", mla)
+    return fake
