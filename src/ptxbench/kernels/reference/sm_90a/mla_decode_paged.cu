@@ -29,6 +29,11 @@
 //     swizzle: per page (or group of P rows) 8 boxes of 64 latent dims and one of the 64 rope dims, R = min(P, 64)
 //     rows each, placed at row g · R of nine 64-row slabs of 128-byte rows. With P = 1 the 32 lanes issue the 64
 //     token rows of a tile in parallel. Only pages that hold keys are loaded; the barrier expects exactly their bytes.
+//     With P = 1 a box is one 128-byte row placed at a 128-byte (not 1024-byte) offset: this relies on TMA applying the
+//     128-byte swizzle as a function of the shared-memory address (as wgmma reads it), which the P = 1 workloads and
+//     edge shapes test; it is the first suspect should only they fail.
+//   * Registers: the consumers hold O (64 x 256 fp32: 128 registers) and S (16); __maxnreg__(224) lets 288 threads
+//     have them (220 used, no spills), where __launch_bounds__(288, 1) capped the kernel at 168 and spilled.
 //   * Consumers, per tile (64 heads x 64 keys; warpgroup w owns keys 32 w .. 32 w + 31 of S and output dims
 //     256 w .. 256 w + 255):
 //       S_w = Q · K_wᵀ     36 wgmma m64n32k16 (K = 576: 9 slabs x 4), A = Q (9 slabs in shared memory, loaded by TMA
