@@ -97,7 +97,9 @@ def _held_out_companion(definition: Definition, only: ImportedWorkload, variable
 
 
 def with_roles(workloads: list[ImportedWorkload], weight: str) -> list[dict[str, Any]]:
-    """The task's ``[[workloads]]`` tables: the heaviest timed, every third other one held out."""
+    """The task's ``[[workloads]]`` tables: the heaviest timed and listed first (as in the bundled tasks: the
+    evaluator times the workloads in the task's order, and its summary and the results read the first timing as
+    the timed workload's), every third other one held out; the others keep the traces' order."""
     timed = max(range(len(workloads)), key=lambda i: (formula.evaluate(weight, workloads[i].sizes), -i))
     others = [i for i in range(len(workloads)) if i != timed]
     held = {i for n, i in enumerate(others) if n % HELD_OUT_EVERY == HELD_OUT_EVERY - 1} or {others[-1]}
@@ -108,4 +110,4 @@ def with_roles(workloads: list[ImportedWorkload], weight: str) -> list[dict[str,
                                "workload)"}.get(workload.source, "; its layout drawn at import, its blobs missing")
         rows.append({"name": workload.name, "role": "timed" if i == timed else "heldout" if i in held else "visible",
                      "sizes": workload.sizes, "note": f"trace {workload.uuid}{source}"})
-    return rows
+    return [rows[timed], *rows[:timed], *rows[timed + 1:]]
