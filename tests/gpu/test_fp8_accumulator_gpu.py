@@ -18,7 +18,8 @@ from ..conftest import repo_script
 
 pytestmark = pytest.mark.gpu
 tool = repo_script("benchmarks/fp8_accumulator_probe.py")
-E4M3, PROMOTED, BF16 = tool.MODES
+MODE = {mode[0]: mode for mode in tool.MODES}
+E4M3, PROMOTED, EVERY_STEP, BF16 = MODE["e4m3"], MODE["e4m3_promote128"], MODE["e4m3_promote32"], MODE["bf16"]
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +49,11 @@ def test_fp8_results_are_finite_and_the_same_every_run(driver: Any, name: str) -
 def test_promoting_a_single_block_changes_nothing(driver: Any, k: int) -> None:
     a, b = tool.dataset("outlier_plus_small", k, np.random.default_rng(4))
     assert np.array_equal(tool.run_mode(driver, E4M3, a, b), tool.run_mode(driver, PROMOTED, a, b))
+
+
+def test_promoting_every_k_step_of_one_step_changes_nothing(driver: Any) -> None:
+    a, b = tool.dataset("outlier_plus_small", 32, np.random.default_rng(6))
+    assert np.array_equal(tool.run_mode(driver, E4M3, a, b), tool.run_mode(driver, EVERY_STEP, a, b))
 
 
 @pytest.fixture(scope="module")
