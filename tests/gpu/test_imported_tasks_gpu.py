@@ -65,7 +65,7 @@ def test_a_plain_kernel_of_an_imported_task_is_judged_correct_and_timed_against_
     task_file = task_files[definition["name"]]
     task = load_task_file(task_file)
     evaluation = _evaluate(task_file, KERNELS / f"{task.id}.cu", tmp_path / "run")
-    print(f"EVAL {task.id}: {evaluation.status} {evaluation.message}")
+    print(f"EVAL {task.id}: {evaluation.status} {evaluation.message}; stages (s): {evaluation.durations_s}")
     for timing in evaluation.timings:
         print(f"TIMING {task.id}/{timing.workload}: candidate {timing.candidate_ms:.4f} ms, baseline "
               f"{timing.baseline} {timing.baseline_ms} ms")
