@@ -15,7 +15,8 @@
 // segment needs its Q first, loaded after both warpgroups' last S). The next tile's stage is waited for before the
 // softmax; it was released by the tile before, so the producer cannot be blocked by it. The P buffer and the max
 // exchange keep their single buffers: a warpgroup still waits for all its wgmma (P · V(i) and S(i + 1)) before its
-// next max exchange. 224 registers, no spills, no ptxas warnings.
+// next max exchange (tests/test_mla_decode_schedules.py runs both loops' issues, waits, releases and named
+// barriers against a model of the ring, the Q slabs and the P tile). 224 registers, no spills, no ptxas warnings.
 __device__ __forceinline__ void consumer_loop(Shared& s, const CUtensorMap* map_qn, const CUtensorMap* map_qp,
                                               const int32_t* indptr, const int32_t* last_len, const Outputs& out,
                                               int* seq_tile0, float scale_log2, int B, int P, int t0, int t1) {

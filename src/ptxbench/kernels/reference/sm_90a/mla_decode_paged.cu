@@ -7,7 +7,8 @@
 //
 // NOT YET MEASURED ON A GPU. Checked here only by `ptxbench check` (builds for sm_90a, wgmma, TMA and mbarrier in
 // the SASS), the static reference tests, and a NumPy model of its split, its walk and its merge
-// (tests/test_reference_mla_model.py). Its correctness and speed on an H100 are to be measured; figures go here.
+// (tests/test_reference_mla_model.py), and a model of its buffers' schedule (tests/test_mla_decode_schedules.py).
+// Its correctness and speed on an H100 are to be measured; figures go here.
 //
 // Why it is shaped so. With 128 heads sharing each 1152-byte token row, the task does 2 · 128 · 1088 FLOPs per row:
 // about 240 FLOPs per cache byte, near the ridge of an H100 (~990 TFLOP/s over ~3.3 TB/s), so both products must run
