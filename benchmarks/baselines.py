@@ -80,7 +80,7 @@ def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
     task, so a run cut short (a lent GPU's time limit) keeps the tasks it finished."""
     from ptxbench.evaluate.baselines.variants import SETUP_TIMEOUT_S, variant_specs
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
-    from ptxbench.evaluate.timing import interleaved
+    from ptxbench.evaluate.timing.protocol import interleaved
     from ptxbench.tasks.loader import bundled_suite
     from ptxbench.tasks.model import Role
 

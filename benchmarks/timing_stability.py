@@ -105,7 +105,7 @@ def _evaluations(task, shared_object: str, repeats: int) -> dict:  # type: ignor
     the baseline process lives as long as the evaluator (as it does) or is renewed per evaluation. Says
     how far each workload's candidate time, baseline time and their ratio spread across evaluations,
     with the clocks seen meanwhile. One unrecorded evaluation comes first (spares warming up)."""
-    from ptxbench.evaluate import timing
+    from ptxbench.evaluate.timing import protocol as timing
     from ptxbench.evaluate.baselines.variants import baseline_variants
     from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
     from ptxbench.evaluate.isolation.worker import Worker
@@ -187,7 +187,7 @@ def _interleaving(task, shared_object: str, repeats: int) -> dict:  # type: igno
     """The evaluator's interleaved timing of the timed workload, ``repeats`` times per setting (chunk
     length between switches, measured time per side), in one evaluator: how far the candidate/baseline
     ratio spreads. A chunk of 0 ms alternates after every call."""
-    from ptxbench.evaluate import timing
+    from ptxbench.evaluate.timing import protocol as timing
     from ptxbench.evaluate.baselines.variants import baseline_variants
     from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 

@@ -278,7 +278,7 @@ def test_baseline_is_interleaved_with_the_candidate_stopped(monkeypatch: pytest.
 def test_a_baseline_slowed_beside_the_candidate_is_replaced_by_its_clean_time(monkeypatch: pytest.MonkeyPatch,
                                                                                tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Interleaved, the baseline reads 1.5 ms against a clean 1.0 ms: the candidate gains only the allowance."""
-    from ptxbench.evaluate.timing import BASELINE_DISTURBANCE
+    from ptxbench.evaluate.timing.protocol import BASELINE_DISTURBANCE
 
     from .fake_runner import PIDS
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ptxbench.evaluate.judgement.compare import compare_outputs
-from ptxbench.evaluate.fresh_inputs import (
+from ptxbench.evaluate.timing.fresh_inputs import (
     CHECKED_CALLS,
     FRESH_CAP,
     FRESH_SHARE,

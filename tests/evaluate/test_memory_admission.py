@@ -16,8 +16,8 @@ from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import ALONE_TOO, EvalOptions, GpuEvaluator
 from ptxbench.evaluate.isolation.gpu_lock import TRACE_VARIABLE
 from ptxbench.evaluate.isolation.memory_ledger import MemoryLedger
-from ptxbench.evaluate.memory_need import (GIB, HEADROOM_BYTES, REFERENCE_SCRATCH_FLOOR_BYTES, unfit_workloads,
-                                           workload_need)
+from ptxbench.evaluate.isolation.memory_need import (GIB, HEADROOM_BYTES, REFERENCE_SCRATCH_FLOOR_BYTES,
+                                                     unfit_workloads, workload_need)
 from ptxbench.records.evaluation import InfraFailure, Status
 from ptxbench.tasks.loader import bundled_suite, get_task
 

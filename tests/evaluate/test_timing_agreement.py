@@ -17,7 +17,7 @@ from ptxbench.evaluate.judgement.guards import (
     timing_agreement_guards,
     wall_clock_guards,
 )
-from ptxbench.evaluate.timing import wall_unexplained
+from ptxbench.evaluate.timing.protocol import wall_unexplained
 from ptxbench.records.evaluation import Guard, Status
 
 from ..conftest import EXAMPLES

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from ptxbench.evaluate.isolation.worker import RequestFailed, Worker
-from ptxbench.evaluate.timing import in_both
+from ptxbench.evaluate.timing.protocol import in_both
 
 HANDLER = "tests.evaluate.test_timing_in_both:Side"
 SLOW_S = 0.6

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from ptxbench.evaluate.memory_need import GIB, reference_bytes
+from ptxbench.evaluate.isolation.memory_need import GIB, reference_bytes
 from ptxbench.tasks.loader import bundled_suite
 from ptxbench.tasks.reference import make_inputs, run_reference
 

@@ -8,9 +8,9 @@ workloads with the outputs of timed calls re-checked and a physical-floor check 
 (ncu). Any guard finding makes the candidate REJECTED.
 
 This module is the stage pipeline: which process runs what, under which hold of the GPU's lock, and what a
-failure at each stage means for the candidate. How a time is measured is the timing protocol's (``timing``);
-every check that can reject is in ``guards`` (its table ``GUARDS``); the status follows from the evidence in
-``verdict``.
+failure at each stage means for the candidate. How a time is measured is the timing protocol's
+(``timing.protocol``); every check that can reject is in ``judgement.guards`` (its table ``GUARDS``); the status
+follows from the evidence in ``judgement.verdict``.
 
 Sharing the GPU: untimed stages hold the GPU's lock shared and timing holds it alone (``GpuLock``), so
 several evaluations (lanes, or other runs on this machine) overlap their untimed work and never
@@ -40,7 +40,7 @@ from ptxbench.evaluate.baselines.cache import BaselineCache
 from ptxbench.evaluate.child.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.child.gpu_side import CANARY_VALUE
 from ptxbench.evaluate.judgement.compare import compare_outputs
-from ptxbench.evaluate.fresh_inputs import freshened_inputs, replay
+from ptxbench.evaluate.timing.fresh_inputs import freshened_inputs, replay
 from ptxbench.evaluate.judgement.guards import (
     canary_guards,
     datasheet_peaks,
@@ -60,9 +60,9 @@ from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.evaluate.isolation.memory_ledger import MemoryLedger
 from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.evaluate.judgement.launches import base_name, kernel_durations_ms, launches_of
-from ptxbench.evaluate.memory_need import GIB, HEADROOM_BYTES, trials_need, unfit_workloads, workload_need
+from ptxbench.evaluate.isolation.memory_need import GIB, HEADROOM_BYTES, trials_need, unfit_workloads, workload_need
 from ptxbench.evaluate.judgement.static_only import verdict_before_running
-from ptxbench.evaluate.timing import (
+from ptxbench.evaluate.timing.protocol import (
     BaselineFailed,
     Interleaved,
     baseline_call,
@@ -631,7 +631,7 @@ class GpuEvaluator:
         raise AssertionError("unreachable")
 
     def _timing_once(self, task: Task, evaluation: Evaluation, shared_object: Path) -> tuple[Evaluation, bool]:
-        """Time the timed and visible workloads with the GPU to this lane alone (the protocol: ``timing``),
+        """Time the timed and visible workloads with the GPU to this lane alone (the protocol: ``timing.protocol``),
         then re-check the outputs of timed calls; True with an evaluation that already has its verdict (a
         failure). Clean baseline times are cached per GPU (``BaselineCache``) and read with the GPU held.
 

@@ -242,7 +242,7 @@ class Evaluation(Versioned):
     static: StaticReport | None = None
     not_run: dict[str, str] = Field(default_factory=dict, description=(
         "Workloads that were not run because they cannot fit this GPU's memory even alone, each with what it "
-        "needs and what the card has (evaluate.memory_need): no verdict covers them"))
+        "needs and what the card has (evaluate.isolation.memory_need): no verdict covers them"))
     trials: list[TrialResult] = Field(default_factory=list)
     guards: list[GuardFinding] = Field(default_factory=list)
     timings: list[Timing] = Field(default_factory=list)

@@ -18,6 +18,7 @@ from typing import Any
 # starts its first request at once).
 from ptxbench.evaluate.child.launch_gate import GateUnavailable, LaunchGate
 from ptxbench.evaluate.child.library import CandidateLibrary
+from ptxbench.evaluate.timing.samples import median_iqr
 
 CANARY_BYTES = 4096
 CANARY_VALUE = 0x5A
@@ -345,7 +346,7 @@ class CandidateRunner:
         its timed call launches only the task's work."""
         from ptxbench.tasks.reference import make_inputs
 
-        from ptxbench.evaluate.fresh_inputs import CheckedCalls, checked_slots, freshened_inputs
+        from ptxbench.evaluate.timing.fresh_inputs import CheckedCalls, checked_slots, freshened_inputs
 
         torch = self.torch
         if candidate and self.library is None:
@@ -386,7 +387,7 @@ class CandidateRunner:
     def _keep_for_check(self) -> None:
         """After the candidate's call of a round past the warm-up: its outputs kept, on the harness's own stream,
         where the draw of ``CheckedCalls`` says, with what the parent needs to compute what they should be."""
-        from ptxbench.evaluate.fresh_inputs import WARM_UP_ROUNDS
+        from ptxbench.evaluate.timing.fresh_inputs import WARM_UP_ROUNDS
 
         timing = self._timing
         assert timing is not None
@@ -407,7 +408,7 @@ class CandidateRunner:
     def _freshen_round(self) -> None:
         """The input set of this round (``turn``) given fresh contents (``fresh_inputs.freshen``), on the harness's
         own stream, finished before the round's calls are queued; the round's key is kept for the parent's replay."""
-        from ptxbench.evaluate.fresh_inputs import freshen, round_key
+        from ptxbench.evaluate.timing.fresh_inputs import freshen, round_key
 
         timing = self._timing
         assert timing is not None
@@ -581,14 +582,6 @@ def _own_stream(torch: Any) -> Any:
     except DriverError:
         return torch.cuda.Stream(priority=-1)
     return torch.cuda.ExternalStream(handle.value)
-
-
-def median_iqr(values: list[float]) -> tuple[float, float]:
-    ordered = sorted(values)
-    if len(ordered) < 4:
-        return statistics.median(ordered), 0.0
-    quartiles = statistics.quantiles(ordered, n=4)
-    return statistics.median(ordered), quartiles[2] - quartiles[0]
 
 
 def _timed_baseline(torch: Any, per_set: list[Any], turn: dict[str, int]) -> Any:

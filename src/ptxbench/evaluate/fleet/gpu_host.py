@@ -29,7 +29,7 @@ from pydantic import Field, ValidationError
 from ptxbench.arch.registry import Arch
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions, GpuEvaluator
 from ptxbench.evaluate.isolation.worker import RequestFailed, WorkerDied, WorkerTimeout
-from ptxbench.evaluate.timing import call_limit_s
+from ptxbench.evaluate.timing.protocol import call_limit_s
 from ptxbench.records import Record
 from ptxbench.records.evaluation import Evaluation, InfraFailure, Status
 from ptxbench.tasks.model import Role, Task

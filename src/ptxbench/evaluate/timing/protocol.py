@@ -26,10 +26,10 @@ from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.child.gpu_side import median_iqr
-from ptxbench.evaluate.fresh_inputs import WARM_UP_ROUNDS
+from ptxbench.evaluate.timing.fresh_inputs import WARM_UP_ROUNDS
 from ptxbench.evaluate.isolation.worker import RequestFailed, Worker, WorkerDied, WorkerTimeout
 from ptxbench.evaluate.judgement.launches import timed_launches_per_call
+from ptxbench.evaluate.timing.samples import median_iqr
 from ptxbench.records.evaluation import Timing
 from ptxbench.tasks.model import Task, Workload
 
