@@ -18,6 +18,19 @@
 # that machine has, so no dependency is fetched) for the "liger" vendor-baseline variants of rmsnorm and
 # softmax (benchmarks/baselines.py); without it those variants are skipped with a reason.
 #
+# --flashinfer adds FlashInfer (flashinfer-python 0.7.2.post1, the "flashinfer" vendor-baseline variants of
+# decode_gqa_paged, prefill_gqa_ragged, mla_decode_paged and rope) and apache-tvm-ffi, its one binary dependency
+# that machine lacks (its own need, typing-extensions, is fetched above). Of flashinfer's other requirements the
+# machine has click, einops, ninja, numpy, nvidia-ml-py, packaging, requests, tabulate, torch, tqdm and
+# cuda-python's parts (cuda-bindings, cuda-core, cuda-pathfinder); cuda-tile, nccl4py, nccl-extensions,
+# nvidia-cudnn-frontend and nvidia-cutlass-dsl serve only backends these kernels never select on sm_90
+# (cuTile, communication, cuDNN, CuTe DSL) and are imported only there, so none is fetched. The wheel is pure
+# Python plus the CUDA sources its JIT compiles (nvcc + ninja at first use, into FLASHINFER_WORKSPACE_BASE):
+# whole it is 59 MiB, more than a call to the device may carry beside the repository, so it is repacked without
+# the sources of the kernels these tasks never build (csrc's subfolders: MoE, sampling, Blackwell-only and
+# model-specific kernels), CUTLASS's and CCCL's examples, tests, docs and Python packages, and the expert-parallel
+# MoE package, none of which `import flashinfer` loads.
+#
 # Versions are pinned, so a rerun fetches the same files; .whl/ is replaced only once every download
 # has succeeded.
 set -euo pipefail
@@ -25,14 +38,16 @@ cd "$(dirname "$0")/.."
 ray=0
 llm=0
 baselines=0
+flashinfer=0
 serve=0
 for arg in "$@"; do
     case "$arg" in
         --ray) ray=1 ;;
         --llm) llm=1 ;;
         --baselines) baselines=1 ;;
+        --flashinfer) flashinfer=1 ;;
         --serve) serve=1 ;;
-        *) echo "usage: $0 [--ray] [--llm] [--baselines] [--serve]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--ray] [--llm] [--baselines] [--flashinfer] [--serve]" >&2; exit 2 ;;
     esac
 done
 staging=$(mktemp -d .whl.new.XXXXXX)
@@ -55,6 +70,20 @@ if [ "$serve" = 1 ]; then
 fi
 if [ "$baselines" = 1 ]; then
     download liger-kernel==0.8.5
+fi
+if [ "$flashinfer" = 1 ]; then
+    download flashinfer-python==0.7.2.post1 apache-tvm-ffi==0.1.15.post2
+    tools=$(mktemp -d)
+    python3 -m pip install -q --target "$tools" wheel
+    wheel=("$staging"/flashinfer_python-*.whl)
+    PYTHONPATH="$tools" python3 -m wheel unpack -d "$tools/unpacked" "${wheel[0]}"
+    package=("$tools"/unpacked/flashinfer_python-*/flashinfer)
+    find "${package[0]}/data/csrc" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+    rm -rf "${package[0]}"/data/cutlass/{examples,python,test} \
+        "${package[0]}"/data/cccl/{benchmarks,ci,cudax,docs,python} "${package[0]}/moe_ep"
+    rm "${wheel[0]}"
+    PYTHONPATH="$tools" python3 -m wheel pack -d "$staging" "$tools"/unpacked/flashinfer_python-*  # a fresh RECORD
+    rm -rf "$tools"
 fi
 if [ "$ray" = 1 ]; then
     download ray==2.60.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1

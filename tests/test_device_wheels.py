@@ -1,5 +1,5 @@
-"""scripts/fetch_device_wheels.sh fetches Liger-Kernel only with --baselines, and the package declares the
-`baselines` extra and ships the baseline-quality summary. The script runs in a copy of the scripts folder
+"""scripts/fetch_device_wheels.sh fetches Liger-Kernel only with --baselines and names --flashinfer in its usage;
+the package declares the `baselines` extra and ships the baseline-quality summary. The script runs in a copy of the scripts folder
 with a fake python3 on PATH that records the downloads: no network, and the tree's .whl/ is untouched."""
 
 from __future__ import annotations
@@ -47,12 +47,12 @@ def test_an_unknown_option_names_the_baselines_one(tmp_path: Path) -> None:
     shutil.copy(REPO / "scripts" / "fetch_device_wheels.sh", tmp_path / "scripts")
     proc = subprocess.run(["bash", str(tmp_path / "scripts" / "fetch_device_wheels.sh"), "--nope"],
                           capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "[--baselines]" in proc.stderr
+    assert proc.returncode == 2 and "[--baselines]" in proc.stderr and "[--flashinfer]" in proc.stderr
 
 
 def test_the_package_declares_the_extra_and_ships_the_quality_summary() -> None:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    assert project["project"]["optional-dependencies"]["baselines"] == ["liger-kernel>=0.8"]
+    assert project["project"]["optional-dependencies"]["baselines"] == ["liger-kernel>=0.8", "flashinfer-python>=0.7.2,<0.8"]
     shipped = project["tool"]["setuptools"]["package-data"]["ptxbench"]
     assert "tasks/baseline_quality.json" in shipped
     assert (REPO / "src" / "ptxbench" / "tasks" / "baseline_quality.json").is_file()

@@ -209,6 +209,12 @@ def install(monkeypatch: pytest.MonkeyPatch, log: list[str] | None = None) -> Fa
     mla.BatchMLAPagedAttentionWrapper = lambda *a, **k: _MLAWrapper(fake, *a, **k)  # type: ignore[attr-defined]
     mla.MLAPlanMetadata = _MLAPlanMetadata  # type: ignore[attr-defined]
     module.mla = mla  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "flashinfer", module)
-    monkeypatch.setitem(sys.modules, "flashinfer.mla", mla)
+    jit, cpp_ext = types.ModuleType("flashinfer.jit"), types.ModuleType("flashinfer.jit.cpp_ext")
+    cpp_ext.get_cuda_path = lambda: "/nonexistent/cuda"  # type: ignore[attr-defined]
+    jit.cpp_ext = cpp_ext  # type: ignore[attr-defined]
+    module.jit = jit  # type: ignore[attr-defined]
+    for name, value in (("flashinfer", module), ("flashinfer.mla", mla), ("flashinfer.jit", jit),
+                        ("flashinfer.jit.cpp_ext", cpp_ext)):
+        monkeypatch.setitem(sys.modules, name, value)
+    monkeypatch.delenv("FLASHINFER_EXTRA_CUDAFLAGS", raising=False)  # restored after the test if a setup sets it
     return fake

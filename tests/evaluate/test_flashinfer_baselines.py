@@ -127,6 +127,17 @@ def test_rope_cache_is_cosines_then_sines_of_every_position_in_fp32() -> None:
     assert fi.cos_sin_cache(64, 500000, torch.device("cpu")) is cache  # built once per process
 
 
+def test_curand_headers_come_from_nvidias_wheel_only_where_the_toolkit_lacks_them(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    toolkit, wheels = tmp_path / "cuda", tmp_path / "site" / "nvidia"
+    (toolkit / "include").mkdir(parents=True)
+    assert fi.curand_include_flag(str(toolkit), [str(wheels)]) is None  # nowhere to take it from
+    (wheels / "cu13" / "include").mkdir(parents=True)
+    (wheels / "cu13" / "include" / fi.CURAND_HEADER).write_text("")
+    assert fi.curand_include_flag(str(toolkit), [str(wheels)]) == f"-isystem {wheels / 'cu13' / 'include'}"
+    (toolkit / "include" / fi.CURAND_HEADER).write_text("")
+    assert fi.curand_include_flag(str(toolkit), [str(wheels)]) is None  # the toolkit's own wins
+
+
 def test_without_flashinfer_each_variant_is_skipped_with_the_import_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # the import fails, as where it is not installed
     for task_id, names in COVERED.items():

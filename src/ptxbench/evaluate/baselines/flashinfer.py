@@ -8,7 +8,9 @@ call, as a serving engine plans once per batch and runs every layer; the timed c
 beyond it: FlashInfer's decode log-sum-exp is base 2, the task's natural, so it is scaled by ln 2 inside
 the timed call. RoPE uses FlashInfer's cos/sin-cache kernel (SGLang's and vLLM's path): its on-the-fly
 kernel takes the angles' sine and cosine from the fast-math intrinsics, which the task rules out for
-positions up to 32768; the cache is a model constant (a function of theta and D), built in setup.
+positions up to 32768; the cache is a model constant (a function of theta and D), built in setup. FA3's
+kernels include curand's headers, which a CUDA install of the compiler alone lacks: setup then points the JIT
+at the copy in NVIDIA's curand wheel (``curand_include_flag``).
 
 Nothing here imports torch or flashinfer at module level: the evaluator reads the variants on machines
 without them, and a variant whose ``flashinfer`` cannot be imported is skipped with that reason.
@@ -16,8 +18,11 @@ without them, and a variant whose ``flashinfer`` cannot be imported is skipped w
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ptxbench.evaluate.baselines.calls import Outputs, Setup, Tensors, TimedCall, warmed
@@ -33,6 +38,35 @@ WORKSPACE_BYTES = 128 << 20
 ROPE_MAX_POSITION = 32768
 
 
+CURAND_HEADER = "curand_kernel.h"
+
+
+def curand_include_flag(cuda_home: str, nvidia_roots: Iterable[str]) -> str | None:
+    """``-isystem`` of the folder of NVIDIA's curand wheel headers where the CUDA toolkit at ``cuda_home`` has no
+    curand_kernel.h, else None. FlashInfer's FA3 kernels include CUTLASS's utilities, which include it; a CUDA
+    install of the compiler and runtime alone lacks it, while PyTorch's curand wheel (nvidia/<cu>/include) has it."""
+    if os.path.isfile(os.path.join(cuda_home, "include", CURAND_HEADER)):
+        return None
+    for root in nvidia_roots:
+        found = sorted(glob.glob(os.path.join(root, "*", "include", CURAND_HEADER)))
+        if found:
+            return f"-isystem {os.path.dirname(found[0])}"
+    return None
+
+
+def _prepare_jit() -> None:
+    """Point FlashInfer's JIT (``FLASHINFER_EXTRA_CUDAFLAGS``, read when it writes a build) at curand's headers
+    where the toolkit lacks them (``curand_include_flag``); nothing otherwise."""
+    from flashinfer.jit.cpp_ext import get_cuda_path
+
+    spec = importlib.util.find_spec("nvidia")
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    flag = curand_include_flag(get_cuda_path(), roots)
+    current = os.environ.get("FLASHINFER_EXTRA_CUDAFLAGS", "")
+    if flag is not None and flag not in current:
+        os.environ["FLASHINFER_EXTRA_CUDAFLAGS"] = f"{current} {flag}".strip()
+
+
 def _workspace(device: "torch.device") -> "torch.Tensor":
     import torch
 
@@ -45,6 +79,7 @@ def decode_gqa_paged(tensor_cores: bool) -> Setup:
     def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
         import flashinfer
 
+        _prepare_jit()
         q, k_cache, v_cache = inputs["Q"], inputs["K_cache"], inputs["V_cache"]
         _, heads, dim = q.shape
         wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(_workspace(q.device), "NHD",
@@ -64,6 +99,7 @@ def prefill_gqa_ragged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     FlashInfer's choice for the GPU (FA3 on sm_90), its log-sum-exp asked for in natural log."""
     import flashinfer
 
+    _prepare_jit()
     q, k, v, indptr = inputs["Q"], inputs["K"], inputs["V"], inputs["seq_indptr"]
     heads, dim = q.shape[1], q.shape[2]
     wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(q.device), "NHD")
@@ -91,6 +127,7 @@ def mla_decode_paged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     import torch
     import flashinfer.mla
 
+    _prepare_jit()
     q_nope, q_pe, ckv, kpe = inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"], inputs["kpe_cache"]
     batch, heads, latent = q_nope.shape
     indptr = inputs["kv_indptr"]
