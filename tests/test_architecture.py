@@ -270,6 +270,43 @@ def test_the_architecture_doc_shows_the_same_floors() -> None:
     assert documented_floors(DOC.read_text()) == FLOORS
 
 
+EVALUATE_TOP = {"__init__", "evaluator"}  # evaluate/'s top level: the package's facade and the stage pipeline
+
+
+def evaluate_layout(package: Path) -> tuple[set[str], set[str]]:
+    """The modules at the top level of ``evaluate/`` and its subrooms (subpackages)."""
+    folder = package / "evaluate"
+    return ({p.stem for p in folder.glob("*.py")},
+            {p.name for p in folder.iterdir() if (p / "__init__.py").is_file()})
+
+
+def documented_subrooms(text: str) -> set[str]:
+    """The subrooms the table of docs/ARCHITECTURE.md's "Inside `evaluate/`" lists: rows ``| `name/` | owns |``."""
+    section = text.split("## Inside `evaluate/`", 1)[1].split("\n## ", 1)[0]
+    return {m.group(1) for line in section.splitlines() if (m := re.match(r"\|\s*`(\w+)/`\s*\|", line))}
+
+
+def test_evaluate_keeps_only_its_pipeline_at_the_top_and_each_subroom_says_what_it_owns() -> None:
+    """A new part of the evaluation goes into the subroom of its role (or a new one, with its row in the doc),
+    never back beside the pipeline."""
+    top, subrooms = evaluate_layout(PACKAGE)
+    assert top == EVALUATE_TOP, f"evaluate/ top level: {sorted(top - EVALUATE_TOP)} belong in a subroom"
+    assert documented_subrooms(DOC.read_text()) == subrooms
+    for room in subrooms:
+        docstring = ast.get_docstring(ast.parse((PACKAGE / "evaluate" / room / "__init__.py").read_text()))
+        assert docstring and len(docstring) > 80, f"evaluate/{room}/__init__.py: say what the room owns"
+
+
+def test_the_evaluate_layout_rules_see_a_stray_module_and_an_undocumented_subroom(tmp_path: Path) -> None:
+    folder = tmp_path / "ptxbench" / "evaluate"
+    (folder / "timing").mkdir(parents=True)
+    for name in ("__init__.py", "evaluator.py", "stray.py", "timing/__init__.py"):
+        (folder / name).write_text("")
+    assert evaluate_layout(tmp_path / "ptxbench") == ({"__init__", "evaluator", "stray"}, {"timing"})
+    doc = "## Inside `evaluate/`\n| subroom | owns |\n|---|---|\n| `proof/` | x |\n| `evaluator.py` | y |\n## Next\n| `z/` | w |\n"
+    assert documented_subrooms(doc) == {"proof"}
+
+
 def test_the_rules_catch_what_they_are_for(tmp_path: Path) -> None:
     """The checks above pass on the real code; here each rule is shown failing on a small fake package."""
     fake = tmp_path / "ptxbench"

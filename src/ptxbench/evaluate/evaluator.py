@@ -71,7 +71,7 @@ from ptxbench.evaluate.timing.protocol import (
     interleaved,
     timing_of,
 )
-from ptxbench.evaluate.judgement.verdict import decide, unique
+from ptxbench.evaluate.judgement.verdict import decide, summary, unique
 from ptxbench.paths import cache_root
 from ptxbench.records.evaluation import (
     Evaluation,
@@ -375,7 +375,7 @@ class GpuEvaluator:
             return evaluation.model_copy(update={"status": ended.status, "message": ended.message})
         status = decide(evaluation)
         if status is not Status.PASSED:
-            return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
+            return evaluation.model_copy(update={"status": status, "message": summary(evaluation, status)})
 
         if self.options.time:
             self._release_cached_memory()  # the references of the trials: the timing processes need the memory
@@ -391,7 +391,7 @@ class GpuEvaluator:
             if unreadable is not None:  # the harness's probe says so; no candidate's output can
                 status = decide(evaluation)
                 return evaluation.model_copy(update={"status": status,
-                                                     "message": f"{_summary(evaluation, status)} ({unreadable})"})
+                                                     "message": f"{summary(evaluation, status)} ({unreadable})"})
             timed_ms = _timed_median(evaluation, task.timed().name)
             try:
                 features, launched, alone = self._profiled(task, evaluation.arch, shared_object)
@@ -415,10 +415,10 @@ class GpuEvaluator:
             if unverified and not guards:  # neither used nor held against it: the evaluation's features stay unknown
                 status = decide(evaluation)
                 return evaluation.model_copy(update={"status": status, "message": (
-                    f"{_summary(evaluation, status)} ({'; '.join(unverified)})")})
+                    f"{summary(evaluation, status)} ({'; '.join(unverified)})")})
             evaluation = evaluation.model_copy(update={"features": features, "guards": unique(evaluation.guards + guards)})
         status = decide(evaluation)
-        return evaluation.model_copy(update={"status": status, "message": _summary(evaluation, status)})
+        return evaluation.model_copy(update={"status": status, "message": summary(evaluation, status)})
 
     def _counters_unreadable(self) -> str | None:
         """Why ncu cannot read this GPU's counters, or None when it can: the harness's own probe kernel
@@ -809,20 +809,3 @@ def _harness_failure(message: str) -> Failed:
 def _forged(evaluation: Evaluation, exc: ForgedReply) -> Evaluation:
     return evaluation.model_copy(update={"status": Status.REJECTED, "message": str(exc), "timings": [],
                                          "guards": [*evaluation.guards, *forged_reply_guards(str(exc))]})
-
-
-def _summary(evaluation: Evaluation, status: Status) -> str:
-    if status is Status.REJECTED:
-        return "; ".join(g.detail for g in evaluation.guards)
-    if status is Status.INCORRECT:
-        failed = next(t for t in evaluation.trials if not t.passed)
-        worst = next(c for c in failed.comparisons if not c.passed)
-        return (f"wrong on workload {failed.workload} ({failed.role}): output {worst.output} has {worst.mismatched} of "
-                f"{worst.elements} elements out of tolerance, {worst.nonfinite} NaN/Inf; worst at {worst.worst_index}: "
-                f"{worst.worst_value} vs {worst.worst_expected}")
-    if status is Status.PASSED and evaluation.timings:
-        timed = evaluation.timings[0]
-        speed = f"{timed.speedup:.2f}x the vendor baseline" if timed.speedup else "no baseline"
-        verified = "executed features verified" if evaluation.features is not None else "features unverified"
-        return f"correct on every workload; {timed.workload}: {timed.candidate_ms:.3f} ms, {speed}; {verified}"
-    return "correct on every workload"

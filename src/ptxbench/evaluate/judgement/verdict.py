@@ -1,5 +1,6 @@
-"""The status that follows from an evaluation's evidence. A pure function of the record, so ``--regrade``
-recomputes verdicts without a GPU; the evidence itself (guard findings) comes from ``guards``.
+"""The status that follows from an evaluation's evidence, and the one line that says why (``summary``). Pure
+functions of the record, so ``--regrade`` recomputes verdicts without a GPU; the evidence itself (guard findings)
+comes from ``guards``.
 """
 
 from __future__ import annotations
@@ -27,3 +28,22 @@ def decide(evaluation: Evaluation) -> Status:
     if not evaluation.correct:
         return Status.INCORRECT
     return Status.PASSED
+
+
+def summary(evaluation: Evaluation, status: Status) -> str:
+    """The evaluation's message for ``status``, in one line: the guards' findings, the first wrong output, or
+    the first timed workload's speed."""
+    if status is Status.REJECTED:
+        return "; ".join(g.detail for g in evaluation.guards)
+    if status is Status.INCORRECT:
+        failed = next(t for t in evaluation.trials if not t.passed)
+        worst = next(c for c in failed.comparisons if not c.passed)
+        return (f"wrong on workload {failed.workload} ({failed.role}): output {worst.output} has {worst.mismatched} of "
+                f"{worst.elements} elements out of tolerance, {worst.nonfinite} NaN/Inf; worst at {worst.worst_index}: "
+                f"{worst.worst_value} vs {worst.worst_expected}")
+    if status is Status.PASSED and evaluation.timings:
+        timed = evaluation.timings[0]
+        speed = f"{timed.speedup:.2f}x the vendor baseline" if timed.speedup else "no baseline"
+        verified = "executed features verified" if evaluation.features is not None else "features unverified"
+        return f"correct on every workload; {timed.workload}: {timed.candidate_ms:.3f} ms, {speed}; {verified}"
+    return "correct on every workload"
