@@ -1,0 +1,30 @@
+"""scripts/flashinfer_prebuild.py: every built FlashInfer module lands where FlashInfer loads an ahead-of-time
+module from (``data/aot/<name>/<name>.so``), and it covers exactly the tasks with flashinfer variants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .conftest import repo_script
+
+prebuild = repo_script("scripts/flashinfer_prebuild.py")
+
+
+def test_each_built_module_is_installed_under_its_own_name(tmp_path: Path) -> None:
+    ops, aot = tmp_path / "cached_ops", tmp_path / "aot"
+    for name in ("rope", "batch_decode_x"):
+        (ops / name).mkdir(parents=True)
+        (ops / name / f"{name}.so").write_bytes(name.encode())
+        (ops / name / "rope.cuda.o").write_bytes(b"object")  # objects stay behind
+    (ops / "unbuilt").mkdir()  # a module whose build failed: nothing to install
+    assert prebuild.install_aot(ops, aot) == ["batch_decode_x", "rope"]
+    assert (aot / "rope" / "rope.so").read_bytes() == b"rope"
+    assert sorted(p.relative_to(aot).as_posix() for p in aot.rglob("*") if p.is_file()) == [
+        "batch_decode_x/batch_decode_x.so", "rope/rope.so"]
+
+
+def test_it_builds_the_tasks_flashinfer_covers() -> None:
+    assert prebuild.flashinfer_tasks(None) == {"decode_gqa_paged": ["flashinfer", "flashinfer_tc"],
+                                               "prefill_gqa_ragged": ["flashinfer"],
+                                               "mla_decode_paged": ["flashinfer"], "rope": ["flashinfer"]}
+    assert prebuild.flashinfer_tasks(["rope", "softmax"]) == {"rope": ["flashinfer"]}
