@@ -5,9 +5,9 @@ FlashInfer compiles a kernel family at its first use in each process, into FLASH
 harness gives its baseline process a cache of its own, but a fresh worker (which times the baseline beside
 the baseline process when a clean time is measured) has a private folder and would compile every family
 again, in every task. FlashInfer loads a module without building it when ``<package>/data/aot/<name>/<name>.so``
-exists, so this script runs every flashinfer variant's setup once per task (each task in its own process,
-all at once, so their nvcc builds overlap; ninja's parallelism is MAX_JOBS) and copies each built module
-there. The package folder is on the workers' import path, which the sandbox keeps read-only to candidates.
+exists, so this script runs every flashinfer variant's setup once per task on its timed workload (each task
+in its own process, all at once, so their nvcc builds overlap; ninja's parallelism is MAX_JOBS), checks its
+outputs against the task's reference, and copies each built module there. The package folder is on the workers' import path, which the sandbox keeps read-only to candidates.
 
     MAX_JOBS=16 python scripts/flashinfer_prebuild.py [--tasks decode_gqa_paged,rope]
 """
@@ -52,28 +52,40 @@ def flashinfer_tasks(chosen: list[str] | None) -> dict[str, list[str]]:
     return found
 
 
-def build_one(task_id: str) -> None:
-    """Every flashinfer variant of the task set up and run once on its smallest shown workload (on the GPU)."""
+def build_one(task_id: str, device: str = "cuda") -> bool:
+    """Every flashinfer variant of the task set up and run once on its timed workload, its outputs checked
+    against the task's reference under the task's tolerance; True when all built and passed."""
     import torch
 
     from ptxbench.evaluate.baselines.variants import variant_specs
+    from ptxbench.evaluate.judgement.compare import compare_outputs
     from ptxbench.tasks.loader import bundled_suite
-    from ptxbench.tasks.reference import make_inputs
+    from ptxbench.tasks.reference import make_inputs, run_reference
 
     task = next(t for t in bundled_suite() if t.id == task_id)
-    workload = min(task.shown(), key=lambda w: task.bytes_for(w.sizes))
-    inputs = make_inputs(task, workload.sizes, seed=0, device="cuda")
+    sizes = task.timed().sizes
+    inputs = make_inputs(task, sizes, seed=0, device=device)
+    expected = run_reference(task, dict(inputs), sizes)
+    passed = True
     for name, variant in variant_specs(task).items():
         if not name.startswith("flashinfer"):
             continue
         started = time.perf_counter()
         try:
-            variant.setup(inputs, workload.sizes)()
-            torch.cuda.synchronize()
-            print(f"{task_id}/{name}: built and ran in {time.perf_counter() - started:.0f} s", flush=True)
+            outputs = variant.setup(inputs, sizes)()
+            if device == "cuda":
+                torch.cuda.synchronize()
         except Exception as exc:  # noqa: BLE001 - reported, the other variants still build
             print(f"{task_id}/{name}: FAILED after {time.perf_counter() - started:.0f} s: "
                   f"{type(exc).__name__}: {exc}".splitlines()[0][:400], flush=True)
+            passed = False
+            continue
+        verdicts = compare_outputs(task, outputs, expected)
+        passed &= all(v.passed for v in verdicts)
+        checks = "; ".join(f"{v.output} {'ok' if v.passed else 'FAILS'} error/bound {v.max_error_ratio:.3f}"
+                           for v in verdicts)
+        print(f"{task_id}/{name}: built and ran in {time.perf_counter() - started:.0f} s; {checks}", flush=True)
+    return passed
 
 
 def main() -> None:
@@ -82,8 +94,7 @@ def main() -> None:
     parser.add_argument("--one", default="", help=argparse.SUPPRESS)  # the child process of one task
     args = parser.parse_args()
     if args.one:
-        build_one(args.one)
-        return
+        sys.exit(0 if build_one(args.one) else 1)
     import flashinfer
 
     tasks = flashinfer_tasks([t for t in args.tasks.split(",") if t] or None)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .conftest import repo_script
+from .evaluate import fake_flashinfer
 
 prebuild = repo_script("scripts/flashinfer_prebuild.py")
 
@@ -28,3 +31,12 @@ def test_it_builds_the_tasks_flashinfer_covers() -> None:
                                                "prefill_gqa_ragged": ["flashinfer"],
                                                "mla_decode_paged": ["flashinfer"], "rope": ["flashinfer"]}
     assert prebuild.flashinfer_tasks(["rope", "softmax"]) == {"rope": ["flashinfer"]}
+
+
+def test_each_variant_is_built_and_checked_against_the_reference(monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    fake = fake_flashinfer.install(monkeypatch)
+    assert prebuild.build_one("rope", device="cpu")
+    assert "rope/flashinfer: built and ran" in capsys.readouterr().out
+    monkeypatch.setattr(fake, "log", [])  # the stand-in now returns unwritten outputs: the check must fail
+    assert not prebuild.build_one("rope", device="cpu")
+    assert "Q_out FAILS" in capsys.readouterr().out
