@@ -28,7 +28,7 @@ def test_each_built_module_is_installed_under_its_own_name(tmp_path: Path) -> No
 
 def test_it_builds_the_tasks_flashinfer_covers() -> None:
     assert prebuild.flashinfer_tasks(None) == {"decode_gqa_paged": ["flashinfer", "flashinfer_tc"],
-                                               "prefill_gqa_ragged": ["flashinfer"],
+                                               "prefill_gqa_ragged": ["flashinfer"], "attention_fp8_fwd": ["flashinfer"],
                                                "mla_decode_paged": ["flashinfer"], "rope": ["flashinfer"]}
     assert prebuild.flashinfer_tasks(["rope", "softmax"]) == {"rope": ["flashinfer"]}
 

@@ -103,18 +103,26 @@ class _RaggedPrefillWrapper:
         self.fake.record("prefill.plan", (qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo),
                          kwargs)
         self.plan_args = (qo_indptr.tolist(), kv_indptr.tolist(), num_qo_heads, num_kv_heads, head_dim_qk,
-                          bool(kwargs.get("causal", False)), kwargs.get("sm_scale") or 1.0 / math.sqrt(head_dim_qk))
+                          bool(kwargs.get("causal", False)), kwargs.get("sm_scale") or 1.0 / math.sqrt(head_dim_qk),
+                          kwargs.get("q_data_type"), kwargs.get("o_data_type") or kwargs.get("q_data_type"))
 
-    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, return_lse: bool = False,
+    def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *scales: torch.Tensor, return_lse: bool = False,
             lse_base: str = "log2", **kwargs: Any) -> Any:
-        self.fake.record("prefill.run", (q, k, v), {"return_lse": return_lse, "lse_base": lse_base, **kwargs})
+        self.fake.record("prefill.run", (q, k, v, *scales), {"return_lse": return_lse, "lse_base": lse_base, **kwargs})
         assert self.plan_args is not None, "run before plan"
-        qo, kv, heads, kv_heads, dim, causal, scale = self.plan_args
+        qo, kv, heads, kv_heads, dim, causal, scale, q_type, o_type = self.plan_args
         assert self.layout == "NHD" and q.shape == (qo[-1], heads, dim) and k.shape == (kv[-1], kv_heads, dim)
-        assert lse_base in ("log2", "ln")
+        assert lse_base in ("log2", "ln") and q.dtype == q_type and q.is_contiguous() and k.is_contiguous()
         lse = torch.empty(q.shape[:2], dtype=torch.float32)
         if self.fake.log is not None:
-            return (torch.empty_like(q), lse) if return_lse else torch.empty_like(q)
+            out = torch.empty(q.shape, dtype=o_type)
+            return (out, lse) if return_lse else out
+        if q.dtype == torch.float8_e4m3fn:  # FA3's fp8 kernel: per-head dequantisation scales, fp32 [heads]
+            scale_q, scale_k, scale_v = scales
+            assert scale_q.shape == (heads,) and scale_k.shape == scale_v.shape == (kv_heads,)
+            q, k, v = (x.float() * s[None, :, None] for x, s in ((q, scale_q), (k, scale_k), (v, scale_v)))
+        else:
+            assert not scales
         out = torch.empty(q.shape, dtype=torch.float32)
         for b in range(len(qo) - 1):
             n, m = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
@@ -122,7 +130,7 @@ class _RaggedPrefillWrapper:
             mask = torch.arange(m)[None, :] <= torch.arange(n)[:, None] + (m - n) if causal else None
             o, natural = _attend(q[qo[b]:qo[b + 1]], k[kv[b]:kv[b + 1]], v[kv[b]:kv[b + 1]], scale, mask)
             out[qo[b]:qo[b + 1]], lse[qo[b]:qo[b + 1]] = o, natural if lse_base == "ln" else natural / LN2
-        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+        return (out.to(o_type), lse) if return_lse else out.to(o_type)
 
 
 class _MLAPlanMetadata:

@@ -79,6 +79,8 @@ EXPECTED_CALL = {
     ("decode_gqa_paged", "flashinfer"): ["flashinfer.decode.run", "mul"],
     ("decode_gqa_paged", "flashinfer_tc"): ["flashinfer.decode.run", "mul"],
     ("prefill_gqa_ragged", "flashinfer"): ["flashinfer.prefill.run"],
+    # fp8: Q, K, V re-laid out token-major for FlashInfer, O and LSE back to [B, H, S, ...]
+    ("attention_fp8_fwd", "flashinfer"): ["clone"] * 3 + ["flashinfer.prefill.run", "clone", "clone"],
     ("mla_decode_paged", "flashinfer"): ["flashinfer.mla.run"],
     ("rope", "flashinfer"): ["flashinfer.apply_rope_with_cos_sin_cache"],
 }

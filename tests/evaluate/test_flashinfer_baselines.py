@@ -20,7 +20,7 @@ from ptxbench.tasks.reference import make_inputs, run_reference
 from . import fake_flashinfer
 
 COVERED = {"decode_gqa_paged": {"flashinfer", "flashinfer_tc"}, "prefill_gqa_ragged": {"flashinfer"},
-           "mla_decode_paged": {"flashinfer"}, "rope": {"flashinfer"}}
+           "attention_fp8_fwd": {"flashinfer"}, "mla_decode_paged": {"flashinfer"}, "rope": {"flashinfer"}}
 CASES = [(task_id, name) for task_id, names in COVERED.items() for name in sorted(names)]
 
 
@@ -96,6 +96,23 @@ def test_ragged_prefill_is_causal_on_seq_indptr_with_a_natural_log_lse(monkeypat
     assert plan_args[2:5] == (sizes["H"], sizes["KH"], 128) and plan_kwargs["causal"] is True
     (q, k, v), kwargs = fake.named("prefill.run")[-1]
     assert (q, k, v) == (inputs["Q"], inputs["K"], inputs["V"]) and kwargs["lse_base"] == "ln"
+
+
+def test_fp8_attention_runs_token_major_with_per_head_descales(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = fake_flashinfer.install(monkeypatch)
+    task = _task("attention_fp8_fwd")
+    sizes = _smallest(task).sizes
+    inputs = make_inputs(task, sizes, seed=1, device="cpu")
+    variant_specs(task)["flashinfer"].setup(inputs, sizes)
+    (plan_args, plan_kwargs), = fake.named("prefill.plan")
+    batch, heads, seq = sizes["B"], sizes["H"], sizes["S"]
+    assert plan_args[0].tolist() == [b * seq for b in range(batch + 1)] and plan_args[1].tolist() == plan_args[0].tolist()
+    assert plan_kwargs["causal"] is bool(sizes["causal"]) and plan_kwargs["o_data_type"] == torch.bfloat16
+    (q, k, v, scale_q, scale_k, scale_v), kwargs = fake.named("prefill.run")[-1]
+    assert torch.equal(q.view(batch, seq, heads, 128).transpose(1, 2), inputs["Q"])
+    assert torch.equal(v.view(batch, seq, heads, 128).transpose(1, 2), inputs["V"])
+    assert scale_q.tolist() == [float(inputs["descale_q"])] * heads and kwargs["lse_base"] == "ln"
+    assert scale_v.tolist() == [float(inputs["descale_v"])] * heads
 
 
 def test_mla_plans_lengths_from_the_page_table_and_sm_scale_from_the_device(monkeypatch: pytest.MonkeyPatch) -> None:

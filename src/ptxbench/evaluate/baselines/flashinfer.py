@@ -1,5 +1,5 @@
-"""FlashInfer's kernels as baselines: what vLLM and SGLang run for paged decode, ragged prefill, MLA decode
-and RoPE, where ``flashinfer`` (flashinfer-python) is installed.
+"""FlashInfer's kernels as baselines: what vLLM and SGLang run for paged decode, ragged prefill (bf16 and
+fp8), MLA decode and RoPE, where ``flashinfer`` (flashinfer-python) is installed.
 
 Each setup allocates the wrapper's workspace and calls its ``plan()`` (the schedule FlashInfer derives from
 the index arrays, and on first use the JIT compilation of its kernels by nvcc and ninja) outside the timed
@@ -109,6 +109,38 @@ def prefill_gqa_ragged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     def call() -> Outputs:
         out, lse = wrapper.run(q, k, v, return_lse=True, lse_base="ln")
         return {"O": out, "LSE": lse}
+    return warmed(call)
+
+
+def attention_fp8_fwd(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
+    """``BatchPrefillWithRaggedKVCacheWrapper`` on the e4m3 inputs, one sequence of S tokens per batch entry
+    (FlashInfer's backend for fp8 on sm_90 is FA3's fp8 kernel, which rounds P to e4m3 as the task allows).
+    It takes tokens major ([B * S, H, D]), so the timed call re-lays out Q, K and V and lays O and the LSE
+    back to [B, H, S, ...]: copies the task's layout costs this library. The descales are its per-head scale
+    tensors, expanded from the task's one element in setup; the log-sum-exp is asked for in natural log."""
+    import torch
+
+    import flashinfer
+
+    _prepare_jit()
+    q8, k8, v8 = inputs["Q"], inputs["K"], inputs["V"]
+    batch, heads, seq, dim = q8.shape
+    kv_heads = k8.shape[1]
+    indptr = torch.arange(batch + 1, dtype=torch.int32, device=q8.device) * seq
+    wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(q8.device), "NHD")
+    wrapper.plan(indptr, indptr, heads, kv_heads, dim, causal=bool(sizes["causal"]), sm_scale=1.0 / math.sqrt(dim),
+                 q_data_type=q8.dtype, kv_data_type=k8.dtype, o_data_type=torch.bfloat16)
+    scales = tuple(inputs[name].reshape(1).float().expand(count).contiguous()
+                   for name, count in (("descale_q", heads), ("descale_k", kv_heads), ("descale_v", kv_heads)))
+
+    def tokens_major(x: "torch.Tensor") -> "torch.Tensor":
+        return x.transpose(1, 2).reshape(batch * seq, x.shape[1], dim)
+
+    def call() -> Outputs:
+        out, lse = wrapper.run(tokens_major(q8), tokens_major(k8), tokens_major(v8), *scales, return_lse=True,
+                               lse_base="ln")
+        return {"O": out.view(batch, seq, heads, dim).transpose(1, 2).contiguous(),
+                "LSE": lse.view(batch, seq, heads).transpose(1, 2).contiguous()}
     return warmed(call)
 
 

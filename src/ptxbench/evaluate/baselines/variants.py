@@ -281,6 +281,9 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
                         paged.attention_fp8_sdpa("_scaled_dot_product_cudnn_attention")),
         BaselineVariant("flash", "FlashAttention-2 bf16 as built into PyTorch on the widened fp8 inputs (as above)",
                         paged.attention_fp8_sdpa("_scaled_dot_product_flash_attention")),
+        BaselineVariant("flashinfer", "FlashInfer's `BatchPrefillWithRaggedKVCacheWrapper` on the e4m3 inputs (its fp8 "
+                        "FA3 kernel on sm_90; Q, K, V laid out token-major and O, LSE back, timed; `plan()` in "
+                        "setup), where installed", fi.attention_fp8_fwd, requires=fi.REQUIRES),
     ),
     "mla_decode_paged": (
         BaselineVariant("efficient_varlen", "the sequences' latent and rope rows gathered from the pages "
