@@ -36,8 +36,6 @@ LN2 = math.log(2.0)
 WORKSPACE_BYTES = 128 << 20
 # The rope task's positions lie in 0 .. 32767 (its statement): the cos/sin cache covers them all.
 ROPE_MAX_POSITION = 32768
-
-
 CURAND_HEADER = "curand_kernel.h"
 
 
@@ -68,6 +66,8 @@ def _prepare_jit() -> None:
 
 
 def _workspace(device: "torch.device") -> "torch.Tensor":
+    """A zeroed float workspace of the setup's own: FlashInfer's plans may keep state in it, so wrappers of
+    different input sets never share one (128 MiB each, on GPUs of 80 GB and more)."""
     import torch
 
     return torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
