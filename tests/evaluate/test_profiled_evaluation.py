@@ -104,3 +104,33 @@ def test_a_timed_call_faster_than_its_profiled_kernels_is_rejected(tmp_path: Pat
     else:
         assert evaluation.status is Status.PASSED and not evaluation.guards, evaluation.message
         assert roles == ["probe", "candidate"] and "profile.alone" not in evaluation.durations_s
+
+
+def _timed_with_host_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, candidate_report: str) -> Evaluation:
+    """The fake candidate's calls take 20 ms of the parent's wall clock where their events say 2 ms, timed and
+    profiled; ncu's report for its kernel is ``candidate_report``."""
+    use(tmp_path / "fake-ncu", monkeypatch, probe_report=PROBE_REPORT, candidate_report=candidate_report)
+    monkeypatch.setenv(BEHAVIOUR, "forged-when-timed")
+    evaluator = GpuEvaluator(EvalOptions(profile=True, call_timeout_s=20, timing_budget_ms=20, profile_timeout_s=60),
+                             handler=HANDLER, reference_device="cpu")
+    try:
+        return evaluator.evaluate(_small_softmax(), Arch.SM_90A, (EXAMPLES / "softmax.cu").read_text(), "softmax.cu")
+    finally:
+        evaluator.close()
+
+
+def test_ncu_durations_that_confirm_the_events_outweigh_the_wall_clock(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Host work inside an honest call (a device query per call) and forged events look the same on the wall
+    clock; ncu tells them apart. Its kernel taking 2.7 us, the 2 ms events stand: PASSED. Its kernel taking 20 ms,
+    the events were forged: REJECTED by ncu's disagreement."""
+    evaluation = _timed_with_host_work(tmp_path, monkeypatch, BULK_REPORT)
+    assert all(t.wall_unexplained_ms is not None and t.wall_unexplained_ms > 15 for t in evaluation.timings)
+    assert all(t.wall_protocol_ms is not None for t in evaluation.timings)
+    assert evaluation.status is Status.PASSED, evaluation.message
+    assert Guard.TIMING_DISAGREES not in {g.guard for g in evaluation.guards}
+    slow = BULK_REPORT.replace('"2,720"', '"20,000,000"')
+    assert slow != BULK_REPORT
+    evaluation = _timed_with_host_work(tmp_path / "forged", monkeypatch, slow)
+    assert evaluation.status is Status.REJECTED, evaluation.message
+    findings = [g.detail for g in evaluation.guards if g.guard is Guard.TIMING_DISAGREES]
+    assert any("Nsight Compute" in d for d in findings), findings

@@ -13,12 +13,15 @@ from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 from ptxbench.evaluate.judgement.guards import (
     MIN_TIMED_SHARE_OF_PROFILED,
     WALL_HOST_ALLOWANCE_MS,
+    WALL_PROTOCOL_FACTOR,
     profiled_floor_ms,
     timing_agreement_guards,
+    wall_allowance_ms,
     wall_clock_guards,
+    wall_findings_confirmed,
 )
 from ptxbench.evaluate.timing.protocol import wall_unexplained
-from ptxbench.records.evaluation import Guard, Status
+from ptxbench.records.evaluation import Guard, GuardFinding, Status
 
 from ..conftest import EXAMPLES
 from .test_evaluator_orchestration import BEHAVIOUR, HANDLER, _small_softmax
@@ -54,6 +57,26 @@ def test_the_wall_clock_bounds_what_an_event_time_can_hide() -> None:
     (finding,) = wall_clock_guards("w", 0.1, 0.9)
     assert finding.guard is Guard.TIMING_DISAGREES and "wall clock" in finding.detail
     assert wall_clock_guards("w", 0.1, None) == []
+
+
+def test_the_wall_clock_allows_for_the_protocols_own_host_time() -> None:
+    # measured on an H100: a plain 0.08 ms GEMM read 0.57 ms a call beyond its baseline's wall time, nothing forged,
+    # where each call's protocol took 1.2 ms of host time on the baseline's side
+    assert wall_clock_guards("w03", 0.0836, 0.567, protocol_ms=1.2) == []
+    assert wall_allowance_ms(0.0836, 1.2) == pytest.approx(1.2 * WALL_PROTOCOL_FACTOR)
+    (finding,) = wall_clock_guards("w03", 0.0836, 0.9, protocol_ms=0.3)  # a cheap protocol: 0.9 ms is not noise
+    assert "0.3 ms a call" in finding.detail
+    assert wall_clock_guards("w", 2.0, 20.0, protocol_ms=1.2), "a call ten times longer than it says is still caught"
+
+
+def test_ncu_durations_that_confirm_the_events_clear_only_the_wall_clocks_findings() -> None:
+    wall = wall_clock_guards("w", 0.1, 5.0)
+    ncu = timing_agreement_guards(0.1, _launches(1.0), alone=True)
+    other = [GuardFinding(guard=Guard.FOREIGN_KERNELS, detail="x")]
+    assert wall and ncu
+    assert wall_findings_confirmed(wall + other, events_agree_with_ncu=True) == other
+    assert wall_findings_confirmed(wall + ncu + other, events_agree_with_ncu=False) == wall + ncu + other
+    assert wall_findings_confirmed(ncu, events_agree_with_ncu=True) == ncu, "only the wall clock's findings yield"
 
 
 def test_a_forged_event_time_is_rejected_without_the_proof(monkeypatch: pytest.MonkeyPatch) -> None:

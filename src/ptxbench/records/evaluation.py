@@ -164,6 +164,10 @@ class Timing(Record):
         "Per timed call, how much longer the candidate's calls took on the harness's wall clock (outside the "
         "candidate's process) than their event times say, less the same for the baseline's: host work inside the "
         "call, or forged event times (the median over the measured chunks)"))
+    wall_protocol_ms: float | None = Field(default=None, description=(
+        "Per timed call, how much longer the baseline's calls took on the harness's wall clock than their event "
+        "times say: the timing protocol's own host work per call, the scale of the noise in wall_unexplained_ms "
+        "(the median over the measured chunks)"))
     profiled_kernel_ms: list[float] | None = Field(default=None, description=(
         "The durations of one call's kernel launches under Nsight Compute (each alone, caches flushed), in launch "
         "order, for the timed workload where the executed instructions were profiled"))
