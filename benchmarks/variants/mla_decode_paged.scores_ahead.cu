@@ -16,7 +16,9 @@
 // softmax; it was released by the tile before, so the producer cannot be blocked by it. The P buffer and the max
 // exchange keep their single buffers: a warpgroup still waits for all its wgmma (P · V(i) and S(i + 1)) before its
 // next max exchange (tests/test_mla_decode_schedules.py runs both loops' issues, waits, releases and named
-// barriers against a model of the ring, the Q slabs and the P tile). 224 registers, no spills, no ptxas warnings.
+// barriers against a model of the ring, the Q slabs and the P tile). Its kernel is the reference's (384 threads,
+// setmaxnreg: consumers 232, since the 701 fix of 2026-12-07; it was __maxnreg__(224) on 288 threads, which does
+// not launch): the consumer code uses up to R229, no spills, no ptxas warnings.
 __device__ __forceinline__ void consumer_loop(Shared& s, const CUtensorMap* map_qn, const CUtensorMap* map_qp,
                                               const int32_t* indptr, const int32_t* last_len, const Outputs& out,
                                               int* seq_tile0, float scale_log2, int B, int P, int t0, int t1) {

@@ -10,6 +10,15 @@
 // (tests/test_reference_mla_model.py), and a model of its buffers' schedule (tests/test_mla_decode_schedules.py).
 // Its correctness and speed on an H100 are to be measured; figures go here.
 //
+// First H100 run (2026-12-07): the decode kernel did not launch, cudaError 701 (too many resources requested) on
+// the first workload. It was built with __maxnreg__(224) for 288 threads: 220 registers (224 allocated) x 288 =
+// 64512 looked within the 65536 of a CTA, but the hardware's check counts warps in whole sets of four (one per SM
+// sub-partition, 16384 registers each): 9 warps count as 12, 12 x 32 x 224 = 86016. A CTA of 9 to 12 warps may
+// launch with at most 168 registers a thread. Fixed as the other warp-specialised references do: a whole producer
+// warpgroup (384 threads, its first warp works, the other three only give their registers up and exit),
+// __launch_bounds__(384, 1) (168 at launch) and setmaxnreg, producer 40 and consumers 232 (consumer code up to R215,
+// producer's below R40; no spills). Not yet run on a GPU since the fix.
+//
 // Why it is shaped so. With 128 heads sharing each 1152-byte token row, the task does 2 · 128 · 1088 FLOPs per row:
 // about 240 FLOPs per cache byte, near the ridge of an H100 (~990 TFLOP/s over ~3.3 TB/s), so both products must run
 // on wgmma and every SM must stream its share of the cache from start to end:
@@ -24,7 +33,7 @@
 //     a warp-wide prefix sum over the sequences' tile counts (32 sequences a step), then walks on.
 //   * The two head blocks of a chunk (H = 128) read the same pages at about the same time, so the second read is
 //     mostly an L2 hit: DRAM sees the cache about once.
-//   * Warp roles (288 threads): warpgroups 0 and 1 are consumers, warp 8 is the producer. The producer walks the
+//   * Warp roles (384 threads): warpgroups 0 and 1 are consumers, warp 8 (of warpgroup 2) is the producer. It walks the
 //     chunk's tiles and, per tile, waits for a free stage of a 2-stage ring (RingBarriers: full = the producer's
 //     arrive + the tile's bytes, empty = one arrive per consumer warp) and loads it with 2-D TMA boxes, 128-byte
 //     swizzle: per page (or group of P rows) 8 boxes of 64 latent dims and one of the 64 rope dims, R = min(P, 64)
@@ -33,8 +42,9 @@
 //     With P = 1 a box is one 128-byte row placed at a 128-byte (not 1024-byte) offset: this relies on TMA applying the
 //     128-byte swizzle as a function of the shared-memory address (as wgmma reads it), which the P = 1 workloads and
 //     edge shapes test; it is the first suspect should only they fail.
-//   * Registers: the consumers hold O (64 x 256 fp32: 128 registers) and S (16); __maxnreg__(224) lets 288 threads
-//     have them (220 used, no spills), where __launch_bounds__(288, 1) capped the kernel at 168 and spilled.
+//   * Registers: the consumers hold O (64 x 256 fp32: 128 registers) and S (16), more than the 168 a thread of a
+//     384-thread CTA launches with; setmaxnreg gives the consumers 232 and the producer warpgroup 40
+//     (128 x (40 + 2 x 232) = 64512 <= 65536). Not __maxnreg__ on fewer threads: see the 701 above.
 //   * Consumers, per tile (64 heads x 64 keys; warpgroup w owns keys 32 w .. 32 w + 31 of S and output dims
 //     256 w .. 256 w + 255):
 //       S_w = Q · K_wᵀ     36 wgmma m64n32k16 (K = 576: 9 slabs x 4), A = Q (9 slabs in shared memory, loaded by TMA
@@ -90,7 +100,13 @@ constexpr int kKeys = 64;                       // keys per tile
 constexpr int kHalfKeys = kKeys / 2;            // keys of S per consumer warpgroup
 constexpr int kStages = 2;
 constexpr int kConsumerThreads = 256;           // two warpgroups
-constexpr int kThreads = kConsumerThreads + 32;  // and the producer warp
+constexpr int kThreads = kConsumerThreads + 128;  // and the producer warpgroup (its first warp works)
+constexpr int kProducerWarp = kConsumerThreads / 32;
+// setmaxnreg's split of the 168 registers per thread a 384-thread CTA launches with: per SM sub-partition (one
+// warp of each warpgroup) 2 x 232 + 40 = 504 <= 512, i.e. 128 x (40 + 2 x 232) = 64512 <= 65536.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+static_assert(128 * (kProducerRegs + 2 * kConsumerRegs) <= 65536, "the register pool of one CTA");
 constexpr int kSlabElems = 64 * 64;             // one 64-row slab: 8 KB
 constexpr uint32_t kSlabBytes = kSlabElems * 2;
 constexpr uint32_t kQBytes = kSlabs * kSlabBytes;
@@ -445,7 +461,7 @@ __device__ __forceinline__ void consumer_loop(Shared& s, const CUtensorMap* map_
 // ---- the kernels --------------------------------------------------------------------------------------
 
 // One CTA per (chunk, block of 64 query heads): tiles [chunk · c, chunk · (c + 1)).
-__global__ void __maxnreg__(224)
+__global__ void __launch_bounds__(kThreads, 1)
 mla_split_kernel(const __grid_constant__ CUtensorMap map_ckv, const __grid_constant__ CUtensorMap map_kpe,
                  const __grid_constant__ CUtensorMap map_qn, const __grid_constant__ CUtensorMap map_qp,
                  const int32_t* __restrict__ indptr, const int32_t* __restrict__ indices,
@@ -467,10 +483,13 @@ mla_split_kernel(const __grid_constant__ CUtensorMap map_ckv, const __grid_const
   }
   __syncthreads();
 
-  if (ptx::warp_idx() == kConsumerThreads / 32) {
-    producer_loop(s, &map_ckv, &map_kpe, indptr, indices, last_len, B, P, t0, t1, int(threadIdx.x & 31));
+  if (ptx::warpgroup_idx() == kConsumerThreads / 128) {  // the producer warpgroup: every warp gives registers up
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    if (ptx::warp_idx() == kProducerWarp)
+      producer_loop(s, &map_ckv, &map_kpe, indptr, indices, last_len, B, P, t0, t1, int(threadIdx.x & 31));
     return;
   }
+  ptx::setmaxnreg_inc<kConsumerRegs>();
   Outputs out;
   out.output = output;
   out.lse = lse;
