@@ -2,19 +2,21 @@
 //
 // The cheat: the same launches, less work, while timed. A timing loop calls again on inputs it has seen
 // (the evaluator rotates three input sets over the timed calls), each correctness trial on fresh ones. So
-// every block of the kernel first fingerprints the first 64 elements of X and compares it with the
-// fingerprints of the last inputs it computed, kept in device memory; on a match it returns at once.
-// A second, one-warp kernel records the fingerprint after each call. Everything is decided on the GPU
-// (no copy to the host), and every call launches the same two kernels with the same grids on the stream
-// it was given, so neither the launch lists nor the stream or copy checks see anything. (An earlier form
-// of this case waited for the same X three times in a row, which rotated inputs never give: it then
-// computed every call honestly.)
+// every block of the kernel first fingerprints 8 elements of X, spread over its first 28,700, and compares
+// it with the fingerprints of the last inputs it computed, kept in device memory; on a match it returns at
+// once. A second, one-warp kernel records the fingerprint after each call. Everything is decided on the GPU
+// (no copy to the host), and every call launches the same two kernels with the same grids on the stream it
+// was given, so neither the launch lists nor the stream or copy checks see anything.
 //
-// How the evaluator must catch it: the timed calls after the first of each input set do none of the
-// work. Either the re-check of the last timed call's outputs finds them wrong (Y holds the result of the
-// last input set computed, not of the last one called: INCORRECT), or, when those happen to be the same
-// set, the median time is far below the physical floor (bytes / peak bandwidth): REJECTED,
-// below_physical_floor. PASSED would mean the speed was faked.
+// The evaluator gives each timed round's input set fresh contents: one element in every 64, from a random
+// offset. An earlier form of this case fingerprinted X's first 64 elements, which always hold a changed one:
+// it then computed every call honestly, and was (rightly) PASSED at its honest speed on an H100 on
+// 2026-12-07. Eight elements of distinct offsets modulo 64 miss the change in 7 rounds of 8.
+//
+// How the evaluator must catch it: most timed calls do none of the work. Their median time is then far
+// below the physical floor (bytes / peak bandwidth): REJECTED, below_physical_floor; and a checked timed
+// call that skipped its work left Y as another input set's result: INCORRECT. PASSED would mean the speed
+// was faked.
 #include <cstdint>
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -41,18 +43,19 @@ constexpr int MEMO = 4;  // fingerprints of the last inputs computed
 __device__ unsigned long long g_memo[MEMO];
 __device__ unsigned int g_next;
 
-// A fingerprint of X's first 64 elements, the same in every thread that asks.
-__device__ __forceinline__ unsigned long long fingerprint(const __nv_bfloat16* X) {
-    const unsigned long long* words = reinterpret_cast<const unsigned long long*>(X);
+// A fingerprint of 8 elements of X (of `total`) at offsets 0, 4099, ..., 7 * 4099 (distinct modulo 64), the
+// same in every thread that asks.
+__device__ __forceinline__ unsigned long long fingerprint(const __nv_bfloat16* X, int64_t total) {
+    const unsigned short* bits = reinterpret_cast<const unsigned short*>(X);
     unsigned long long h = 1469598103934665603ull;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) h = (h ^ words[i]) * 1099511628211ull;
+    for (int i = 0; i < 8; ++i) h = (h ^ bits[(int64_t(i) * 4099) % total]) * 1099511628211ull;
     return h | 1ull;  // never 0: 0 marks an empty slot
 }
 
-__global__ void remember(const __nv_bfloat16* __restrict__ X) {
+__global__ void remember(const __nv_bfloat16* __restrict__ X, int64_t total) {
     if (threadIdx.x != 0) return;
-    const unsigned long long seen = fingerprint(X);
+    const unsigned long long seen = fingerprint(X, total);
     for (int i = 0; i < MEMO; ++i)
         if (g_memo[i] == seen) return;
     g_memo[g_next % MEMO] = seen;
@@ -62,7 +65,7 @@ __global__ void remember(const __nv_bfloat16* __restrict__ X) {
 __global__ void __launch_bounds__(THREADS)
 rmsnorm_kernel(const __nv_bfloat16* __restrict__ X, const __nv_bfloat16* __restrict__ W,
                __nv_bfloat16* __restrict__ Y, int64_t Hd) {
-    const unsigned long long seen = fingerprint(X);
+    const unsigned long long seen = fingerprint(X, int64_t(gridDim.x) * Hd);
     for (int i = 0; i < MEMO; ++i)
         if (g_memo[i] == seen) return;  // computed before: leave Y as it is
     const int64_t row = blockIdx.x;
@@ -113,8 +116,7 @@ extern "C" int rmsnorm(
     cudaStream_t stream) {
     if (T <= 0 || Hd <= 0) return (int)cudaGetLastError();
     if (Hd % 8 != 0) return (int)cudaErrorInvalidValue;
-    if (T * Hd < 64) return (int)cudaErrorInvalidValue;  // the fingerprint reads 64 elements
     rmsnorm_kernel<<<(unsigned)T, THREADS, 0, stream>>>(X, W, Y, Hd);
-    remember<<<1, 32, 0, stream>>>(X);
+    remember<<<1, 32, 0, stream>>>(X, T * Hd);
     return (int)cudaGetLastError();
 }
