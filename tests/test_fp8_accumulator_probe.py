@@ -91,3 +91,30 @@ def test_the_kernel_compiles_to_fp8_and_bf16_wgmma(tmp_path: Path) -> None:
     sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], check=True, capture_output=True, text=True).stdout
     assert "QGMMA.64x128x32.F32.E4M3.E4M3" in sass
     assert "HGMMA.64x128x16.F32.BF16" in sass
+
+
+RESULTS = Path(tool.OUT) / "fp8_accumulator_h100_80gb_hbm3.json"
+
+
+def test_the_committed_results_file_is_the_render_of_its_json() -> None:
+    import json
+
+    result = json.loads(RESULTS.read_text())
+    assert RESULTS.with_suffix(".md").read_text() == tool.markdown(result, rendered_from=RESULTS.name)
+
+
+def test_cancelled_sums_show_no_figures_relative_to_the_result() -> None:
+    import json
+
+    lines = tool.markdown(json.loads(RESULTS.read_text())).splitlines()
+    cancelled = [line for line in lines if line.startswith("| task_normal |")]
+    assert cancelled and all(line.endswith("| n/a | n/a | n/a | n/a |") for line in cancelled)
+    dominated = [line for line in lines if line.startswith("| outlier_plus_small |")]
+    assert dominated and not any("n/a" in line for line in dominated)
+
+
+def test_fewer_bits_give_larger_single_score_errors() -> None:
+    narrow, wide = (tool.derive_scores(bits, samples=400, chunk=200) for bits in (12, 20))
+    assert narrow["dominated"] == wide["dominated"] > 0  # the same draws
+    assert narrow["max_relative_dominant_error"] > 16 * wide["max_relative_dominant_error"]
+    assert narrow["max_abs_score_error"] > 16 * wide["max_abs_score_error"]
