@@ -46,4 +46,6 @@ def summary(evaluation: Evaluation, status: Status) -> str:
         speed = f"{timed.speedup:.2f}x the vendor baseline" if timed.speedup else "no baseline"
         verified = "executed features verified" if evaluation.features is not None else "features unverified"
         return f"correct on every workload; {timed.workload}: {timed.candidate_ms:.3f} ms, {speed}; {verified}"
+    if status is Status.PASSED and evaluation.features is not None:  # untimed, proven: say so, as a timed one does
+        return "correct on every workload; executed features verified"
     return "correct on every workload"
