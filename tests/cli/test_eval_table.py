@@ -79,6 +79,20 @@ def test_the_progress_line_of_a_pass_gives_its_sol() -> None:
         "[2/2] rmsnorm.cu: PASSED (0.0 s) 1.50x the vendor baseline"]
 
 
+def test_a_pass_timed_against_an_imported_tasks_reference_says_so() -> None:
+    """An imported task's baseline is its definition's own reference, not a vendor library."""
+    from ptxbench.evaluate.judgement.verdict import summary
+
+    imported = _evaluation("softmax")
+    imported.timings[0] = imported.timings[0].model_copy(update={"baseline": "reference"})
+    out = io.StringIO()
+    with EvalProgress(Console(file=out, width=200, force_terminal=False), 1, "eval") as progress:
+        progress.done(imported)
+    assert out.getvalue().splitlines() == ["[1/1] softmax.cu: PASSED (0.0 s) 1.50x the task's reference, 0.42 of SOL"]
+    assert "1.50x the task's reference" in summary(imported, Status.PASSED)
+    assert "1.50x the vendor baseline" in summary(_evaluation("softmax"), Status.PASSED)
+
+
 def test_eval_prints_the_table_with_sol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ptxbench.evaluate.fleet import run as fleet
 

@@ -225,12 +225,14 @@ def progress_line(finished: int, total: int, item: str, verdict: str, taken: str
 def _reason(evaluation: Evaluation) -> str:
     """The one thing to know about a verdict: the first guard that rejected it, the speedup (and SOL score) of a
     pass, or the first clause of its message."""
+    from ptxbench.evaluate.judgement.verdict import compared_with
+
     if evaluation.guards:
         return evaluation.guards[0].detail
     timed = evaluation.timings[0] if evaluation.timings else None
     if evaluation.status is not None and evaluation.status.value == "PASSED" and timed and timed.speedup is not None:
         sol = f", {timed.sol:.2f} of SOL" if timed.sol is not None else ""
-        return f"{timed.speedup:.2f}x the vendor baseline{sol}"
+        return f"{timed.speedup:.2f}x {compared_with(timed)}{sol}"
     return " ".join(evaluation.message.split("; ", 1)[0].split())
 
 
