@@ -99,8 +99,9 @@ RESULTS = Path(tool.OUT) / "fp8_accumulator_h100_80gb_hbm3.json"
 def test_the_committed_results_file_is_the_render_of_its_json() -> None:
     import json
 
-    result = json.loads(RESULTS.read_text())
-    assert RESULTS.with_suffix(".md").read_text() == tool.markdown(result, rendered_from=RESULTS.name)
+    result = json.loads(RESULTS.read_text())  # as a GPU run writes it, or as --render does
+    written = RESULTS.with_suffix(".md").read_text()
+    assert written in (tool.markdown(result), tool.markdown(result, rendered_from=RESULTS.name))
 
 
 def test_cancelled_sums_show_no_figures_relative_to_the_result() -> None:
