@@ -129,7 +129,7 @@ def test_a_result_of_an_unknown_version_is_refused_with_one_line(tmp_path: Path,
     with pytest.raises(RecordVersionError) as refused:
         load_result(file)
     assert str(refused.value) == (f"{file}: evaluation version {version!r} is unknown; this ptxbench ({__version__}) "
-                                  "reads version 1, 2, 3")
+                                  "reads version 1, 2, 3, 4")
 
 
 def test_an_evaluation_of_version_1_is_migrated(tmp_path: Path) -> None:
@@ -170,7 +170,7 @@ def test_the_run_header_is_checked_as_every_record_is(tmp_path: Path) -> None:
     run = tmp_path / "run"
     run.mkdir()
     (run / "run.json").write_text(json.dumps({"version": 5, "kind": "eval", "config": {}}))
-    with pytest.raises(RecordVersionError, match=r"run.json: written with run header version 5; .* reads version 1;"):
+    with pytest.raises(RecordVersionError, match=r"run.json: written with run header version 5; .* reads version 2;"):
         RunDir.load(run)
 
 

@@ -19,14 +19,16 @@ from ptxbench.arch.registry import Arch
 from ptxbench.records import Record
 from ptxbench.records.build import BuildResult
 from ptxbench.records.completion import ExtractionStatus
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.records.version import Versioned
 from ptxbench.static.report import StaticReport
 from ptxbench.tasks.model import Requirement
 
-EVALUATION_VERSION = 3
+EVALUATION_VERSION = 4
 """2: ``extraction`` (an answer without a candidate is an item) and ``generation`` (the labels of the run that
 sampled the candidate); version 1 records read as they are, without either. 3: ``judged`` (what was judged, so
-a stored result is reused only for the same question); version 2 records read without it."""
+a stored result is reused only for the same question); version 2 records read without it. 4: ``evidence`` (the
+evidence profile, ``records.evidence``); version 3 records read as ``publish``, what every evaluation then was."""
 
 
 class Comparison(Record):
@@ -222,9 +224,14 @@ def _from_v2(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+def _from_v3(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 3 had no ``evidence``: every evaluation then gathered the ``publish`` profile's evidence."""
+    return {**record, "evidence": EvidenceProfile.PUBLISH.value}
+
+
 class Evaluation(Versioned):
     RECORD = "evaluation"
-    MIGRATIONS = {1: _from_v1, 2: _from_v2}
+    MIGRATIONS = {1: _from_v1, 2: _from_v2, 3: _from_v3}
 
     version: int = EVALUATION_VERSION
     kind: Literal["evaluation"] = Field(default="evaluation", description=(
@@ -241,6 +248,9 @@ class Evaluation(Versioned):
     generation: Generation | None = Field(default=None, description="The labels of the run that sampled it")
     judged: Judged | None = Field(default=None, description=(
         "The source and options judged, set where the result is recorded; None in records of version 2 and older"))
+    evidence: EvidenceProfile = Field(default=EvidenceProfile.PUBLISH, description=(
+        "The evidence profile it was judged under (publish | sweep, ``records.evidence``); publish in records of "
+        "version 3 and older"))
     message: str = ""
     build: BuildResult | None = None
     static: StaticReport | None = None

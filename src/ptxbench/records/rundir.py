@@ -33,10 +33,11 @@ from ptxbench import __version__
 from ptxbench._io import write_atomic
 from ptxbench.errors import PtxbenchError, field_problems
 from ptxbench.records.evaluation import Evaluation
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.records.trajectory import ItemResult
 from ptxbench.records.version import RecordVersionError, Versioned
 
-RUN_SCHEMA_VERSION = 1
+RUN_SCHEMA_VERSION = 2  # 2: ``evidence``; a version 1 header reads as ``publish``, what every run then was
 HEADER_FILE = "run.json"
 RESULT_FILE = "result.json"
 # Options that say how a run is carried out, not what it measures: left out of the configuration, so a
@@ -47,10 +48,16 @@ RUN_LOCAL_OPTIONS = frozenset({"lanes"})
 RunKind = Literal["generate", "run", "eval", "repair"]
 
 
+def _header_from_v1(record: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 had no ``evidence``: every run then gathered the ``publish`` profile's evidence."""
+    return {**record, "evidence": EvidenceProfile.PUBLISH.value}
+
+
 class RunHeader(Versioned):
     """Who made the run, with what, and how (every option, resolved)."""
 
     RECORD = "run header"
+    MIGRATIONS = {1: _header_from_v1}
 
     version: int = RUN_SCHEMA_VERSION
     kind: RunKind
@@ -62,6 +69,8 @@ class RunHeader(Versioned):
     toolchain: dict[str, str | None] = Field(default_factory=dict)
     environment: dict[str, Any] = Field(default_factory=dict, description="GPU, driver and library versions")
     config: dict[str, Any] = Field(description="The resolved configuration; a resume must match it")
+    evidence: EvidenceProfile = Field(default=EvidenceProfile.PUBLISH, description=(
+        "The evidence profile its evaluations gather (``records.evidence``); a resume must match it"))
 
 
 class RunDirError(PtxbenchError):
@@ -220,6 +229,9 @@ class RunDir:
                 _resume_with_damaged_header(path, header, damage)
                 return cls(path, header)
             before, now = _identity(previous.config), _identity(header.config)
+            if previous.evidence is not header.evidence:
+                raise RunDirError(f"{path} holds a run of evidence profile {previous.evidence.value}, not "
+                                  f"{header.evidence.value}; choose a new --out directory")
             if previous.kind != header.kind or before != now:
                 raise RunDirError(f"{path} holds a run with another configuration (differs in: "
                                   f"{', '.join(_differences(before, now)) or 'kind'}); choose a new --out directory")
@@ -291,7 +303,9 @@ def rebuilt_header(path: Path, damage: DamagedHeader) -> RunHeader:
         if all(e.judged is not None for e in evaluations):
             for options in _one([e.judged.options for e in evaluations if e.judged is not None]):
                 config["options"] = options
-        return RunHeader(kind="eval", config=config, environment=environment)
+        profiles = {e.evidence for e in evaluations}
+        evidence = profiles.pop() if len(profiles) == 1 else EvidenceProfile.PUBLISH
+        return RunHeader(kind="eval", config=config, environment=environment, evidence=evidence)
     trajectories = [i for i in items if isinstance(i, ItemResult)]
     config = {"tasks": sorted({t.task for t in trajectories})}
     for field, values in (("arch", [t.arch.value for t in trajectories]),
