@@ -203,7 +203,7 @@ class FakeRunner:
         self._sessions[key] = self._sessions.get(key, 0) + 1
 
     def time_rounds(self, rounds: int) -> dict[str, list[float]]:
-        """2 ms a call for the candidate ("forged-when-timed": said, while each call takes 20 ms of wall time, as
+        """2 ms a call for the candidate (5 ms when "slow-when-timed"; "forged-when-timed": said, while each call takes 20 ms of wall time, as
         with event times forged in its process), 1 ms for a baseline (1.5 ms when "slowed-baseline" and a candidate
         is loaded: as if its process disturbed the baseline; 3 ms in the first measurement of each shape
         when "outlier-baseline": a slow outlier; 1.3 ms when "power-capped" and this process also timed
@@ -231,7 +231,8 @@ class FakeRunner:
         self._rounds = getattr(self, "_rounds", 0) + rounds
         if self.behaviour == "forged-when-timed" and candidate:  # 20 ms of work per call, 2 ms said
             time.sleep(0.02 * rounds)
-        return {**({"candidate": [2.0] * rounds} if candidate else {}),
+        candidate_ms = 5.0 if self.behaviour == "slow-when-timed" else 2.0  # slow: 5 times the baseline's 1 ms
+        return {**({"candidate": [candidate_ms] * rounds} if candidate else {}),
                 **{name: [baseline_ms] * rounds for name in baselines}}
 
     def timed_launches(self) -> dict[str, Any]:

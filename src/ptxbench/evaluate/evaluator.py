@@ -5,7 +5,10 @@ Order of stages: build (COMPILE_ERROR) → link policy → correctness trials on
 held-out ones included, each judged here from raw data (RUNTIME_ERROR, TIMEOUT, INCORRECT, and the
 guards: provenance, streams, canaries, input mutation, libraries) → timing of the timed and visible
 workloads with the outputs of timed calls re-checked and a physical-floor check → executed features
-(ncu). Any guard finding makes the candidate REJECTED.
+(ncu). Any guard finding makes the candidate REJECTED. Under the ``sweep`` evidence profile (``records.evidence``)
+the trials and their guards are the same; only the timed workload is timed (``timing.profiles``), a cached clean
+baseline time is measured again when old or drifted (``baselines.freshness``), and ncu runs only for candidates
+near the baseline's speed (``judgement.funnel``).
 
 This module is the stage pipeline: which process runs what, under which hold of the GPU's lock, and what a
 failure at each stage means for the candidate. How a time is measured is the timing protocol's
@@ -37,6 +40,7 @@ from pydantic import BaseModel, Field
 from ptxbench.arch.registry import Arch
 from ptxbench.check import check_source
 from ptxbench.evaluate.baselines.cache import BaselineCache
+from ptxbench.evaluate.baselines.freshness import CleanTimeAges
 from ptxbench.evaluate.child.cuda_driver import CUDA_ERROR_MEMORY_ALLOCATION
 from ptxbench.evaluate.child.gpu_side import CANARY_VALUE
 from ptxbench.evaluate.judgement.compare import compare_outputs
@@ -60,10 +64,13 @@ from ptxbench.evaluate.judgement.guards import (
 from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, GpuLock
 from ptxbench.evaluate.isolation.memory_ledger import MemoryLedger
 from ptxbench.evaluate.isolation.worker import ForgedReply, RequestFailed, Worker, WorkerDied, WorkerTimeout
+from ptxbench.evaluate.judgement.funnel import not_profiled
 from ptxbench.evaluate.judgement.launches import base_name, kernel_durations_ms, launches_of
 from ptxbench.evaluate.isolation.memory_need import GIB, HEADROOM_BYTES, trials_need, unfit_workloads, workload_need
 from ptxbench.evaluate.judgement.static_only import verdict_before_running
+from ptxbench.evaluate.timing.profiles import timed_workloads
 from ptxbench.evaluate.timing.protocol import (
+    BASELINE_DISTURBANCE,
     BaselineFailed,
     Interleaved,
     baseline_call,
@@ -74,6 +81,7 @@ from ptxbench.evaluate.timing.protocol import (
 )
 from ptxbench.evaluate.judgement.verdict import decide, summary, unique
 from ptxbench.paths import cache_root
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.records.evaluation import (
     Evaluation,
     GuardFinding,
@@ -187,6 +195,10 @@ class EvalOptions(BaseModel):
     profile_timeout_s: float = Field(default=600.0, gt=0)
     lanes: int = Field(default=DEFAULT_LANES, ge=1, le=16, description=(
         "candidates evaluated at once on each GPU: their untimed stages overlap, timing runs alone"))
+    evidence: EvidenceProfile = Field(default=EvidenceProfile.PUBLISH, description=(
+        "publish: every shown workload timed, ncu for every correct candidate; sweep: the same correctness, the "
+        "timed workload alone timed, ncu only near the baseline's speed (records.evidence). Recorded in its own "
+        "field of every result and header, not among the options"))
 
 
 class GpuEvaluator:
@@ -204,6 +216,7 @@ class GpuEvaluator:
         self._device: dict | None = None
         self._peaks: dict[str, float] | None = None
         self.baseline_cache = BaselineCache(cache_root() / "baselines")
+        self._clean_ages = CleanTimeAges()  # sweep only: when a cached clean time is measured again
         self._durations: dict[str, float] = {}
         self._lock: GpuLock | None = None
         self._isolation: str | None = None  # the last candidate worker's isolation mode (Worker.isolation)
@@ -288,7 +301,8 @@ class GpuEvaluator:
         durations = {**self._durations, "total": time.perf_counter() - started}
         if self._lock is not None:
             durations["gpu_lock_wait"] = self._lock.waited_s - waited
-        return Evaluation.model_validate({**evaluation.model_dump(), "durations_s": durations})
+        return Evaluation.model_validate({**evaluation.model_dump(), "durations_s": durations,
+                                          "evidence": self.options.evidence})
 
     @contextmanager
     def _stage(self, name: str) -> Iterator[None]:
@@ -388,6 +402,12 @@ class GpuEvaluator:
         if self.options.profile and find_toolchain().has("ncu"):
             from ptxbench.evaluate.proof.profiling import ProfiledRunFailed
 
+            skipped = not_profiled(self.options.evidence, next(
+                (t for t in evaluation.timings if t.workload == task.timed().name), None))
+            if skipped is not None:  # sweep's funnel: its speed decides before its features would
+                status = decide(evaluation)
+                return evaluation.model_copy(update={"status": status,
+                                                     "message": f"{summary(evaluation, status)} ({skipped})"})
             unreadable = self._counters_unreadable()
             if unreadable is not None:  # the harness's probe says so; no candidate's output can
                 status = decide(evaluation)
@@ -646,7 +666,9 @@ class GpuEvaluator:
         from ptxbench.evaluate.baselines.variants import SETUP_TIMEOUT_S, variant_specs
 
         device = self.device()
-        workloads = [w for w in task.workloads if w.role is not Role.HELDOUT and w.name not in evaluation.not_run]
+        sweep = self.options.evidence is EvidenceProfile.SWEEP
+        workloads = timed_workloads(task, [w for w in task.workloads if w.name not in evaluation.not_run],
+                                    self.options.evidence)
         specs = variant_specs(task)
         keys = {w.name: {v: BaselineCache.key(task.content_hash, w.name, v, device) for v in specs}
                 for w in workloads}
@@ -670,6 +692,8 @@ class GpuEvaluator:
             for workload_name, variants in keys.items():
                 for variant, key in variants.items():
                     record = self.baseline_cache.get(key)
+                    if record is not None and sweep and self._clean_ages.stale(key):
+                        record = None  # measured again below (baselines.freshness)
                     if record is not None:
                         clean[workload_name][variant] = (record.median_ms, record.iqr_ms)
             try:
@@ -692,6 +716,7 @@ class GpuEvaluator:
                     measured_clean = clean_times(self.worker, self.baselines, missing, budget_ms, limit_s)
                     for (workload_name, variant), (median_ms, iqr_ms) in measured_clean.items():
                         self.baseline_cache.put(keys[workload_name][variant], median_ms, iqr_ms)
+                        self._clean_ages.measured(keys[workload_name][variant])
                         clean[workload_name][variant] = (median_ms, iqr_ms)
                 failure = self._load(task, shared_object, "timing.load")
                 if failure is not None:
@@ -705,6 +730,9 @@ class GpuEvaluator:
                                                                   budget_ms, limit_s)
                         for part, seconds in (measured[workload.name].spent or {}).items():
                             self._count(f"timing.protocol.{part}", seconds)
+                        if sweep:
+                            self._clean_ages.used(keys[workload.name][fastest], measured[workload.name].baseline[0],
+                                                  clean[workload.name][fastest][0], BASELINE_DISTURBANCE)
             except BaselineFailed as exc:
                 if _mentions_out_of_memory(str(exc)):
                     raise _TimingShort(f"timing the vendor baseline: {str(exc).splitlines()[0]}", candidate_loaded

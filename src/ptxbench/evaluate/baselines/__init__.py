@@ -3,5 +3,6 @@ had, fastest wins. ``variants`` is the table of every task's variants (and the t
 module per further family of variants (``attention``: paged, ragged and fp8 attention; ``mla``: MLA decode;
 ``serving``: the serving-path ops; ``flashinfer``: FlashInfer's wrappers, where installed; ``reference``: a
 task's own PyTorch reference where no library implements it); ``calls``, the vocabulary of a setup and its
-timed call that they all share; ``cache``, the baselines' times, signed, per GPU and library versions. Nothing
+timed call that they all share; ``cache``, the baselines' times, signed, per GPU and library versions; ``freshness``, when the sweep profile
+measures a cached clean time again. Nothing
 here imports torch at module level: the evaluator reads the variants on machines without it."""

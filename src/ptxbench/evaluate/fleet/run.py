@@ -181,17 +181,26 @@ def _without_code(candidate: Candidate, arch: Arch) -> Evaluation:
                       message="; ".join(candidate.notes) or f"the answer held no candidate: {kind}")
 
 
+# Options recorded in a field of their own (``Evaluation.evidence``, ``RunHeader.evidence``), not among the options:
+# results and headers written before profiles existed then read as the same question under ``publish``.
+RECORDED_APART = frozenset({"evidence"})
+
+
+def _recorded_options(options: EvalOptions) -> dict:
+    return options.model_dump(exclude=set(RUN_LOCAL_OPTIONS | RECORDED_APART))
+
+
 def judged(candidate: Candidate, options: EvalOptions) -> Judged:
     """What evaluating ``candidate`` with ``options`` judges (with its task's hash and the arch): the question
     its stored result answers."""
     return Judged(source_sha256=hashlib.sha256(candidate.source.encode()).hexdigest(),
-                  options=options.model_dump(exclude=set(RUN_LOCAL_OPTIONS)))
+                  options=_recorded_options(options))
 
 
 def _attributed(candidate: Candidate, evaluation: Evaluation, options: EvalOptions) -> Evaluation:
     """The evaluation with what the driver knows and a GPU host does not: what was judged, and the labels of
     the run that sampled the candidate."""
-    update: dict[str, object] = {"judged": judged(candidate, options)}
+    update: dict[str, object] = {"judged": judged(candidate, options), "evidence": options.evidence}
     if candidate.generation is not None and evaluation.generation is None:
         update["generation"] = candidate.generation
     return evaluation.model_copy(update=update)
@@ -272,7 +281,7 @@ def evaluate_candidates(candidates: list[Candidate], arch: Arch, out: Path | str
 def _header(arch: Arch, options: EvalOptions, environment: dict) -> RunHeader:
     toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
     return RunHeader(kind="eval", toolchain=toolchain, environment=environment,
-                     config={"arch": arch.value, "options": options.model_dump(exclude=set(RUN_LOCAL_OPTIONS))})
+                     config={"arch": arch.value, "options": _recorded_options(options)}, evidence=options.evidence)
 
 
 def _prebuild(candidates: list[Candidate], arch: Arch) -> None:
@@ -315,6 +324,8 @@ def _why_again(stored: Evaluation, candidate: Candidate, arch: Arch, options: Ev
         return "arch changed"
     if stored.extraction != candidate.extraction:
         return "source changed"
+    if stored.evidence is not options.evidence:
+        return "evidence profile changed"
     if stored.judged is None:
         return "source changed" if candidate.extraction is None and stored_source != candidate.source else None
     now = judged(candidate, options)
