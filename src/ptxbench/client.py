@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
     from ptxbench.arch.registry import Arch
     from ptxbench.records.evaluation import Evaluation
+    from ptxbench.records.evidence import EvidenceProfile
     from ptxbench.records.trajectory import Feedback
     from ptxbench.serve.evaluation import Candidate, EvalOptions, Resumption
     from ptxbench.tasks.model import Task
@@ -291,6 +292,11 @@ class ServerGrader:
         self.client = client
         self.options = options or EvalOptions()
         self.health = server_health(client)
+
+    @property
+    def evidence(self) -> "EvidenceProfile":
+        """The evidence profile its evaluations gather (recorded in the run header)."""
+        return self.options.evidence
 
     def grade(self, task: "Task", arch: "Arch", source: str) -> "Feedback":
         from ptxbench.refine.graders import gpu_feedback, static_feedback

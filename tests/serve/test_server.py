@@ -16,6 +16,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.client import Client, ServerError
 from ptxbench.evaluate.fleet.run import Candidate, evaluate_candidates
 from ptxbench.records.evaluation import Evaluation, Status
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.serve.models import JobOptions, JobState
 
 from ..conftest import EXAMPLES, REPO
@@ -65,8 +66,10 @@ def test_a_job_streams_its_stages_and_ends_with_the_evaluation_a_local_eval_give
 
     local = evaluate_candidates([Candidate(task=small_softmax(), item="softmax", source=request.source,
                                            origin="softmax-0.cu")], Arch.SM_90A, tmp_path / "local",
-                                OPTIONS.model_copy(update={"lanes": 2}), gpus=[0], handler=f"{FAKE}:FakeRunner",
-                                reference_device="cpu")[0]
+                                OPTIONS.model_copy(update={"lanes": 2, "evidence": EvidenceProfile.SWEEP}), gpus=[0],
+                                handler=f"{FAKE}:FakeRunner", reference_device="cpu")[0]
+    # the server's default profile is sweep (a job naming none): the local eval asks for the same
+    assert served.evidence is EvidenceProfile.SWEEP
     assert served.model_dump(exclude=VARYING) == local.model_dump(exclude=VARYING)
     assert served.isolation is not None and served.isolation.split(":")[0] == local.isolation.split(":")[0]
 

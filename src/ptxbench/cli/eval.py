@@ -12,7 +12,7 @@ import typer
 
 from ptxbench.arch.registry import Arch
 from ptxbench.cli.files import candidates_in
-from ptxbench.cli.options import Server, ServerToken, TargetArch, benchmark_arch, local_gpus, server_token
+from ptxbench.cli.options import Evidence, Server, ServerToken, TargetArch, benchmark_arch, local_gpus, server_token
 from ptxbench.cli.output import console, fail, run_directory
 from ptxbench.kernels import reference_folder
 
@@ -53,14 +53,18 @@ def evaluate(
                                                  "always runs alone")] = None,
     server: Server = None,
     token: ServerToken = None,
+    evidence: Evidence = "publish",
 ) -> None:
-    """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features."""
+    """Evaluate candidates on the GPUs: correctness on every workload, guards, timing, executed features.
+
+    --evidence publish (the default) gathers what a reported number needs; sweep what a loop's reward needs."""
     arch = benchmark_arch(arch)
     if repair:
         _repair(paths or [], gold, regrade, server)
         return
     from ptxbench.evaluate.evaluator import EvalOptions
     from ptxbench.evaluate.fleet.run import GpusRetired, Resumption, evaluate_candidates, gpu_available
+    from ptxbench.records.evidence import EvidenceProfile
     from ptxbench.results.terminal import EvalProgress, all_rejected_note, verdict_table
 
     if server is not None:
@@ -83,12 +87,15 @@ def evaluate(
         console.print("note: no CUDA GPU is visible: candidates are built and read statically, not run; each that "
                       "builds is recorded as an infrastructure failure (NO_GPU), never as the candidate's failure",
                       highlight=False)
+    profile_of_evidence = EvidenceProfile(evidence or EvidenceProfile.PUBLISH.value)
     options = EvalOptions(trials=trials, time=timing, profile=profile, call_timeout_s=call_timeout_s,
+                          evidence=profile_of_evidence,
                           **({"timing_budget_ms": budget_ms} if budget_ms is not None else {}),
                           **({"lanes": lanes} if lanes is not None else {}))
     retired = None
     resumption = Resumption()
-    with EvalProgress(console, len(candidates), f"eval → {out}") as progress:
+    title = f"eval → {out}" + ("" if profile_of_evidence is EvidenceProfile.PUBLISH else " (evidence: sweep)")
+    with EvalProgress(console, len(candidates), title) as progress:
         try:
             if server is not None:
                 from ptxbench.client import Client, evaluate_on_server

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ptxbench.cli.grading import grader_for_refinement
-from ptxbench.cli.options import BaseUrl, MaxTokens, Samples, Seed, Server, ServerToken, Turns, server_token
+from ptxbench.cli.options import BaseUrl, Evidence, MaxTokens, Samples, Seed, Server, ServerToken, Turns, server_token
 from ptxbench.cli.output import console
 
 app = typer.Typer(no_args_is_help=True,
@@ -44,15 +44,20 @@ def fixit_repair(failures: Annotated[Path, typer.Argument()], teacher: _Teacher,
                  out: Annotated[Path, typer.Option("--out")] = Path("fixit/pairs.jsonl"),
                  work: Annotated[Path, typer.Option("--work", help="Run directory of the repair turns")
                                  ] = Path("fixit/repairs"),
-                 turns: Turns = 3, base_url: BaseUrl = None, server: Server = None, token: ServerToken = None) -> None:
-    """A teacher model fixes each failure through the refinement loop; only fixes that pass are kept."""
+                 turns: Turns = 3, base_url: BaseUrl = None, server: Server = None, token: ServerToken = None,
+                 evidence: Evidence = None) -> None:
+    """A teacher model fixes each failure through the refinement loop; only fixes that pass are kept.
+
+    --evidence defaults to publish on this machine and to sweep through --server (said when it runs)."""
     from ptxbench._io import read_jsonl, write_jsonl
     from ptxbench.fixit.mine import FailureCase
     from ptxbench.fixit.repair import repair
 
     server_token(server, token)
+    from ptxbench.records.evidence import EvidenceProfile
+
     cases = read_jsonl(failures, FailureCase)
-    grader = grader_for_refinement(server, token)
+    grader = grader_for_refinement(server, token, evidence, on_server=EvidenceProfile.SWEEP)
     try:
         pairs = repair(cases, teacher, work, grader, turns=turns, base_url=base_url)
     finally:

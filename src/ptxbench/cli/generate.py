@@ -10,6 +10,7 @@ from ptxbench.arch.registry import Arch
 from ptxbench.cli.grading import grader_for_refinement
 from ptxbench.cli.options import (
     Adapter,
+    Evidence,
     BaseUrl,
     Concurrency,
     Context,
@@ -53,14 +54,16 @@ def run(model: Model, tasks: Tasks = "all", arch: TargetArch = Arch.SM_90A, samp
         context: Context = "none", temperature: Temperature = 0.7, top_p: TopP = None,
         max_tokens: MaxTokens = 16384, concurrency: Concurrency = 4, out: OutDir = None,
         base_url: BaseUrl = None, adapter: Adapter = None, one_shot: OneShot = None,
-        dry_run: DryRun = False, server: Server = None, token: ServerToken = None) -> None:
-    """Generate and evaluate, refining over --turns with the evaluator's feedback (the main job)."""
+        dry_run: DryRun = False, server: Server = None, token: ServerToken = None, evidence: Evidence = None) -> None:
+    """Generate and evaluate, refining over --turns with the evaluator's feedback (the main job).
+
+    --evidence defaults to publish on this machine and to sweep through --server (said when it runs)."""
     arch = benchmark_arch(arch)
     server_token(server, token)
     chosen = _tasks(tasks)
     config = _config(model, chosen, arch, samples, turns, context, temperature, top_p, max_tokens, concurrency,
                      base_url, adapter, one_shot, evaluate=True)
-    _execute("run", chosen, config, out, dry_run, server, token)
+    _execute("run", chosen, config, out, dry_run, server, token, evidence)
 
 
 def _tasks(tasks: str) -> list[Task]:
@@ -84,7 +87,7 @@ def _config(model: str, chosen: list[Task], arch: Arch, samples: int, turns: int
 
 
 def _execute(command: str, chosen: list[Task], config: RunConfig, out: Path | None, dry_run: bool,
-             server: str | None = None, token: str | None = None) -> None:
+             server: str | None = None, token: str | None = None, evidence: str | None = None) -> None:
     from ptxbench.refine.loop import execute, plan, provider_errors
 
     if dry_run:
@@ -99,7 +102,9 @@ def _execute(command: str, chosen: list[Task], config: RunConfig, out: Path | No
         return
     from ptxbench.results.terminal import GenerationProgress
 
-    grader = grader_for_refinement(server, token) if config.evaluate else None
+    from ptxbench.records.evidence import EvidenceProfile
+
+    grader = grader_for_refinement(server, token, evidence, on_server=EvidenceProfile.SWEEP) if config.evaluate else None
     model, arch, context = config.model, config.arch, config.context.value
     target = out or Path("runs") / f"{command}-{model.replace(':', '-').replace('/', '_')}-{arch.value}-{context}"
     with GenerationProgress(console, len(chosen) * config.samples, f"{command} → {target}") as progress:

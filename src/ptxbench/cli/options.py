@@ -103,3 +103,22 @@ Server = Annotated[Optional[str], typer.Option("--server", help="Evaluate on a r
                                                "without it")]
 ServerToken = Annotated[Optional[str], typer.Option("--server-token", "--token", envvar="PTXBENCH_SERVE_TOKEN",
                                                     show_envvar=True, help="With --server: its access token")]
+
+
+# Named --evidence, not --profile: --profile/--no-profile already turns ncu on and off.
+EVIDENCE_HELP = ("Evidence profile: publish (every shown workload timed, ncu for every correct candidate: numbers to "
+                 "report) or sweep (the same correctness and guards, the timed workload alone timed, ncu only within "
+                 "2x the baseline's time: RL and repair loops)")
+
+
+def evidence_profile(value: Optional[str]) -> Optional[str]:
+    """Checked while the command line is parsed: publish or sweep (None: the command's default)."""
+    from ptxbench.records.evidence import EvidenceProfile
+
+    choices = [p.value for p in EvidenceProfile]
+    if value is not None and value not in choices:
+        fail(f"--evidence is {' or '.join(choices)}, not {value!r}")
+    return value
+
+
+Evidence = Annotated[Optional[str], typer.Option("--evidence", callback=evidence_profile, help=EVIDENCE_HELP)]

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ptxbench.cli.options import local_gpus
+from ptxbench.cli.options import EVIDENCE_HELP, evidence_profile, local_gpus
 from ptxbench.cli.output import fail
 from ptxbench.errors import PtxbenchError
 
@@ -35,6 +35,8 @@ def serve(
     allow_task_definitions: Annotated[bool, typer.Option("--allow-task-definitions", help="Accept whole task "
                                                          "definitions: their reference is Python the server runs "
                                                          "unsandboxed, so only for trusted clients")] = False,
+    evidence: Annotated[str, typer.Option("--evidence", callback=evidence_profile, help=(
+        f"{EVIDENCE_HELP}; for jobs whose options name none"))] = "sweep",
 ) -> None:
     """Serve the evaluator over HTTP: warm GPU workers, a durable job queue, stage results as they land.
 
@@ -50,7 +52,7 @@ def serve(
         config = ServeConfig(host=host, port=port, gpus=chosen, lanes=lanes or DEFAULT_LANES, state=state,
                              token=token or None, max_queue=max_queue,
                              max_request_bytes=int(max_request_mb * (1 << 20)), builders=builders,
-                             allow_task_definitions=allow_task_definitions)
+                             allow_task_definitions=allow_task_definitions, evidence=evidence)
     except PtxbenchError as exc:
         fail(str(exc))
     stopped_by = run_server(config)

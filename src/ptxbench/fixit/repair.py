@@ -20,7 +20,7 @@ from ptxbench.prompts import PROMPT_VERSION
 from ptxbench.prompts.conversation import Message
 from ptxbench.prompts.fixit import explain_request, repair_opening
 from ptxbench.records.rundir import RunDir, RunHeader
-from ptxbench.refine.graders import Grader
+from ptxbench.refine.graders import Grader, grader_evidence
 from ptxbench.refine.loop import RunConfig, run_item
 from ptxbench.tasks.loader import get_task
 
@@ -39,8 +39,8 @@ def repair(cases: list[FailureCase], teacher: str, out: Path, grader: Grader, *,
 
     config = RunConfig(model=teacher, tasks=sorted({c.attempt.task for c in cases}), turns=turns,
                        params=SamplingParams(temperature=temperature), base_url=base_url)
-    rundir = RunDir.open(out, RunHeader(kind="repair", config={**config.model_dump(mode="json"),
-                                                                "prompt_version": PROMPT_VERSION}))
+    rundir = RunDir.open(out, RunHeader(kind="repair", evidence=grader_evidence(grader),
+                                        config={**config.model_dump(mode="json"), "prompt_version": PROMPT_VERSION}))
     complete = completer(provider_for(teacher, base_url), default_completion_cache(), DEFAULT_TIMEOUT_S)
 
     async def all_cases() -> list[RepairPair]:

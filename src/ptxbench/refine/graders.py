@@ -19,6 +19,7 @@ from ptxbench.evaluate.judgement.static_only import static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.completion import Extraction
 from ptxbench.records.evaluation import Evaluation, Status
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.records.trajectory import Feedback, Stage
 from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.model import Task
@@ -32,6 +33,13 @@ LOG_LINES_SHOWN = 30
 
 class Grader(Protocol):
     def grade(self, task: Task, arch: Arch, source: str) -> Feedback: ...
+
+
+def grader_evidence(grader: object) -> EvidenceProfile:
+    """The evidence profile a grader's evaluations gather: publish for one that does not say (the static grader
+    gathers no GPU evidence at all)."""
+    evidence = getattr(grader, "evidence", None)
+    return evidence if isinstance(evidence, EvidenceProfile) else EvidenceProfile.PUBLISH
 
 
 def extraction_feedback(extraction: Extraction, entry_point: str) -> Feedback:
@@ -169,6 +177,11 @@ class GpuGrader:
     def __init__(self, evaluator: "GpuEvaluator") -> None:
         self.evaluator = evaluator
 
+    @property
+    def evidence(self) -> EvidenceProfile:
+        """The evidence profile its evaluations gather (recorded in the run header)."""
+        return self.evaluator.options.evidence
+
     def grade(self, task: Task, arch: Arch, source: str) -> Feedback:
         return gpu_feedback(self.evaluator.evaluate(task, arch, source), task)
 
@@ -177,13 +190,13 @@ class GpuGrader:
         self.evaluator.close()
 
 
-def grader_for_this_machine() -> StaticGrader | GpuGrader:
-    """The GPU grader where a GPU is visible, else the static grader (whose verdicts say they are not
-    GPU-verified)."""
+def grader_for_this_machine(evidence: EvidenceProfile = EvidenceProfile.PUBLISH) -> StaticGrader | GpuGrader:
+    """The GPU grader (gathering ``evidence``) where a GPU is visible, else the static grader (whose verdicts say
+    they are not GPU-verified)."""
     from ptxbench.evaluate.fleet.run import gpu_available
 
     if gpu_available():
-        from ptxbench.evaluate.evaluator import GpuEvaluator
+        from ptxbench.evaluate.evaluator import EvalOptions, GpuEvaluator
 
-        return GpuGrader(GpuEvaluator())
+        return GpuGrader(GpuEvaluator(EvalOptions(evidence=evidence)))
     return StaticGrader()

@@ -24,7 +24,7 @@ from ptxbench.records import Record
 from ptxbench.records.completion import Completion, Extraction, ExtractionStatus, Usage
 from ptxbench.records.rundir import RESULT_FILE, RunDir, RunHeader, load_result, write_model
 from ptxbench.records.trajectory import ItemResult, Turn, item_name
-from ptxbench.refine.graders import Grader, StaticGrader, extraction_feedback
+from ptxbench.refine.graders import Grader, StaticGrader, extraction_feedback, grader_evidence
 from ptxbench.tasks.model import Task
 
 
@@ -176,12 +176,13 @@ def provider_errors(results: list[ItemResult], shown: int = 3, width: int = 200)
             for reason, messages in zip(reasons, common)]
 
 
-def header_for(config: RunConfig) -> RunHeader:
+def header_for(config: RunConfig, grader: Grader | None = None) -> RunHeader:
+    """The run's header; its evidence profile is the grader's (publish for a grader that does not say)."""
     from ptxbench.toolchain.discover import find_toolchain
 
     toolchain = {name: tool.version for name, tool in find_toolchain().tools.items()}
     kind = "run" if config.evaluate else "generate"
-    return RunHeader(kind=kind, toolchain=toolchain,
+    return RunHeader(kind=kind, toolchain=toolchain, evidence=grader_evidence(grader),
                      config={**config.model_dump(mode="json"), "prompt_version": PROMPT_VERSION})
 
 
@@ -257,7 +258,7 @@ def execute(tasks: list[Task], config: RunConfig, out: Path | str, *, cache_dir:
     for task in tasks:
         build_conversation(task, config.arch, config.context, one_shot)
     provider = provider_for(config.model, config.base_url, config.adapter)
-    rundir = RunDir.open(out, header_for(config))
+    rundir = RunDir.open(out, header_for(config, grader))
     cache = CompletionCache(cache_dir) if cache_dir else default_completion_cache()
     complete = completer(provider, cache, config.request_timeout_s)
     return asyncio.run(run_all(tasks, config, rundir, complete, grader, on_done))

@@ -17,6 +17,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 from ptxbench.arch.registry import Arch
 from ptxbench.records import Record
 from ptxbench.records.evaluation import Evaluation, Generation
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.records.version import Versioned
 from ptxbench.serve.evaluation import DEFAULT_LANES, EvalOptions
 from ptxbench.static.report import current_stage
@@ -33,6 +34,9 @@ class JobOptions(EvalOptions):
     model_config = ConfigDict(extra="forbid")
 
     lanes: int = Field(default=DEFAULT_LANES, exclude=True, description="the server's; never sent or kept")
+    evidence: EvidenceProfile | None = Field(default=None, description=(  # type: ignore[assignment]
+        "publish | sweep; None: the server's (ptxbench serve --evidence, sweep unless told), resolved when the job "
+        "is accepted, so the job kept says which"))
 
     @model_validator(mode="before")
     @classmethod
@@ -41,9 +45,15 @@ class JobOptions(EvalOptions):
             raise ValueError("lanes is the server's setting (ptxbench serve --lanes), not a job's")
         return data
 
+    def identity(self) -> dict[str, Any]:
+        """What decides the verdict (lanes are not part of it). The profile is part of it only when it is sweep,
+        so a publish job's hashes are those of the jobs kept before profiles existed."""
+        exclude = {"lanes"} | ({"evidence"} if self.evidence in (None, EvidenceProfile.PUBLISH) else set())
+        return self.model_dump(mode="json", exclude=exclude)
+
     def digest(self) -> str:
-        """What decides the verdict, as one short hash (lanes are not part of it)."""
-        text = json.dumps(self.model_dump(exclude={"lanes"}), sort_keys=True)
+        """What decides the verdict, as one short hash."""
+        text = json.dumps(self.identity(), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -149,6 +159,8 @@ class JobView(Versioned):
     item: str
     events: list[StageEvent] = Field(default_factory=list)
     evaluation: Evaluation | None = None
+    evidence: EvidenceProfile = Field(default=EvidenceProfile.PUBLISH, description=(
+        "The evidence profile the job was accepted with (publish for a job kept before profiles existed)"))
 
 
 class Accepted(Record):

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from ptxbench.errors import PtxbenchError
 from ptxbench.records import Record
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.serve.evaluation import DEFAULT_LANES, HANDLER
 
 TOKEN_VARIABLE = "PTXBENCH_SERVE_TOKEN"
@@ -47,6 +48,8 @@ class ServeConfig(Record):
     builders: int | None = Field(default=None, ge=1, description="Candidates built at once ahead of the GPUs")
     allow_task_definitions: bool = Field(default=False, description=(
         "Accept whole task definitions (their reference is Python the server runs unsandboxed)"))
+    evidence: EvidenceProfile = Field(default=EvidenceProfile.SWEEP, description=(
+        "The evidence profile of a job whose options name none: sweep, the profile of RL and repair loops"))
     handler: str = HANDLER
     reference_device: str = "cuda"
 
@@ -92,7 +95,7 @@ def serve(config: ServeConfig, announce: bool = True) -> int | None:
     engine = Engine(config.gpus, config.lanes, builders=config.builders, handler=config.handler,
                     reference_device=config.reference_device, protect=[state])
     service = JobService(state, engine, max_queue=config.max_queue,
-                         allow_task_definitions=config.allow_task_definitions)
+                         allow_task_definitions=config.allow_task_definitions, evidence=config.evidence)
     stop = _Stop()
     with stop.catching():  # from the start: a signal while the GPUs open is kept, and the server then never listens
         try:
@@ -105,7 +108,8 @@ def serve(config: ServeConfig, announce: bool = True) -> int | None:
                 if announce:
                     where = f"{engine.slot_count} GPU slot(s)" if engine.on_gpus else "no GPU: build and read only"
                     threading.Thread(target=_announce, args=(server, f"ptxbench serve: http://{_url_host(config.host)}:"
-                                                                     f"{config.port} ({where}; state in {state})"),
+                                                                     f"{config.port} ({where}; evidence profile {config.evidence.value} "
+                                                                     f"unless a job names one; state in {state})"),
                                      daemon=True).start()
                 server.run()
                 if not server.started and stop.signal is None:

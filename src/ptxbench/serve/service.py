@@ -24,6 +24,7 @@ from ptxbench import __version__
 from ptxbench.context.wrappers import inline_wrapper_header
 from ptxbench.errors import PtxbenchError
 from ptxbench.records.evaluation import Evaluation
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.records.rundir import RESULT_FILE, load_result
 from ptxbench.serve.evaluation import Candidate, Engine, Submission
 from ptxbench.serve.models import (
@@ -91,9 +92,10 @@ class JobService:
     outside any sandbox (so only for clients trusted with that)."""
 
     def __init__(self, state: Path, engine: Engine, *, max_queue: int = 1000, ahead: int | None = None,
-                 allow_task_definitions: bool = False) -> None:
+                 allow_task_definitions: bool = False, evidence: EvidenceProfile = EvidenceProfile.SWEEP) -> None:
         self.state = state
         self.allow_task_definitions = allow_task_definitions
+        self.evidence = evidence  # the profile of a job whose options name none
         self.store = JobStore(state)
         self.engine = engine
         self.max_queue = max_queue
@@ -182,11 +184,13 @@ class JobService:
         source = inline_wrapper_header(request.source)
         source_hash = hashlib.sha256(source.encode()).hexdigest()
         options = request.options
-        dedupe = hashlib.sha256(json.dumps([source_hash, task.content_hash, request.arch.value,
-                                            options.model_dump(mode="json", exclude={"lanes"})],
+        if options.evidence is None:  # the server's profile, kept with the job
+            options = options.model_copy(update={"evidence": self.evidence})
+        dedupe = hashlib.sha256(json.dumps([source_hash, task.content_hash, request.arch.value, options.identity()],
                                            sort_keys=True).encode()).hexdigest()
         job_id = secrets.token_hex(8)
-        resolved = request.model_copy(update={"source": source, "task": None, "task_definition": task})
+        resolved = request.model_copy(update={"source": source, "task": None, "task_definition": task,
+                                              "options": options})
         row = JobRow(seq=0, id=job_id, dedupe=dedupe, state=JobState.QUEUED, request=resolved.model_dump_json(),
                      task=task.id, arch=request.arch.value, name=request.name or f"{task.id}-{job_id}.cu",
                      run_dir=f"{RUNS_FOLDER}/{request.arch.value}-{options.digest()}",
@@ -212,7 +216,8 @@ class JobService:
             evaluation = self.result(row)
         return JobView(id=row.id, state=row.state, task=row.task, arch=row.arch, name=row.name,
                        submitted_at=row.submitted_at, finished_at=row.finished_at, run_dir=row.run_dir, item=row.item,
-                       events=self.store.events(row.id) if with_events else [], evaluation=evaluation)
+                       events=self.store.events(row.id) if with_events else [], evaluation=evaluation,
+                       evidence=_job_evidence(row.request))
 
     def result(self, row: JobRow) -> Evaluation:
         """The job's evaluation, read from its run directory's result file."""
@@ -322,5 +327,14 @@ class JobService:
             with self._wake:
                 self._wake.notify_all()
 
-        self.engine.submit(row.seq, Submission(candidate=candidate, arch=request.arch, options=request.options,
+        options = request.options
+        if options.evidence is None:  # kept before profiles existed: the question it asked was publish's
+            options = options.model_copy(update={"evidence": EvidenceProfile.PUBLISH})
+        self.engine.submit(row.seq, Submission(candidate=candidate, arch=request.arch, options=options,
                                                out=self.state / row.run_dir, on_stage=on_stage, on_done=on_done))
+
+
+def _job_evidence(request: str) -> EvidenceProfile:
+    """The evidence profile a kept job was accepted with; a job kept before profiles existed was publish."""
+    options = json.loads(request).get("options") or {}
+    return EvidenceProfile(options.get("evidence") or EvidenceProfile.PUBLISH.value)
