@@ -31,6 +31,7 @@ from pydantic import Field
 from ptxbench.evaluate.judgement.static_only import decided_by_build, static_verdict
 from ptxbench.records.check import CheckReport
 from ptxbench.records.evaluation import Evaluation, Generation
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.records.rundir import RESULT_FILE, Result, RunDir, RunDirError, load_result
 from ptxbench.records.trajectory import ItemResult, Turn
 from ptxbench.records.version import Versioned
@@ -94,6 +95,9 @@ class Attempt(Versioned):
     status: str | None = None
     error_class: str = Field(description="'ok' or a taxonomy class such as 'compile.ptx_syntax'")
     verified_on_gpu: bool = False
+    evidence: EvidenceProfile = Field(default=EvidenceProfile.PUBLISH, description=(
+        "The evidence profile it was judged under: figures never mix two (``results.metrics.one_profile``). An "
+        "attempt is derived from its run on every read, so one without it (made before profiles) is publish"))
 
     def fast(self, p: float) -> bool:
         """fast_p: correct, required features executed, and at least p times the vendor baseline's speed."""
@@ -132,6 +136,7 @@ def _held_out_variant_workloads(task_id: str) -> frozenset[str]:
 
 
 def _from_evaluation(evaluation: Evaluation, base: dict[str, Any]) -> Attempt:
+    base = {**base, "evidence": evaluation.evidence}
     if evaluation.extraction is not None:
         return Attempt(**base, error_class=classify_evaluation(evaluation))
     static = evaluation.static
@@ -241,7 +246,8 @@ def _item_attempts(rundir: RunDir, result_file: Path, result: Result) -> list[At
         return [attempt for attempt, _ in _turns(rundir, result_file, result)]
     task_id, item = result_file.parent.parent.name, result_file.parent.name
     base = {"run": rundir.path.name, "arch": rundir.header.config.get("arch", "sm_90a"), "task": task_id,
-            "family": _family(task_id), "sample": item, **_labels(result.generation)}
+            "family": _family(task_id), "sample": item, **_labels(result.generation),
+            "evidence": rundir.header.evidence}
     return [_from_evaluation(result, base)]
 
 
@@ -260,7 +266,7 @@ def _turns(rundir: RunDir, result_file: Path, result: ItemResult) -> Iterator[tu
         base = {"run": rundir.path.name, "model": model, "provider": model.partition(":")[0] if model else None,
                 "condition": result.context.value, "arch": result.arch.value, "task": task_id,
                 "family": _family(task_id), "sample": result_file.parent.name, "turn": turn.turn,
-                "last_turn": turn is final}
+                "last_turn": turn is final, "evidence": rundir.header.evidence}
         yield turn_attempt(turn, base), turn
 
 

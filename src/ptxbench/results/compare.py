@@ -20,8 +20,8 @@ from ptxbench.records import Record
 from ptxbench.results.attempts import Attempt, DamagedItem, read_attempts
 from ptxbench.results.measured import NotMeasured, is_measured
 from ptxbench.results.metrics import (
-    CONFIDENCE, Estimate, MetricSummary, Problem, at_k, check_metric, format_rate, last_turns, summarize, task_rates,
-    threshold, unmeasured,
+    CONFIDENCE, Estimate, MetricSummary, Problem, at_k, check_metric, format_rate, last_turns, one_profile, summarize,
+    task_rates, threshold, unmeasured,
 )
 
 EXACT_LIMIT = 16
@@ -104,6 +104,7 @@ def compare_runs(a: list[Attempt], b: list[Attempt], metric: str = "correct", k:
     import numpy as np
 
     check_metric(metric)
+    one_profile([*a, *b])
     for label, attempts in ((label_a or _label(a, "A"), a), (label_b or _label(b, "B"), b)):
         if not is_measured(last_turns(attempts), metric):
             raise NotMeasured(f"{metric} was not measured in {label} (nothing in it reached that stage: a run "
@@ -168,6 +169,7 @@ def leaderboard(runs: dict[str, list[Attempt]], metric: str = "fast_1.0", k: int
     so a run that skipped the hard tasks cannot rank above one that did not.
     """
     check_metric(metric)
+    one_profile([x for attempts in runs.values() for x in attempts])
     speed = threshold(metric)
     ps = (speed.p,) if speed is not None and speed.kind == "fast" else ()
     sol_ps = (speed.p,) if speed is not None and speed.kind == "sol" else ()

@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Sequence
 
 from pydantic import Field
 
-from ptxbench.errors import OptionError
+from ptxbench.errors import OptionError, PtxbenchError
 from ptxbench.records import Record
+from ptxbench.records.evidence import EvidenceProfile
 from ptxbench.results.attempts import Attempt, DamagedItem
 from ptxbench.results.measured import State, is_measured, state
 from ptxbench.results.taxonomy import is_provider_error
@@ -418,6 +419,23 @@ def _summarize_group(group: dict[str, str | int | bool | None], attempts: list[A
         generalization=estimate(n_rates + 2), variant_generalization=estimate(n_rates + 3))
 
 
+class MixedProfiles(PtxbenchError, ValueError):
+    """Attempts of two evidence profiles asked for in one figure."""
+
+
+def one_profile(attempts: Sequence[Attempt]) -> EvidenceProfile | None:
+    """The one evidence profile of ``attempts`` (None: there are none), or ``MixedProfiles`` in one line naming the
+    profiles and their runs: sweep times another workload set and proves features on fewer candidates than
+    publish, so a rate or speedup over both would be neither's."""
+    runs: dict[EvidenceProfile, set[str]] = defaultdict(set)
+    for attempt in attempts:
+        runs[attempt.evidence].add(attempt.run)
+    if len(runs) > 1:
+        parts = "; ".join(f"{p.value}: {', '.join(sorted(names))}" for p, names in sorted(runs.items(), key=lambda i: i[0].value))
+        raise MixedProfiles(f"these results mix evidence profiles ({parts}): one figure takes runs of one profile")
+    return next(iter(runs), None)
+
+
 def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int = 1,
               ps: Sequence[float] = DEFAULT_PS, bootstrap: int = 1000, seed: int = 0,
               *, resample_tasks: bool | None = None, sol_ps: Sequence[float] = DEFAULT_SOL_PS) -> list[MetricSummary]:
@@ -435,6 +453,7 @@ def summarize(attempts: list[Attempt], by: tuple[str, ...] = ("task",), k: int =
                           f"{', '.join(Attempt.model_fields)})")
     if k < 1:
         raise ValueError(f"k must be >= 1 (got {k})")
+    one_profile(attempts)
     metrics = list(BASE_METRICS) + [fast_metric(p) for p in ps] + [sol_metric(p) for p in sol_ps]
     groups: dict[tuple[str | int | bool | None, ...], list[Attempt]] = defaultdict(list)
     for attempt in attempts:

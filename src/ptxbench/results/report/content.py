@@ -543,6 +543,8 @@ def provenance(attempts: list[Attempt], header: RunHeader | None) -> list[tuple[
         return ", ".join(found) or "—"
 
     items = [("run", values("run")), ("arch", values("arch"))]
+    if any(a.verified_on_gpu for a in attempts):  # what the GPU's evidence was gathered for (records.evidence)
+        items.append(("evidence", ", ".join(sorted({a.evidence.value for a in attempts}))))
     if any(a.model for a in attempts):
         items.append(("model", values("model")))
     if any(a.condition for a in attempts):
