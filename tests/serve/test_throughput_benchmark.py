@@ -55,3 +55,23 @@ def test_a_job_already_on_a_gpu_at_the_deadline_does_not_end_the_benchmark() -> 
     views = serve_throughput.collect(client, ["b", "a"], deadline_s=30.0)  # type: ignore[arg-type]
     assert [(v.id, v.state) for v in views] == [("b", JobState.RUNNING), ("a", JobState.DONE)]
     assert client.cancelled == ["b"]
+
+
+def _view(verdict: str, timings: list[tuple[str, float]]) -> SimpleNamespace:
+    evaluation = SimpleNamespace(verdict=verdict, timings=[SimpleNamespace(workload=w, speedup=s) for w, s in timings])
+    return SimpleNamespace(evaluation=evaluation, state=JobState.DONE)
+
+
+def test_the_agreement_pairs_each_candidate_on_sweeps_timed_workload() -> None:
+    sweep = {"a": _view("PASSED", [("timed", 1.01)]), "b": _view("PASSED", []), "c": _view("PASSED", [("timed", 2.0)])}
+    publish = {"a": _view("PASSED", [("visible", 3.0), ("timed", 1.0)]), "b": _view("INCORRECT", [])}
+    found = serve_throughput.agreement(sweep, publish)  # type: ignore[arg-type]
+    assert found["compared"] == 2 and found["verdicts_differ"] == ["b"]
+    assert found["by_candidate"]["a"]["publish_speedup"] == 1.0 and found["largest_speedup_difference_pct"] == 1.0
+
+
+def test_a_mixed_batch_takes_every_kind_of_candidate_in_turn(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    batch = serve_throughput.mixed(len(serve_throughput.MIX) + 1, tmp_path, "t")
+    assert [task for task, _, _ in batch] == [task for task, _ in serve_throughput.MIX] + ["gemm_bf16"]
+    assert len({body for _, _, body in batch}) == len(batch), "each a job of its own"
+    assert all(path.is_file() for _, path in serve_throughput.MIX)
