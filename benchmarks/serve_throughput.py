@@ -207,8 +207,8 @@ def main() -> int:
     tag = datetime.datetime.now().strftime("%H%M%S")
     if args.mix:
         batch = mixed(args.count, args.workdir, f"b{tag}_")
-        warm_files = sorted({(task, path) for task, path in MIX})  # one of each: every task's baseline cached
-        warm = [(task, f"{path.stem}_w{tag}", f"{path.read_text()}\n// warm-up {tag}\n") for task, path in warm_files]
+        firsts = {task: path for task, path in reversed(MIX)}  # each task's first file: every baseline cached
+        warm = [(task, f"{path.stem}_w{tag}", f"{path.read_text()}\n// warm-up {tag}\n") for task, path in firsts.items()]
     else:
         batch = [(args.task, name, body) for name, body in _candidates(args.source, args.count, args.workdir, f"b{tag}_")]
         warm = [(args.task, name, body) for name, body in

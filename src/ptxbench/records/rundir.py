@@ -231,7 +231,8 @@ class RunDir:
             before, now = _identity(previous.config), _identity(header.config)
             if previous.evidence is not header.evidence:
                 raise RunDirError(f"{path} holds a run of evidence profile {previous.evidence.value}, not "
-                                  f"{header.evidence.value}; choose a new --out directory")
+                                  f"{header.evidence.value}; resume it with --evidence {previous.evidence.value}, "
+                                  "or choose a new --out directory")
             if previous.kind != header.kind or before != now:
                 raise RunDirError(f"{path} holds a run with another configuration (differs in: "
                                   f"{', '.join(_differences(before, now)) or 'kind'}); choose a new --out directory")
