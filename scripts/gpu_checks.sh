@@ -26,6 +26,8 @@
 #   fixit        tests/gpu/test_fixit_gpu.py (needs the --llm wheels), 80 s
 #   serve        tests/gpu/test_serve_gpu.py: a batch and a Fixit repair through a real `ptxbench serve` (needs the --serve wheels), 360 s
 #   scaleout     tests/gpu/test_scaleout_gpu.py (the Ray part needs the --ray wheels), 240 s
+#   evidence     tests/gpu/test_evidence_profiles_gpu.py: sweep against publish (status, speedup) on the GEMM reference,
+#                plain examples and failing adversarial cases (issue 40), 420 s
 # and the benchmarks:
 #   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
@@ -38,6 +40,9 @@
 #   servebench benchmarks/serve_throughput.py against a warm `ptxbench serve --lanes 4` on GPU 0: 100 GEMM candidates
 #              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
 #              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 520 s
+#   sweepbench benchmarks/serve_throughput.py --mix --evidence both against a warm `ptxbench serve --lanes 4` on GPU 0:
+#              100 mixed candidates under sweep, then the first 20 again under publish, with the agreement table (each
+#              profile stops at its share of the limit; needs the --serve wheels), 580 s
 #   misses     benchmarks/ncu_against_vendor.py on the reference misses last profiled side by side with their best
 #              baseline (the evidence of benchmarks/reference_limits.toml for gemm_bf16's decode, rmsnorm's decode and
 #              softmax's long rows), about 40 s each, 200 s
@@ -101,6 +106,23 @@ for section in "${sections[@]}"; do
         fixit) run_pytest fixit 80 tests/gpu/test_fixit_gpu.py ;;
         serve) run_pytest serve 360 tests/gpu/test_serve_gpu.py ;;
         scaleout) run_pytest scaleout 240 tests/gpu/test_scaleout_gpu.py ;;
+        evidence) run_pytest evidence 420 tests/gpu/test_evidence_profiles_gpu.py ;;
+        sweepbench)
+            python3 -m ptxbench serve --gpus 0 --lanes 4 --state "$work/sweep-state" --port 8766 > "$work/sweep_server.log" 2>&1 &
+            server=$!
+            for _ in $(seq 90); do
+                python3 -c "import httpx; httpx.get('http://127.0.0.1:8766/v1/health', timeout=2).raise_for_status()" \
+                    2>/dev/null && break
+                sleep 1
+            done
+            share=$(limit 210)
+            timeout $((2 * share + 140)) python3 benchmarks/serve_throughput.py --server http://127.0.0.1:8766 --mix \
+                --evidence both --count 100 --publish-count 20 --deadline-s "$share" --workdir "$work/candidates-sweep" \
+                --out "$work/serve_sweep_publish.json" > "$work/sweepbench.log" 2>&1
+            echo "sweepbench: exit $?"
+            grep -E '"(evidence|finished|seconds|candidates_per_minute|compared|verdicts_differ|largest_speedup_difference_pct)"' \
+                "$work/sweepbench.log"
+            kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
         refs) timeout "$(limit 240)" python3 benchmarks/reference_kernels.py --out "$work/refs" > "$work/refs.log" 2>&1
               echo "refs: exit $?"; grep -E "^## " "$work/refs.log" ;;
         evaluator) timeout "$(limit 300)" python3 benchmarks/evaluator_benchmark.py --copies 4 \
@@ -166,6 +188,6 @@ for section in "${sections[@]}"; do
                     --timeout-s 55 --out "$work/ncu" > "$work/ncu_$1_$2.log" 2>&1
                 echo "misses $1 $2: exit $?"
             done ;;
-        *) echo "unknown section: $section (examples adversarial timed profiled hostile gold fixit serve scaleout refs evaluator multigpu variants_attention variants_memory variants_gemm servebench misses)" >&2 ;;
+        *) echo "unknown section: $section (examples adversarial timed profiled hostile gold fixit serve scaleout evidence refs evaluator multigpu variants_attention variants_memory variants_gemm servebench sweepbench misses)" >&2 ;;
     esac
 done
