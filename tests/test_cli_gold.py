@@ -22,8 +22,9 @@ def test_gold_evaluates_every_reference_kernel(tmp_path: Path, monkeypatch: pyte
     assert result.exit_code == 0, result.output
     records = sorted((tmp_path / "gold").rglob("result.json"))
     tasks = {json.loads(r.read_text())["task"] for r in records}
-    assert tasks >= {"add_rmsnorm", "attention_bwd", "attention_fwd", "decode_gqa_paged", "gemm_bf16", "gemm_fp8",
-                     "gemm_fp8_blockscale", "mla_decode_paged", "moe_grouped_gemm", "prefill_gqa_ragged", "rmsnorm",
+    assert tasks >= {"add_rmsnorm", "attention_bwd", "attention_fp8_fwd", "attention_fwd", "decode_gqa_paged",
+                     "gemm_bf16", "gemm_fp8", "gemm_fp8_blockscale", "mla_decode_paged", "moe_grouped_gemm",
+                     "prefill_gqa_ragged", "rmsnorm",
                      "rope", "silu_mul", "softmax", "transpose"}
     for record in records:
         evaluation = json.loads(record.read_text())

@@ -18,8 +18,9 @@ FILES = sorted(REFERENCE.glob("*.cu"))
 
 
 def test_attention_gemm_and_memory_bound_tasks_have_references() -> None:
-    assert {p.stem for p in FILES} >= {"add_rmsnorm", "attention_bwd", "attention_fwd", "decode_gqa_paged", "gemm_bf16",
-                                       "gemm_fp8", "gemm_fp8_blockscale", "mla_decode_paged", "moe_grouped_gemm",
+    assert {p.stem for p in FILES} >= {"add_rmsnorm", "attention_bwd", "attention_fp8_fwd", "attention_fwd",
+                                       "decode_gqa_paged", "gemm_bf16", "gemm_fp8", "gemm_fp8_blockscale",
+                                       "mla_decode_paged", "moe_grouped_gemm",
                                        "prefill_gqa_ragged", "rmsnorm", "rope", "silu_mul", "softmax", "transpose"}
 
 

@@ -112,6 +112,19 @@ def test_attention_reference_is_right_at_every_tile_edge(evaluator) -> None:  # 
     assert len({t.workload for t in evaluation.trials}) == len(named)
 
 
+def test_attention_fp8_reference_is_right_at_every_tile_edge(evaluator) -> None:  # type: ignore[no-untyped-def]
+    """The fp8 kernel's edges at the lengths its contract allows (multiples of 64): one 64-row warpgroup (the CTA's
+    second wholly past S: no Q, every tile handed back), one and two full 128-row tiles, half a tile past them
+    (the last 128-key tile half masked past S), the 3-stage K ring and 2-stage V rings wrapped (S = 640, 1088),
+    causal and not, with two heads per batch so the tensor maps' head stride is exercised. Not yet run on a GPU;
+    tests/test_reference_fp8_attention_model.py checks the P fragment and V transpose on the CPU."""
+    named = {f"b{b}-h{h}-s{s}-c{c}": {"B": b, "H": h, "S": s, "causal": c}
+             for b, h, s in ((1, 2, 64), (2, 2, 128), (1, 3, 192), (1, 2, 256), (2, 2, 320), (1, 2, 640),
+                             (1, 2, 1088))
+             for c in (0, 1)}
+    assert_passes_on(evaluator, "attention_fp8_fwd", named)
+
+
 def test_attention_bwd_reference_is_right_at_every_tile_edge(evaluator) -> None:  # type: ignore[no-untyped-def]
     """Lengths at and either side of the backward kernels' edges: the dK/dV kernel's 64-query steps and key tiles
     (128 keys, 64 a warpgroup; 64 keys at D = 256, the second warpgroup's keys wholly past S when S <= 64), the dQ

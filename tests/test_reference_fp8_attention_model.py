@@ -1,0 +1,183 @@
+"""A NumPy model of the index maps of the attention_fp8_fwd reference kernel
+(kernels/reference/sm_90a/attention_fp8_fwd.cu), the parts a CPU can check and a GPU run would only show as a
+wrong number: the P fragment (the fp32 accumulator of S packed into the e4m3 A operand of P · V without moving
+data between lanes, which works because keys are permuted) and the in-smem V transpose that must apply the same
+key permutation and leave Vᵀ in the 128-byte-swizzled K-major layout the wgmma descriptor reads.
+
+The layouts are written here from the PTX ISA, independently of the kernel: the wgmma f32 accumulator (warp w
+owns rows 16w..16w+15; register i at row lane/4 + 8((i >> 1) & 1), column 8(i >> 2) + 2(lane % 4) + (i & 1)),
+the e4m3 A fragment of m64nNk32 (per warp the mma.m16n8k32 A layout: byte e of register r at row
+lane/4 + 8(r & 1), column 16(r >> 1) + 4(lane % 4) + e), and the 128-byte swizzle (16-byte chunk XOR row % 8).
+The kernel's own formulas are mirrored below and pinned to its source text, so a change there fails here until
+the model follows. What it cannot show: descriptors, TMA boxes and timing, which only a GPU run checks."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from ptxbench.kernels import reference_folder
+
+KERNEL = reference_folder("sm_90a") / "attention_fp8_fwd.cu"
+BKV = 128  # keys per tile
+D = 128  # head dimension: bytes per row of V
+THREADS = 128  # one warpgroup
+
+
+def _source() -> str:
+    return re.sub(r"\s+", " ", KERNEL.read_text())
+
+
+# ---- the PTX ISA's layouts ----------------------------------------------------------------------------------
+
+def acc_position(thread: int, i: int) -> tuple[int, int]:
+    """(row, column) of fp32 accumulator register i of a warpgroup thread in an m64nN wgmma."""
+    warp, lane = divmod(thread, 32)
+    return 16 * warp + lane // 4 + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * (lane % 4) + (i & 1)
+
+
+def a_e4m3_position(thread: int, r: int, e: int) -> tuple[int, int]:
+    """(row, K column within the k32 block) of byte e of A register r in an e4m3 m64nNk32 wgmma."""
+    warp, lane = divmod(thread, 32)
+    return 16 * warp + lane // 4 + 8 * (r & 1), 16 * (r >> 1) + 4 * (lane % 4) + e
+
+
+def sw128(row: int, byte: int) -> int:
+    """Byte offset of (row, byte) in a 1024-byte-aligned tile of 128-byte rows with the 128-byte swizzle."""
+    return row * 128 + ((((byte >> 4) ^ (row & 7)) << 4) | (byte & 15))
+
+
+# ---- the kernel's maps, as its source writes them -----------------------------------------------------------
+
+def key_of(kappa: int) -> int:
+    """The key at logical K position kappa of a tile (of Vᵀ's rows and of P's columns)."""
+    g, e = divmod(kappa, 4)
+    return 32 * (g >> 3) + 16 * ((g >> 2) & 1) + 2 * (g & 3) + (e & 1) + 8 * (e >> 1)
+
+
+def p_source(kb: int, r: int, e: int) -> int:
+    """The accumulator register that pack_p puts in byte e of register r of k-block kb."""
+    return 16 * kb + 8 * (r >> 1) + 2 * (r & 1) + (0, 1, 4, 5)[e]
+
+
+def transposer_units(thread: int) -> list[tuple[list[int], list[int]]]:
+    """Per unit (in order): the V bytes (offsets in the raw tile) of the four loads, then the Vᵀ offsets of the four
+    stores, each store's word built from the loads' byte i (i = s ^ rot)."""
+    warp, lane = divmod(thread, 32)
+    dg = (lane & 7) | (warp << 3)
+    rot = (lane >> 1) & 3
+    units = []
+    for unit in range(8):
+        g = ((lane >> 3) & 3) | (unit << 2)
+        key0 = 32 * (g >> 3) + 16 * ((g >> 2) & 1) + 2 * (g & 3)
+        loads = [sw128(key0 + (e & 1) + 8 * (e >> 1), 4 * dg) for e in range(4)]
+        stores = [sw128(4 * dg + (s ^ rot), 4 * g) for s in range(4)]
+        units.append((loads, stores))
+    return units
+
+
+def test_the_model_is_the_kernels_source() -> None:
+    """Each formula above, as the kernel spells it."""
+    source = _source()
+    for text in ("16 * kb + 8 * (r >> 1) + 2 * (r & 1)",
+                 "pack_e4m3x4(acc[b], acc[b + 1], acc[b + 4], acc[b + 5])",
+                 "32 * (g >> 3) + 16 * ((g >> 2) & 1) + 2 * (g & 3)",
+                 "key0 + (e & 1) + 8 * (e >> 1), 4 * dg",
+                 "(lane & 7) | (warp << 3)", "(lane >> 1) & 3", "((lane >> 3) & 3) | (unit << 2)",
+                 "static_cast<uint32_t>(s) ^ rot", "i | ((i + 4) << 4)",
+                 "sw128_offset(4 * dg + i, 4 * g), byte_perm(low, high, 0x5410)",
+                 "for (int unit = 0; unit < 8; ++unit)",
+                 "transpose_v(s.v[raw.stage], s.vt[out.stage], tid % 32, tid / 32)",
+                 "wgmma_m64n128k32_e4m3_rs(o, p[kb], vt_desc + 2 * kb"):
+        assert text in source, text
+
+
+def test_the_key_permutation_is_a_bijection_within_each_32_key_block() -> None:
+    keys = [key_of(kappa) for kappa in range(BKV)]
+    assert sorted(keys) == list(range(BKV))
+    assert all(key_of(kappa) // 32 == kappa // 32 for kappa in range(BKV))
+    assert keys != list(range(BKV))  # a real permutation: the identity would need lane shuffles
+
+
+def test_packed_p_is_the_a_fragment_of_the_permuted_keys() -> None:
+    """Byte e of register r of k-block kb holds, per the ISA's A layout, P[row, 32kb + kappa]; the kernel packs
+    accumulator register p_source, which per the accumulator layout is S[row, key_of(32kb + kappa)]: the same row,
+    and the key the Vᵀ row kappa holds. Every accumulator register is packed exactly once."""
+    for thread in range(THREADS):
+        used = []
+        for kb in range(BKV // 32):
+            for r in range(4):
+                for e in range(4):
+                    row, kappa = a_e4m3_position(thread, r, e)
+                    source = p_source(kb, r, e)
+                    used.append(source)
+                    assert acc_position(thread, source) == (row, key_of(32 * kb + kappa)), (thread, kb, r, e)
+        assert sorted(used) == list(range(BKV // 2))
+
+
+def _transpose(v_tile: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run every producer thread's transposer over a raw (swizzled) V tile: Vᵀ, and how often each byte was
+    read and written."""
+    raw = np.zeros(BKV * D, dtype=np.uint8)
+    for key in range(BKV):
+        for byte in range(D):
+            raw[sw128(key, byte)] = v_tile[key, byte]
+    out = np.zeros_like(raw)
+    reads = np.zeros(raw.size, dtype=int)
+    writes = np.zeros(raw.size, dtype=int)
+    for thread in range(THREADS):
+        for loads, stores in transposer_units(thread):
+            words = [raw[a:a + 4] for a in loads]
+            for a in loads:
+                reads[a:a + 4] += 1
+            for s, address in enumerate(stores):
+                i = s ^ (((thread % 32) >> 1) & 3)
+                out[address:address + 4] = [words[e][i] for e in range(4)]  # PRMT: byte i of each load
+                writes[address:address + 4] += 1
+    return out, reads, writes
+
+
+def test_the_transposer_writes_permuted_vt_in_the_wgmma_k_major_layout() -> None:
+    """Every raw byte read once, every Vᵀ byte written once, and the B operand the K-major swizzled descriptor
+    reads (row n = head dimension, byte kappa = logical key) is V[key_of(kappa), n]."""
+    rng = np.random.default_rng(7)
+    v_tile = rng.integers(0, 256, size=(BKV, D), dtype=np.uint8)
+    vt, reads, writes = _transpose(v_tile)
+    assert (reads == 1).all() and (writes == 1).all()
+    b = np.array([[vt[sw128(n, kappa)] for n in range(D)] for kappa in range(BKV)])
+    expected = v_tile[[key_of(kappa) for kappa in range(BKV)], :]
+    np.testing.assert_array_equal(b, expected)
+
+
+def test_p_times_the_transposed_tile_is_p_times_v() -> None:
+    """End to end in the register layouts: scores placed in accumulators, packed as the kernel packs them, read
+    back through the ISA's A layout, times Vᵀ as the descriptor reads it: exactly the product with V."""
+    rng = np.random.default_rng(11)
+    p = rng.integers(-8, 9, size=(64, BKV)).astype(np.float64)
+    v_tile = rng.integers(0, 256, size=(BKV, D), dtype=np.uint8)
+    acc = np.array([[p[acc_position(t, i)] for i in range(BKV // 2)] for t in range(THREADS)])
+    a = np.zeros((64, BKV))
+    for t in range(THREADS):
+        for kb in range(BKV // 32):
+            for r in range(4):
+                for e in range(4):
+                    row, kappa = a_e4m3_position(t, r, e)
+                    a[row, 32 * kb + kappa] = acc[t, p_source(kb, r, e)]
+    vt, _, _ = _transpose(v_tile)
+    b = np.array([[vt[sw128(n, kappa)] for n in range(D)] for kappa in range(BKV)], dtype=np.float64)
+    np.testing.assert_array_equal(a @ b, p @ v_tile.astype(np.float64))
+
+
+@pytest.mark.parametrize("kind", ["loads", "stores"])
+def test_every_transposer_access_of_a_warp_hits_32_distinct_banks(kind: str) -> None:
+    """Each 4-byte shared-memory instruction of a warp (one unit, one of its four loads or stores, 32 lanes)
+    touches 32 distinct banks: one wavefront, no conflicts, in every warp and unit."""
+    index = 0 if kind == "loads" else 1
+    for warp in range(4):
+        per_lane = [transposer_units(32 * warp + lane) for lane in range(32)]
+        for unit in range(8):
+            for step in range(4):
+                banks = {(per_lane[lane][unit][index][step] // 4) % 32 for lane in range(32)}
+                assert len(banks) == 32, (kind, warp, unit, step)
