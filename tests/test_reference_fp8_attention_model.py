@@ -9,7 +9,10 @@ owns rows 16w..16w+15; register i at row lane/4 + 8((i >> 1) & 1), column 8(i >>
 the e4m3 A fragment of m64nNk32 (per warp the mma.m16n8k32 A layout: byte e of register r at row
 lane/4 + 8(r & 1), column 16(r >> 1) + 4(lane % 4) + e), and the 128-byte swizzle (16-byte chunk XOR row % 8).
 The kernel's own formulas are mirrored below and pinned to its source text, so a change there fails here until
-the model follows. What it cannot show: descriptors, TMA boxes and timing, which only a GPU run checks."""
+the model follows. A last model runs the pipeline's actors (producer thread 0 issuing every copy, the other 127
+transposer threads, two consumer warpgroups) against the K, raw V and Vᵀ rings under random schedules and checks
+that every CTA finishes and that every parity wait names one phase. What it cannot show: descriptors, TMA boxes
+and timing, which only a GPU run checks."""
 
 from __future__ import annotations
 
@@ -90,7 +93,9 @@ def test_the_model_is_the_kernels_source() -> None:
                  "sw128_offset(4 * dg + i, 4 * g), byte_perm(low, high, 0x5410)",
                  "for (int unit = 0; unit < 8; ++unit)",
                  "transpose_v(s.v[raw.stage], s.vt[out.stage], tid % 32, tid / 32)",
-                 "wgmma_m64n128k32_e4m3_rs(o, p[kb], vt_desc + 2 * kb"):
+                 "wgmma_m64n128k32_e4m3_rs(o, p[kb], vt_desc + 2 * kb",
+                 "constexpr int K_STAGES = 3;", "constexpr int V_STAGES = 2;", "constexpr int VT_STAGES = 2;",
+                 "s.v_ring.init(V_STAGES, 128);", "ptx::mbar_init(&s.vt_ring.full[i], 128);"):
         assert text in source, text
 
 
@@ -181,3 +186,109 @@ def test_every_transposer_access_of_a_warp_hits_32_distinct_banks(kind: str) -> 
             for step in range(4):
                 banks = {(per_lane[lane][unit][index][step] // 4) % 32 for lane in range(32)}
                 assert len(banks) == 32, (kind, warp, unit, step)
+
+
+# ---- the pipeline: producer thread 0, the other 127 transposer threads, two consumers, five mbarrier rings ----
+
+K_STAGES, V_STAGES, VT_STAGES, ROWS = 3, 2, 2, 128
+
+
+class Barrier:
+    """An mbarrier: a phase completes after `count` arrivals (a TMA's bytes count as landed at once)."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.arrived, self.completed = count, 0, 0
+
+    def arrive(self, times: int = 1) -> None:
+        self.arrived += times
+        assert self.arrived <= self.count, "more arrivals than the phase takes"
+        if self.arrived == self.count:
+            self.arrived, self.completed = 0, self.completed + 1
+
+
+def _wait(bar: Barrier, phase: int):  # type: ignore[no-untyped-def]
+    """Wait until phase number `phase` of `bar` completed; its parity must name it unambiguously."""
+    while bar.completed <= phase:
+        yield
+    assert bar.completed <= phase + 2, "the parity wait could be answered by a later phase"
+
+
+def _ring(stages: int, empty_count: int, full_count: int = 1) -> tuple[list[Barrier], list[Barrier]]:
+    return [Barrier(full_count) for _ in range(stages)], [Barrier(empty_count) for _ in range(stages)]
+
+
+def _pipeline(S: int, causal: int, q0: int, order: np.random.Generator) -> None:
+    """Run the kernel's actors for one CTA under a random schedule; fail on deadlock or an ambiguous wait."""
+    kv_tiles = -(-(min(S, q0 + ROWS) if causal else S) // BKV)
+    k_full, k_empty = _ring(K_STAGES, 2)
+    v_full, v_empty = _ring(V_STAGES, 128)
+    vt_full, vt_empty = _ring(VT_STAGES, 2, full_count=128)
+    k_issued, v_issued = [0], [0]
+
+    def load(full, empty, stages, issued):  # type: ignore[no-untyped-def]
+        j = issued[0]
+        if j >= stages:  # the stage's previous use, tile j - stages, released
+            yield from _wait(empty[j % stages], j // stages - 1)
+        full[j % stages].arrive()
+        issued[0] += 1
+
+    def transposer(weight: int, issues: bool):  # type: ignore[no-untyped-def]
+        if issues:
+            for _ in range(min(K_STAGES, kv_tiles)):
+                yield from load(k_full, k_empty, K_STAGES, k_issued)
+            for _ in range(min(V_STAGES, kv_tiles)):
+                yield from load(v_full, v_empty, V_STAGES, v_issued)
+        for j in range(kv_tiles):
+            yield from _wait(v_full[j % V_STAGES], j // V_STAGES)
+            if j >= VT_STAGES:
+                yield from _wait(vt_empty[j % VT_STAGES], j // VT_STAGES - 1)
+            vt_full[j % VT_STAGES].arrive(weight)
+            v_empty[j % V_STAGES].arrive(weight)
+            if issues:
+                if j + K_STAGES < kv_tiles:
+                    yield from load(k_full, k_empty, K_STAGES, k_issued)
+                if j + V_STAGES < kv_tiles:
+                    yield from load(v_full, v_empty, V_STAGES, v_issued)
+
+    def consumer(q0w: int):  # type: ignore[no-untyped-def]
+        tiles = 0 if q0w >= S else kv_tiles if not causal else min(kv_tiles, -(-min(S, q0w + 64) // BKV))
+        for j in range(tiles + 1):  # S_j with P_{j-1} · V_{j-1}, as the main loop orders them
+            if j < tiles:
+                yield from _wait(k_full[j % K_STAGES], j // K_STAGES)
+            if j > 0:
+                yield from _wait(vt_full[(j - 1) % VT_STAGES], (j - 1) // VT_STAGES)
+            if j < tiles:
+                k_empty[j % K_STAGES].arrive()
+            if j > 0:
+                vt_empty[(j - 1) % VT_STAGES].arrive()
+        for j in range(tiles, kv_tiles):  # handed back unread
+            yield from _wait(k_full[j % K_STAGES], j // K_STAGES)
+            k_empty[j % K_STAGES].arrive()
+            yield from _wait(vt_full[j % VT_STAGES], j // VT_STAGES)
+            vt_empty[j % VT_STAGES].arrive()
+
+    actors = [transposer(1, True), transposer(127, False), consumer(q0), consumer(q0 + 64)]
+    bars = k_full + k_empty + v_full + v_empty + vt_full + vt_empty
+    idle, state = 0, None
+    while actors:
+        actor = actors[int(order.integers(len(actors)))]
+        try:
+            next(actor)
+        except StopIteration:
+            actors.remove(actor)
+        now = (len(actors), tuple((b.arrived, b.completed) for b in bars))
+        idle = idle + 1 if now == state else 0
+        state = now
+        assert idle < 1000, f"deadlock at S={S} causal={causal} q0={q0}"
+    assert k_issued[0] == v_issued[0] == kv_tiles
+    assert all(b.arrived == 0 for b in k_empty + v_empty + vt_full + vt_empty)
+
+
+@pytest.mark.parametrize("causal", [0, 1])
+def test_the_pipeline_finishes_on_every_query_tile(causal: int) -> None:
+    """Every CTA's actors finish under random schedules: one tile, a second warpgroup past S, rings wrapped."""
+    order = np.random.default_rng(3)
+    for S in (64, 128, 192, 640, 1088):
+        for q0 in range(0, S, ROWS):
+            for _ in range(3):
+                _pipeline(S, causal, q0, order)
