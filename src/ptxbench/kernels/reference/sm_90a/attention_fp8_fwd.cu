@@ -49,7 +49,11 @@
 // free): probabilities in [2^-14, 1] then round as e4m3 normals (relative 2^-4) instead of subnormals, a
 // finer absolute error than the task's model assumes (2^-18 instead of 2^-10 below 2^-6); O and l carry
 // the same 2^8, which cancels in O / l and is subtracted from LSE. O accumulates in the wgmma's fp32
-// registers across tiles.
+// registers across tiles, through the same 14-bit accumulator: each k-step aligns its 32 products p·v to the
+// largest of them and the running O, so on long rows the small products lose low bits; their signs are mixed
+// (V is centred), so the loss averages out rather than drifting, and it is far below the e4m3 rounding of P that
+// the O tolerance is built on. Keeping a promoted fp32 copy of O would need 64 more registers per thread than the
+// 168 that three warpgroups leave.
 //
 // Masking and partial tiles: Q, K, V are 3-D tensor maps [B*H][S][128] of bytes, so a tile that runs past S
 // reads zeros from the same head; keys >= S are masked to -inf in the last tile, and the causal mask is
@@ -220,6 +224,7 @@ __device__ __forceinline__ void producer(Shared& s, const CUtensorMap* map_q, co
   for (int j = 0; j < w.kv_tiles; ++j) {
     s.v_ring.consumer_wait(raw);
     ptx::mbar_wait(&s.vt_ring.empty[out.stage], out.phase ^ 1);  // the consumers are done with Vᵀ_{j-2}
+    ptx::fence_proxy_async_smem();  // their wgmma reads (async proxy) before these generic writes
     transpose_v(s.v[raw.stage], s.vt[out.stage], tid % 32, tid / 32);
     ptx::fence_proxy_async_smem();         // these generic writes before the consumers' wgmma reads
     ptx::mbar_arrive(&s.vt_ring.full[out.stage]);
