@@ -70,19 +70,32 @@ def p_source(kb: int, r: int, e: int) -> int:
 
 
 def transposer_units(thread: int) -> list[tuple[list[int], list[int]]]:
-    """Per unit (in order): the V bytes (offsets in the raw tile) of the four loads, then the Vᵀ offsets of the four
-    stores, each store's word built from the loads' byte i (i = s ^ rot)."""
+    """Per unit (in order): the offsets in the raw V tile of the four loads, then the Vᵀ offsets of the four stores,
+    each store's word built from the loads' byte i (i = s ^ rot), computed as the kernel computes them (a base
+    plus immediates for loads, a base XOR the unit for stores; both tiles 1024-byte aligned, so offsets here)."""
     warp, lane = divmod(thread, 32)
+    t = (lane >> 3) & 3
     dg = (lane & 7) | (warp << 3)
     rot = (lane >> 1) & 3
-    units = []
-    for unit in range(8):
-        g = ((lane >> 3) & 3) | (unit << 2)
-        key0 = 32 * (g >> 3) + 16 * ((g >> 2) & 1) + 2 * (g & 3)
-        loads = [sw128(key0 + (e & 1) + 8 * (e >> 1), 4 * dg) for e in range(4)]
-        stores = [sw128(4 * dg + (s ^ rot), 4 * g) for s in range(4)]
-        units.append((loads, stores))
-    return units
+    load_base = [(2 * t + h) * 128 + (((dg >> 2) ^ (2 * t + h)) << 4) + (dg & 3) * 4 for h in range(2)]
+    store_base = []
+    for s in range(4):
+        row = 4 * dg + (s ^ rot)
+        store_base.append((row * 128 + 4 * t) | ((row & 7) << 4))
+    return [([load_base[e & 1] + 1024 * (e >> 1) + 2048 * unit for e in range(4)],
+             [store_base[s] ^ (unit << 4) for s in range(4)]) for unit in range(8)]
+
+
+def test_the_transposers_address_shortcuts_are_the_swizzle() -> None:
+    """Unit u of a thread is logical group g = t | u << 2: its loads are the swizzled rows of the keys key_of puts
+    at 4g..4g+3 (column 4dg), its stores the swizzled rows 4dg + (s ^ rot) at byte 4g."""
+    for thread in range(THREADS):
+        warp, lane = divmod(thread, 32)
+        t, dg, rot = (lane >> 3) & 3, (lane & 7) | (warp << 3), (lane >> 1) & 3
+        for unit, (loads, stores) in enumerate(transposer_units(thread)):
+            g = t | (unit << 2)
+            assert loads == [sw128(key_of(4 * g + e), 4 * dg) for e in range(4)]
+            assert stores == [sw128(4 * dg + (s ^ rot), 4 * g) for s in range(4)]
 
 
 def test_the_model_is_the_kernels_source() -> None:
@@ -90,16 +103,20 @@ def test_the_model_is_the_kernels_source() -> None:
     source = _source()
     for text in ("16 * kb + 8 * (r >> 1) + 2 * (r & 1)",
                  "pack_e4m3x4(acc[b], acc[b + 1], acc[b + 4], acc[b + 5])",
-                 "32 * (g >> 3) + 16 * ((g >> 2) & 1) + 2 * (g & 3)",
-                 "key0 + (e & 1) + 8 * (e >> 1), 4 * dg",
-                 "(lane & 7) | (warp << 3)", "(lane >> 1) & 3", "((lane >> 3) & 3) | (unit << 2)",
-                 "static_cast<uint32_t>(s) ^ rot", "i | ((i + 4) << 4)",
-                 "sw128_offset(4 * dg + i, 4 * g), byte_perm(low, high, 0x5410)",
-                 "for (int unit = 0; unit < 8; ++unit)",
+                 "t = static_cast<uint32_t>((lane >> 3) & 3)", "(lane & 7) | (warp << 3)", "(lane >> 1) & 3",
+                 "const uint32_t key = 2 * t + static_cast<uint32_t>(h);",
+                 "load_base[h] = v + key * 128 + (((dg >> 2) ^ key) << 4) + (dg & 3) * 4;",
+                 "const uint32_t i = static_cast<uint32_t>(s) ^ rot; const uint32_t row = 4 * dg + i;",
+                 "store_base[s] = (vt + row * 128 + 4 * t) | ((row & 7) << 4);", "sel[s] = i | ((i + 4) << 4);",
+                 "for (int pair = 0; pair < 4; ++pair)",
+                 "lds32(load_base[e & 1] + 1024 * (e >> 1) + 2048 * (2 * pair + k))",
+                 "byte_perm(word[k][0], word[k][1], sel[s])", "byte_perm(word[k][2], word[k][3], sel[s])",
+                 "sts32(store_base[s] ^ ((2 * pair + k) << 4), byte_perm(low, high, 0x5410))",
                  "transpose_v(s.v[raw.stage], s.vt[out.stage], tid % 32, tid / 32)",
                  "wgmma_m64n128k32_e4m3_rs(o, p[kb], vt_desc + 2 * kb",
                  "constexpr int K_STAGES = 3;", "constexpr int V_STAGES = 2;", "constexpr int VT_STAGES = 2;",
-                 "s.v_ring.init(V_STAGES, 128);", "ptx::mbar_init(&s.vt_ring.full[i], 128);"):
+                 "s.v_ring.init(V_STAGES, 128);", "ptx::mbar_init(&s.vt_ring.full[i], 128);",
+                 "static_assert(TILE_BYTES % 1024 == 0 && Q_PART_BYTES % 1024 == 0"):
         assert text in source, text
 
 

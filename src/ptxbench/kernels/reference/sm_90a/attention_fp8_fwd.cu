@@ -34,7 +34,8 @@
 //
 // The V transpose: each producer thread handles 8 units of 4 logical keys x 4 head-dimension bytes: it loads
 // four 4-byte words (the four keys' rows at d = 4dg..4dg+3) from the swizzled raw tile, and writes four
-// 4-byte words (rows d of Vᵀ, each with the four keys' bytes) with byte permutes (PRMT). Lane bits 0-2 give
+// 4-byte words (rows d of Vᵀ, each with the four keys' bytes) built by three byte permutes (PRMT) each; the
+// swizzled addresses cost one XOR per store and none per load (see transpose_v). Lane bits 0-2 give
 // dg's low bits, warp dg's high bits, lane bits 3-4 and the unit index the key group; each thread writes its
 // four rows in an order rotated by (lane >> 1) & 3. With that assignment every load and every store of a
 // warp touches 32 distinct banks (checked exhaustively by the model test). Vᵀ is written in the 128-byte
@@ -84,6 +85,8 @@ constexpr int K_STEPS = BKV / 32;             // k32 steps of P · V (and of Q �
 constexpr float LN2 = 0.6931471805599453f;
 constexpr float P_SHIFT = 8.0f;               // P is scaled by 2^8 before its e4m3 rounding
 static_assert(128 * (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) <= 65536, "register file");
+static_assert(TILE_BYTES % 1024 == 0 && Q_PART_BYTES % 1024 == 0, "tiles 1024-byte aligned: the swizzle, and the "
+              "transposer's XOR addressing, need it");
 
 // Every tile is 128-byte swizzled and 1024-byte aligned (all sizes are multiples of 1024).
 struct Shared {
@@ -183,25 +186,43 @@ __device__ __forceinline__ void sts32(uint32_t addr, uint32_t value) {
 
 // One raw V tile (row = key, swizzled) to Vᵀ (row = d, swizzled, keys permuted: logical 4-byte group g of a row
 // holds keys 32(g >> 3) + 16((g >> 2) & 1) + 2(g & 3) + {0, 1, 8, 9}). Thread: lane, warp of the producer.
+// Unit u of a thread has g = t | u << 2 (t = (lane >> 3) & 3), so its keys are 16u + 2t + (e & 1) + 8(e >> 1):
+// a load's row % 8 is 2t + (e & 1) whatever the unit, and its swizzled address is a per-thread base plus
+// 1024 (e >> 1) + 2048u, immediates. A store goes to row 4dg + i, bytes 4t + 16u: chunk u ^ (row % 8), and the
+// rest of the address has bits 4-6 clear, so it is a per-thread constant XOR (u << 4), one instruction.
 __device__ __forceinline__ void transpose_v(const uint8_t* v_tile, uint8_t* vt_tile, int lane, int warp) {
   const uint32_t v = ptx::smem_u32(v_tile), vt = ptx::smem_u32(vt_tile);
+  const uint32_t t = static_cast<uint32_t>((lane >> 3) & 3);
   const uint32_t dg = static_cast<uint32_t>((lane & 7) | (warp << 3));  // head-dimension bytes 4dg..4dg+3
   const uint32_t rot = static_cast<uint32_t>((lane >> 1) & 3);          // this thread's row order
-#pragma unroll 2
-  for (int unit = 0; unit < 8; ++unit) {
-    const uint32_t g = static_cast<uint32_t>(((lane >> 3) & 3) | (unit << 2));
-    const uint32_t key0 = 32 * (g >> 3) + 16 * ((g >> 2) & 1) + 2 * (g & 3);
-    uint32_t word[4];
+  uint32_t load_base[2], store_base[4], sel[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) word[e] = lds32(v + ptx::sw128_offset(key0 + (e & 1) + 8 * (e >> 1), 4 * dg));
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t key = 2 * t + static_cast<uint32_t>(h);  // the key of unit 0, e = h; also its row % 8
+    load_base[h] = v + key * 128 + (((dg >> 2) ^ key) << 4) + (dg & 3) * 4;
+  }
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      const uint32_t i = static_cast<uint32_t>(s) ^ rot;
-      const uint32_t sel = i | ((i + 4) << 4);  // byte i of the first word, then byte i of the second
-      const uint32_t low = byte_perm(word[0], word[1], sel);
-      const uint32_t high = byte_perm(word[2], word[3], sel);
-      sts32(vt + ptx::sw128_offset(4 * dg + i, 4 * g), byte_perm(low, high, 0x5410));
-    }
+  for (int s = 0; s < 4; ++s) {
+    const uint32_t i = static_cast<uint32_t>(s) ^ rot;
+    const uint32_t row = 4 * dg + i;
+    store_base[s] = (vt + row * 128 + 4 * t) | ((row & 7) << 4);
+    sel[s] = i | ((i + 4) << 4);  // byte i of the first word, then byte i of the second
+  }
+#pragma unroll
+  for (int pair = 0; pair < 4; ++pair) {  // two units' loads, then their stores
+    uint32_t word[2][4];
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) word[k][e] = lds32(load_base[e & 1] + 1024 * (e >> 1) + 2048 * (2 * pair + k));
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        const uint32_t low = byte_perm(word[k][0], word[k][1], sel[s]);
+        const uint32_t high = byte_perm(word[k][2], word[k][3], sel[s]);
+        sts32(store_base[s] ^ ((2 * pair + k) << 4), byte_perm(low, high, 0x5410));
+      }
   }
 }
 
@@ -387,9 +408,9 @@ __device__ __forceinline__ void consumer_mainloop(Shared& s, const Work& w, int 
 }
 
 // LSE and O · descale_v / l straight to global, rows < S only.
-__device__ __forceinline__ void epilogue(__nv_bfloat16* __restrict__ O, float* __restrict__ LSE, const float (&o)[O_ACC],
-                                         const float (&m)[2], const float (&l)[2], float descale_v, int head, int q0w,
-                                         int S) {
+__device__ __forceinline__ void epilogue(__nv_bfloat16* __restrict__ O, float* __restrict__ LSE,
+                                         const float (&o)[O_ACC], const float (&m)[2], const float (&l)[2],
+                                         float descale_v, int head, int q0w, int S) {
   float scale[2];
   int row[2];
 #pragma unroll
