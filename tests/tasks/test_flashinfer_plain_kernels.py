@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from ptxbench.arch.registry import Arch
 from ptxbench.cli import app
 from ptxbench.contract.signature import prototype
+from ptxbench.errors import TaskError
 from ptxbench.tasks.loader import load_task_file
 from ptxbench.tasks.model import Task
 from ptxbench.tasks.reference import make_inputs, run_reference
@@ -107,3 +108,17 @@ def test_each_plain_kernel_defines_its_prompts_entry_point_and_builds_against_th
         pytest.skip("no nvcc: the build is not checked")
     result = build(build_request(source, Arch.SM_90A, task))
     assert result.ok, result.log
+
+
+def test_an_imported_tasks_eval_run_is_regraded_given_its_task_file(tasks: dict[str, tuple[Path, Task]],
+                                                                   tmp_path: Path) -> None:
+    """`eval RUN --regrade` finds a bundled task by the id its items record; an imported one needs its file."""
+    task_file, task = tasks[GEMM_F16["name"]]
+    run = tmp_path / "run"
+    runner = CliRunner()
+    done = runner.invoke(app, ["eval", str(KERNELS / f"{task.id}.cu"), "--task", str(task_file), "--out", str(run)])
+    assert done.exit_code == 0, done.output
+    refused = runner.invoke(app, ["eval", str(run), "--regrade"])  # the CLI's entry point makes it one line, rc 2
+    assert isinstance(refused.exception, TaskError) and "give it with --task FILE.toml" in str(refused.exception)
+    regraded = runner.invoke(app, ["eval", str(run), "--regrade", "--task", str(task_file)])
+    assert regraded.exit_code == 0, regraded.output

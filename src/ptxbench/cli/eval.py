@@ -186,7 +186,7 @@ def _candidates(paths: list[Path], task: str, out: Path, regrade: bool) -> tuple
         if regrade and is_eval_run(path):  # `eval RUN --regrade`: an eval run's verdicts recomputed in place
             if len(paths) > 1 or out not in (_DEFAULT_OUT, path):
                 fail(f"--regrade recomputes the eval run {path} in place: give it alone, with no other --out")
-            candidates += candidates_from_eval_run(path)
+            candidates += candidates_from_eval_run(path, [] if task == "auto" else [get_task(task)])
             out = path
         elif (path / "run.json").is_file():
             candidates += candidates_from_run(path)

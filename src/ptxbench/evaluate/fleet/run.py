@@ -46,7 +46,7 @@ from pydantic import BaseModel, Field
 
 from ptxbench.arch.registry import Arch
 from ptxbench.check import build_request, check_source, read_candidate
-from ptxbench.errors import CandidateError, PtxbenchError, UnreadableCandidate
+from ptxbench.errors import CandidateError, PtxbenchError, TaskError, UnreadableCandidate
 from ptxbench.evaluate.evaluator import HANDLER, EvalOptions
 from ptxbench.evaluate.fleet.gpu_host import HostJob, HostOutcome, HostSpec
 from ptxbench.evaluate.fleet.scheduler import Job, SerialSlot, schedule, start_slots
@@ -121,11 +121,23 @@ def is_eval_run(path: Path) -> bool:
     return (path / HEADER_FILE).is_file() and RunDir.load(path).header.kind == "eval"
 
 
-def candidates_from_eval_run(path: Path) -> list[Candidate]:
+def candidates_from_eval_run(path: Path, given: list[Task] | None = None) -> list[Candidate]:
     """The candidates an eval run directory stored, each under its own item, with the labels and the
     extraction failure (a sample without code) they were evaluated with: what ``eval RUN --regrade``
-    recomputes in place. A damaged item is left out with a warning naming it; the others are regraded."""
+    recomputes in place. A damaged item is left out with a warning naming it; the others are regraded.
+    A task that is not bundled (an imported task file) is taken from ``given`` (``--task FILE``)."""
     from ptxbench.tasks.loader import get_task
+
+    by_id = {task.id: task for task in given or []}
+
+    def task_of(task_id: str) -> Task:
+        if task_id in by_id:
+            return by_id[task_id]
+        try:
+            return get_task(task_id)
+        except TaskError as exc:
+            raise TaskError(f"the run's items of task {task_id!r} need its task file, which is not bundled: "
+                            f"give it with --task FILE.toml") from exc
 
     found = []
     rundir = RunDir.load(path)
@@ -137,7 +149,7 @@ def candidates_from_eval_run(path: Path) -> list[Candidate]:
             continue
         folder = result_file.parent
         source_file = folder / "candidate.cu"
-        found.append(Candidate(task=get_task(evaluation.task), item=folder.name,
+        found.append(Candidate(task=task_of(evaluation.task), item=folder.name,
                                source=source_file.read_text() if source_file.is_file() else "",
                                origin=evaluation.candidate, extraction=evaluation.extraction,
                                generation=evaluation.generation))
