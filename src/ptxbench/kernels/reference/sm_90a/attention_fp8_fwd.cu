@@ -400,7 +400,8 @@ __device__ __forceinline__ void consumer_mainloop(Shared& s, const Work& w, int 
     ptx::wgmma_fence_acc(o);
     if (signals) s.vt_ring.consumer_release(v_at.stage);
     v_at.advance(VT_STAGES);
-    rescale_o(o, alpha);
+    // Once a row's max has settled alpha is 1: a warp none of whose rows moved skips the 64 multiplies.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) rescale_o(o, alpha);
     pack_p(acc, p);
   }
   s.vt_ring.consumer_wait(v_at);
