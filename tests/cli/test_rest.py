@@ -118,8 +118,8 @@ DAMAGED = {
                                                             "'config')"),
     "bad kind": (json.dumps({"kind": "bench", "config": {}}), "not a run header (field 'kind': Input should be "
                                                               "'generate', 'run', 'eval' or 'repair')"),
-    "newer": (json.dumps({"version": 2, "kind": "eval", "config": {}, "ptxbench": "9.0.0", "shards": 4}),
-              "written by ptxbench 9.0.0 with run header version 2; this ptxbench ({version}) reads version 1; "
+    "newer": (json.dumps({"version": 3, "kind": "eval", "config": {}, "ptxbench": "9.0.0", "shards": 4}),
+              "written by ptxbench 9.0.0 with run header version 3; this ptxbench ({version}) reads version 2; "
               "upgrade ptxbench to read it"),
 }
 LOADING = [["eval", "RUN"], ["eval", "RUN", "--regrade"], ["report", "RUN"], ["metrics", "RUN"],
@@ -265,7 +265,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
      "version, run, model, provider, condition, arch, task, family, sample, turn, last_turn, compiled, "
      "features_in_ptx, features_in_sass, requirements, correct, visible_correct, heldout_correct, "
      "heldout_variant_correct, features_executed, speedup, "
-     "roofline_pct, status, error_class, verified_on_gpu)"),
+     "roofline_pct, status, error_class, verified_on_gpu, evidence)"),
     (["compare", "softmax", "transpose", "--metric", "speed"], "error: unknown metric 'speed': one of compile, "
      "features_in_ptx, features_in_sass, correct, features_executed, fast_<p> or sol_<p>"),
     (["leaderboard", "softmax", "--metric", "fast_x"], "error: unknown metric 'fast_x': fast_p needs a number, "
