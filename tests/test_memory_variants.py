@@ -15,6 +15,7 @@ import pytest
 from ptxbench.kernels import reference_folder
 
 from .conftest import repo_script
+from .kernel_models import grouped_tile
 
 kernel_variants = repo_script("benchmarks/kernel_variants.py")
 
@@ -121,16 +122,6 @@ def test_a_lean_decode_ring_holds_every_row_its_cta_sees(t, sms, blocks):
 
 # ---- transpose.warp_tiles: tiles per warp, and the transposition of a tile by one warp ---------------
 
-def _grouped_tile(t: int, rows: int, cols: int, group: int) -> tuple[int, int]:
-    """ptx::grouped_tile (ptx_wrappers.cuh)."""
-    per_group = group * cols
-    g = t // per_group
-    first = g * group
-    rows_here = min(rows - first, group)
-    r = t - g * per_group
-    return first + r % rows_here, r // rows_here
-
-
 @pytest.mark.parametrize("r, c", [(16384, 8192), (4096, 4096), (128, 32768), (1000, 4104), (24, 12000),
                                   (3072, 5120), (16384, 128)])
 def test_the_warps_take_every_tile_once(r, c):
@@ -147,7 +138,7 @@ def test_the_warps_take_every_tile_once(r, c):
             first = warp * grid + block
             mine = (tiles - first + gwarps - 1) // gwarps if first < tiles else 0
             for i in range(mine):
-                seen[_grouped_tile(first + i * gwarps, n_rt, n_ct, 8)] += 1
+                seen[grouped_tile(first + i * gwarps, n_rt, n_ct, 8)] += 1
     assert (seen == 1).all()
 
 

@@ -12,36 +12,20 @@ same steps, GPU-proven), the speed."""
 
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import pytest
 
 from ptxbench.kernels import reference_folder
 
+from .kernel_models import grouped_tile, kernel_constants
+
 KERNEL = reference_folder("sm_90a") / "gemm_fp8_blockscale.cu"
 THREADS = 128  # one consumer warpgroup
 
 
-def _constant(name: str) -> int:
-    match = re.search(rf"constexpr int {name} = (\d+);", KERNEL.read_text())
-    assert match, f"{name}: the kernel's constants changed form: update this model with them"
-    return int(match.group(1))
-
-
-BM, BN, DECODE_BN, DECODE_M = _constant("BM"), _constant("BN"), _constant("DECODE_BN"), _constant("DECODE_M")
-BK, SCALE_BLOCK = _constant("BK"), _constant("SCALE_BLOCK")
-GROUP_M, CLUSTER_M = _constant("GROUP_M"), _constant("CLUSTER_M")
-
-
-def grouped_tile(t: int, rows: int, cols: int, group: int) -> tuple[int, int]:
-    """ptx::grouped_tile (ptx_wrappers.cuh)."""
-    per_group = group * cols
-    g = t // per_group
-    first = g * group
-    rows_here = min(rows - first, group)
-    r = t - g * per_group
-    return first + r % rows_here, r // rows_here
+BM, BN, DECODE_BN, DECODE_M, BK, SCALE_BLOCK, GROUP_M, CLUSTER_M = kernel_constants(
+    KERNEL, "BM", "BN", "DECODE_BN", "DECODE_M", "BK", "SCALE_BLOCK", "GROUP_M", "CLUSTER_M").values()
 
 
 def registers(tn_width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

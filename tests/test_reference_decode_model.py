@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,22 +23,14 @@ import pytest
 
 from ptxbench.kernels import reference_folder
 
+from .kernel_models import kernel_constants
+
 KERNEL = reference_folder("sm_90a") / "decode_gqa_paged.cu"
 LN2 = np.float32(math.log(2.0))
 SCALE_LOG2 = np.float32(np.float32(1.4426950408889634) * np.float32(0.08838834764831845))
 
 
-def _constants() -> dict[str, int]:
-    source = KERNEL.read_text()
-    found = {}
-    for name in ("kDim", "kTile", "kRows", "kConsumerWarps", "kStages", "kCtasPerSm", "kMinChunkTiles"):
-        match = re.search(rf"constexpr int {name} = (\d+);", source)
-        assert match, f"{name}: the kernel's constants changed form: update this model with them"
-        found[name] = int(match.group(1))
-    return found
-
-
-C = _constants()
+C = kernel_constants(KERNEL, *("kDim", "kTile", "kRows", "kConsumerWarps", "kStages", "kCtasPerSm", "kMinChunkTiles"))
 TILE, ROWS, WARPS, STAGES = C["kTile"], C["kRows"], C["kConsumerWarps"], C["kStages"]
 BOX = TILE * 128  # bytes of one TMA box: 16 rows of 64 dims
 

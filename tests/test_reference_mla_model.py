@@ -15,29 +15,20 @@ timing, the speed."""
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 import pytest
 
 from ptxbench.kernels import reference_folder
 
+from .kernel_models import kernel_constants
+
 KERNEL = reference_folder("sm_90a") / "mla_decode_paged.cu"
 LOG2E = np.float32(1.4426950408889634)
 LN2 = np.float32(math.log(2.0))
 
 
-def _constants() -> dict[str, int]:
-    source = KERNEL.read_text()
-    found = {}
-    for name in ("kLatent", "kRope", "kRows", "kKeys", "kStages"):
-        match = re.search(rf"constexpr int {name} = (\d+);", source)
-        assert match, f"{name}: the kernel's constants changed form: update this model with them"
-        found[name] = int(match.group(1))
-    return found
-
-
-C = _constants()
+C = kernel_constants(KERNEL, *("kLatent", "kRope", "kRows", "kKeys", "kStages"))
 ROWS, KEYS, STAGES, LATENT = C["kRows"], C["kKeys"], C["kStages"], C["kLatent"]
 DIMS = C["kLatent"] + C["kRope"]
 HALF = KEYS // 2

@@ -12,7 +12,6 @@ and GPU-proven), the speed."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,30 +19,13 @@ import pytest
 
 from ptxbench.kernels import reference_folder
 
+from .kernel_models import grouped_tile, kernel_constants
+
 KERNEL = reference_folder("sm_90a") / "moe_grouped_gemm.cu"
 LANES = 32
 
 
-def _constant(name: str) -> int:
-    match = re.search(rf"constexpr int {name} = (\d+);", KERNEL.read_text())
-    assert match, f"{name}: the kernel's constants changed form: update this model with them"
-    return int(match.group(1))
-
-
-BM = _constant("BM")
-GROUP_M = _constant("GROUP_M")
-X_BOX_MID = _constant("X_BOX_MID")
-X_BOX_SMALL = _constant("X_BOX_SMALL")
-
-
-def grouped_tile(t: int, rows: int, cols: int, group: int) -> tuple[int, int]:
-    """ptx::grouped_tile (ptx_wrappers.cuh)."""
-    per_group = group * cols
-    g = t // per_group
-    first = g * group
-    rows_here = min(rows - first, group)
-    r = t - g * per_group
-    return first + r % rows_here, r // rows_here
+BM, GROUP_M, X_BOX_MID, X_BOX_SMALL = kernel_constants(KERNEL, "BM", "GROUP_M", "X_BOX_MID", "X_BOX_SMALL").values()
 
 
 @dataclass
