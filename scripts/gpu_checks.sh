@@ -70,6 +70,16 @@ trap archive EXIT
 
 limit() { python3 -c "print(int($1 * $scale))"; }
 
+start_server() {  # port, state folder, log: `ptxbench serve --lanes 4` on GPU 0, its pid in $server; waits up to 90 s for its health
+    python3 -m ptxbench serve --gpus 0 --lanes 4 --state "$2" --port "$1" > "$3" 2>&1 &
+    server=$!
+    for _ in $(seq 90); do
+        python3 -c "import httpx; httpx.get('http://127.0.0.1:$1/v1/health', timeout=2).raise_for_status()" \
+            2>/dev/null && break
+        sleep 1
+    done
+}
+
 export PYTHONPATH=$PWD/src
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
     if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
@@ -108,13 +118,7 @@ for section in "${sections[@]}"; do
         scaleout) run_pytest scaleout 240 tests/gpu/test_scaleout_gpu.py ;;
         evidence) run_pytest evidence 420 tests/gpu/test_evidence_profiles_gpu.py ;;
         sweepbench)
-            python3 -m ptxbench serve --gpus 0 --lanes 4 --state "$work/sweep-state" --port 8766 > "$work/sweep_server.log" 2>&1 &
-            server=$!
-            for _ in $(seq 90); do
-                python3 -c "import httpx; httpx.get('http://127.0.0.1:8766/v1/health', timeout=2).raise_for_status()" \
-                    2>/dev/null && break
-                sleep 1
-            done
+            start_server 8766 "$work/sweep-state" "$work/sweep_server.log"
             share=$(limit 210)
             timeout $((2 * share + 140)) python3 benchmarks/serve_throughput.py --server http://127.0.0.1:8766 --mix \
                 --evidence both --count 100 --publish-count 20 --deadline-s "$share" --workdir "$work/candidates-sweep" \
@@ -161,13 +165,7 @@ for section in "${sections[@]}"; do
                         --variant "wave-lazy:@gemm_fp8.wave_width.cu;@gemm_fp8.lazy_release.cu" ;;
             esac ;;
         servebench)
-            python3 -m ptxbench serve --gpus 0 --lanes 4 --state "$work/serve-state" --port 8765 > "$work/server.log" 2>&1 &
-            server=$!
-            for _ in $(seq 90); do
-                python3 -c "import httpx; httpx.get('http://127.0.0.1:8765/v1/health', timeout=2).raise_for_status()" \
-                    2>/dev/null && break
-                sleep 1
-            done
+            start_server 8765 "$work/serve-state" "$work/server.log"
             budget=()
             [ -n "${PTXBENCH_SERVE_BUDGET_MS:-}" ] && budget=(--timing-budget-ms "$PTXBENCH_SERVE_BUDGET_MS")
             share=$(limit 220)
