@@ -309,7 +309,7 @@ def wall_findings_confirmed(guards: list[GuardFinding], events_agree_with_ncu: b
     attribute set per call) from forged events, ncu can, and it has spoken. Kept otherwise."""
     if not events_agree_with_ncu:
         return guards
-    return [g for g in guards if not (g.guard is Guard.TIMING_DISAGREES and g.detail.find(_WALL_CLOCK) >= 0)]
+    return [g for g in guards if not (g.guard is Guard.TIMING_DISAGREES and _WALL_CLOCK in g.detail)]
 
 
 # -- any reply ---------------------------------------------------------------------------------------------------
