@@ -118,6 +118,10 @@ def test_flops_and_bytes_count_what_the_layout_computes_and_reads(imported: tupl
     assert moe.family is Family.MOE and moe.flops == ("2 * seq_len * top_k * (gemm1_out_size * hidden_size + "
                                                       "hidden_size * intermediate_size)")
     assert "min(num_experts, seq_len * top_k)" in (moe.bytes or "")
+    # tokens may share experts: the physical floor counts only the top_k experts every routing reads
+    assert "min(num_experts, top_k)" in (moe.floor_bytes or "")
+    sizes = moe.timed().sizes
+    assert moe.floor_bytes_for(sizes) < moe.bytes_for(sizes)
 
 
 def test_a_scalar_written_in_fp32_and_in_fp64_is_one_scalar(imported: tuple[Path, Path]) -> None:

@@ -810,7 +810,7 @@ class GpuEvaluator:
             guards += timed_launch_guards(workload.name, _last_launches(evaluation, workload.name), reply.launches,
                                           _own_kernels(evaluation))
             timings.append(timing_of(task, workload, reply, clean_of[workload.name][reply.variant], peaks))
-            guards += physical_floor_guards(workload.name, reply.candidate[0], task.bytes_for(workload.sizes),
+            guards += physical_floor_guards(workload.name, reply.candidate[0], task.floor_bytes_for(workload.sizes),
                                             task.flops_for(workload.sizes), datasheet, fp8)
             guards += wall_clock_guards(workload.name, reply.candidate[0], reply.unexplained_ms, reply.protocol_ms)
         return evaluation.model_copy(update={"timings": timings, "guards": unique(guards)})

@@ -278,6 +278,10 @@ class Task(BaseModel):
     reference: str = Field(description="Python source defining reference(**inputs, **sizes) -> outputs in fp32.")
     flops: str = Field(description="Formula over the axes: useful FLOPs of one call (0 for memory-bound tasks).")
     bytes: str | None = Field(default=None, description="Formula for bytes moved; default: every input read and output written once.")
+    floor_bytes: str | None = Field(default=None, description=(
+        "Formula for the least bytes any correct kernel must move on every input the task draws, where that is "
+        "less than ``bytes`` (which may count data a kernel can skip, e.g. the weights of an expert without "
+        "tokens); the physical-floor guard's bytes. Default: ``bytes``."))
     tolerance: dict[str, Tolerance] = Field(default_factory=dict, description="Per output; missing outputs take the dtype default.")
     baseline: Baseline
     workloads: list[Workload] = Field(min_length=2)
@@ -314,7 +318,7 @@ class Task(BaseModel):
         for tensor in self.outputs:
             if tensor.init.kind is not InitKind.NORMAL or tensor.init != InputInit():
                 raise ValueError(f"output {tensor.name} cannot have an init rule")
-        for expr in filter(None, (self.flops, self.bytes)):
+        for expr in filter(None, (self.flops, self.bytes, self.floor_bytes)):
             unknown = formula.names_in(expr) - set(axis_names)
             if unknown:
                 raise ValueError(f"formula {expr!r} uses unknown axes {sorted(unknown)}")
@@ -419,6 +423,8 @@ class Task(BaseModel):
         data = self.model_dump(mode="json", exclude={"content_hash"})
         if not data["variants"]:  # a task without variants keeps the hash it had before variants existed
             del data["variants"]
+        if data["floor_bytes"] is None:  # likewise a task whose floor is its bytes
+            del data["floor_bytes"]
         for tensor in (*data["inputs"], *data["outputs"]):  # likewise an input drawn without a row offset
             for key in _INIT_FIELDS_ADDED_LATER:
                 if tensor["init"][key] == 0:
@@ -461,6 +467,11 @@ class Task(BaseModel):
         if self.bytes:
             return formula.evaluate(self.bytes, sizes)
         return float(sum(t.numel(sizes) * t.dtype.size for t in [*self.inputs, *self.outputs]))
+
+    def floor_bytes_for(self, sizes: dict[str, int]) -> float:
+        """The bytes the physical-floor guard divides by the datasheet bandwidth: a lower bound, so an honest
+        kernel that skips what it may skip is never faster than the floor."""
+        return formula.evaluate(self.floor_bytes, sizes) if self.floor_bytes else self.bytes_for(sizes)
 
     def tolerance_for(self, output: str) -> Tolerance:
         spec = next(o for o in self.outputs if o.name == output)

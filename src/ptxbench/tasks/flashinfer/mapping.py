@@ -204,13 +204,14 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
         "*".join(spec.shape) or "1" for spec in [*definition.inputs.values(), *definition.outputs.values()]
         if spec.shape is not None)
     axis_names = [a["name"] for a in axes]
+    moved, least = bytes_moved(definition, plan), bytes_moved(definition, plan, least=True)
     return {
         "id": task_id(definition.name), "family": family.value,
         "title": f"{definition.name} (FlashInfer-Trace {definition.op_type})",
         "statement": _statement(definition, scalars, plan.derived, forward.derived if forward else []),
         "reference": reference_code(definition, scalars, plan, workloads, axis_names,
                                     upcast=not gpu_libraries(definition), forward=forward),
-        "flops": flops_text, "bytes": bytes_moved(definition, plan),
+        "flops": flops_text, "bytes": moved, **({"floor_bytes": least} if least != moved else {}),
         "baseline": {"library": "reference", "call": REFERENCE_BASELINE_CALL},
         "axes": axes, **tensors_data, "workloads": with_roles(workloads, weight),
         "requirements": requirements(family, definition),

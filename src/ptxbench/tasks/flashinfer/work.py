@@ -12,7 +12,8 @@ and the bytes a correct kernel must move (what it reads, not whole buffers it on
 
 Bytes: every input and output once, except a paged cache (first dims ``num_pages, page_size``), counted for
 the tokens its page table names (``kv_tokens``, or ``num_kv_indices * page_size`` where every page is full),
-and an expert weight (first dim the experts), counted for at most ``min(experts, tokens * top_k)`` experts.
+and an expert weight (first dim the experts), counted for at most ``min(experts, tokens * top_k)`` experts. That is an upper estimate (tokens may share
+experts), so the physical-floor guard's bytes (``floor_bytes``) count only ``min(experts, top_k)`` of them.
 """
 
 from __future__ import annotations
@@ -154,7 +155,9 @@ def flops(definition: Definition, plan: IndexPlan, override: str | None) -> str:
     return text
 
 
-def _tensor_bytes(definition: Definition, plan: IndexPlan, spec: TensorSpec) -> str:
+def _tensor_bytes(definition: Definition, plan: IndexPlan, spec: TensorSpec, least: bool = False) -> str:
+    """One tensor's bytes read or written once; ``least``: what every correct kernel must move of it on any
+    routing (an MoE's expert weights: only top_k experts are sure to have tokens)."""
     dims = list(spec.shape or [])
     size = DTYPE_BYTES.get(spec.dtype, 4)
     if plan.paged and dims[:1] == [plan.num_pages_axis]:
@@ -169,12 +172,14 @@ def _tensor_bytes(definition: Definition, plan: IndexPlan, spec: TensorSpec) -> 
                 top_k = _top_k(definition)
             except ImportProblem:
                 top_k = "1"
-            return f"min({dims[0]}, {tokens} * {top_k}) * {_product(dims[1:])} * {size}"
+            experts = f"min({dims[0]}, {top_k})" if least else f"min({dims[0]}, {tokens} * {top_k})"
+            return f"{experts} * {_product(dims[1:])} * {size}"
     return f"{_product(dims)} * {size}"
 
 
-def bytes_moved(definition: Definition, plan: IndexPlan) -> str:
-    """The bytes formula: what a correct kernel reads and writes once."""
-    parts = [_tensor_bytes(definition, plan, spec)
+def bytes_moved(definition: Definition, plan: IndexPlan, least: bool = False) -> str:
+    """The bytes formula: what a correct kernel reads and writes once; ``least``: the least it must move on any
+    input (the physical-floor guard's bytes, where a kernel may skip some of what ``bytes`` counts)."""
+    parts = [_tensor_bytes(definition, plan, spec, least)
              for spec in [*definition.inputs.values(), *definition.outputs.values()] if spec.shape is not None]
     return " + ".join(parts)
