@@ -3,10 +3,11 @@
 // (1x128 for A, 128x128 for B, both row-major with the k-block innermost, as the task's reference reads them),
 // fp32 accumulation, bf16 out. DeepSeek-V3's fp8 linear layers, computed the way DeepGEMM does.
 //
-// Not yet measured on a GPU: it builds for sm_90a with wgmma fp8, TMA and mbarrier in its SASS and no spills
-// (ptxbench check); its tiles, boxes, scale choice and epilogue mask pass a NumPy model of its steps
-// (tests/test_reference_blockscale_model.py: every element of D stored once, equal to the task's reference);
-// its correctness and speed on a GPU are still to be run.
+// On an H100 80GB (2026-12-07): PASSED on every workload and edge shape with every feature executed, 86 % of
+// cuBLASLt's block-scaled GEMM on three workloads and 113 % on gate-up-decode
+// (benchmarks/results/reference_kernels_h100.md). Its tiles, boxes, scale choice and epilogue mask also pass a
+// NumPy model of its steps (tests/test_reference_blockscale_model.py: every element of D stored once, equal to
+// the task's reference).
 //
 // Design: the pipeline of the gemm_fp8 reference (TMA + mbarrier ring, one producer and two consumer
 // warpgroups, persistent CTAs, B shared by TMA multicast in 2 x 1 clusters), with the scales applied by the
