@@ -172,7 +172,7 @@ class FakeRunner:
         if baselines and hasattr(self, "kernels"):  # the cheat a candidate could use: slowing its own baseline
             raise RuntimeError("a baseline was timed in a process holding the candidate's code")
 
-    def check_baselines(self, sizes: dict[str, int], names: list[str], seed: int = 0) -> dict:
+    def check_baselines(self, sizes: dict[str, int], names: list[str], seed: int = 0, verify: bool = False) -> dict:
         """As the GPU runner's check, without the setup run: a variant whose library does not import here
         (Liger-Kernel, Triton for torch.compile) is skipped with its reason, the others are timed.
         "cudnn-too-old": the cuDNN variant's setup refuses head dim 256, as cuDNN before 9.10 does."""

@@ -676,7 +676,8 @@ class GpuEvaluator:
         skipped: dict[str, dict[str, str]] = {w.name: {} for w in workloads}  # variants that cannot run, why
 
         def check(worker: Worker, workload: Workload, names: list[str]) -> dict[str, str | None]:
-            return worker.call("check_baselines", workload.sizes, names, timeout_s=SETUP_TIMEOUT_S)
+            return worker.call("check_baselines", workload.sizes, names, 0, worker is self.baselines,
+                               timeout_s=SETUP_TIMEOUT_S)
         budget_ms = self.options.timing_budget_ms
         limit_s = call_limit_s(self.options.call_timeout_s, budget_ms)
         measured: dict[str, Interleaved] = {}

@@ -32,6 +32,12 @@ LAUNCH_COVER_CYCLES = 100_000
 GATE_TIMEOUTS_TO_DROP = 2  # one may be a one-time wait (a module loaded lazily on the first launch)
 
 
+def _tolerance_miss(verdicts: list[Any]) -> str | None:
+    """Why a baseline's outputs are not the task's answer (the outputs outside its tolerance), or None."""
+    missed = [f"{v.output} error/bound {v.max_error_ratio:.2f}" for v in verdicts if not v.passed]
+    return f"outputs outside the task's tolerance: {'; '.join(missed)}" if missed else None
+
+
 def _checked_sync(torch: Any) -> None:
     torch.cuda.synchronize()
 
@@ -433,24 +439,33 @@ class CandidateRunner:
                 raise RuntimeError(f"baseline variant {name} cannot run here: {reason}")
         return chosen
 
-    def check_baselines(self, sizes: dict[str, int], names: list[str], seed: int = 0) -> dict[str, str | None]:
+    def check_baselines(self, sizes: dict[str, int], names: list[str], seed: int = 0,
+                        verify: bool = False) -> dict[str, str | None]:
         """Per named variant, None when it loads, sets up and runs on one input set of ``sizes``, else
         why not. Run before a workload's baselines are timed: it also builds what setup caches in this
-        process (compiled graphs, autotuning), under the caller's generous setup timeout."""
+        process (compiled graphs, autotuning), under the caller's generous setup timeout. ``verify`` (the
+        baseline process only, which never holds candidate code: the expected outputs are computed here):
+        a variant whose outputs miss the task's tolerance is skipped too, so no candidate is timed against
+        a library that does less exact work than the task asks of the candidate."""
         from ptxbench.evaluate.baselines.variants import variant_specs
-        from ptxbench.tasks.reference import make_inputs
+        from ptxbench.evaluate.judgement.compare import compare_outputs
+        from ptxbench.tasks.reference import make_inputs, run_reference
 
         variants = variant_specs(self.task, audit=True)  # the benchmark may name audited ones
         with _harness_allocation(self.torch, "drawing the inputs to check the baselines on"):
             inputs = make_inputs(self.task, sizes, seed, device="cuda")
+            # before any variant runs: one that writes into its inputs cannot change what it is checked against
+            expected = run_reference(self.task, dict(inputs), sizes) if verify and names else None
         reasons: dict[str, str | None] = {}
         for name in names:
             reasons[name] = variants[name].load()
             if reasons[name] is None:
                 try:
                     with _harness_allocation(self.torch, f"setting up baseline variant {name}"):
-                        variants[name].setup(inputs, sizes)()
+                        outputs = variants[name].setup(inputs, sizes)()
                         _checked_sync(self.torch)
+                        if expected is not None:
+                            reasons[name] = _tolerance_miss(compare_outputs(self.task, outputs, expected))
                 except HarnessOutOfMemory:
                     raise  # the GPU's memory, not the variant: never a reason to skip it
                 except Exception as exc:  # noqa: BLE001 - the variant is skipped with this reason
