@@ -66,9 +66,10 @@ def test_example_is_correct(libraries, task, workload) -> None:  # type: ignore[
 
 @pytest.mark.parametrize(("task", "workload"), TIMED_CASES, ids=_ids)
 def test_vendor_baseline_passes_the_tolerance(task, workload) -> None:  # type: ignore[no-untyped-def]
-    """A tolerance the best library fails would make the task unsolvable the way it asks. A variant that
-    cannot run the workload (cuDNN too old for head dim 256) is skipped with its reason, as the evaluator
-    skips it; at least one must run."""
+    """A tolerance every library fails would make the task unsolvable the way it asks. A variant that
+    cannot run the workload (cuDNN too old for head dim 256), or whose outputs miss the tolerance (FlashInfer's
+    tensor-core decode's LSE on an H100), is skipped with its reason, as the evaluator skips it; at least one
+    must run and pass."""
     from ptxbench.evaluate.baselines.variants import baseline_variants
 
     sizes = workload.sizes
@@ -89,4 +90,4 @@ def test_vendor_baseline_passes_the_tolerance(task, workload) -> None:  # type: 
             if not verdict.passed:
                 failures.append((variant, verdict))
     assert ran, f"no baseline variant runs {task.id}/{workload.name}"
-    assert not failures, failures
+    assert ran > len({variant for variant, _ in failures}), f"no baseline variant passes the tolerance: {failures}"
