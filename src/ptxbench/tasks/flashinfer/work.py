@@ -12,8 +12,9 @@ and the bytes a correct kernel must move (what it reads, not whole buffers it on
 
 Bytes: every input and output once, except a paged cache (first dims ``num_pages, page_size``), counted for
 the tokens its page table names (``kv_tokens``, or ``num_kv_indices * page_size`` where every page is full),
-and an expert weight (first dim the experts), counted for at most ``min(experts, tokens * top_k)`` experts. That is an upper estimate (tokens may share
-experts), so the physical-floor guard's bytes (``floor_bytes``) count only ``min(experts, top_k)`` of them.
+and an expert weight (first dim the experts), counted for at most ``min(experts, tokens * top_k)`` experts.
+That is an upper estimate (tokens may share experts), so the physical-floor guard's bytes (``floor_bytes``)
+count only ``min(experts, top_k)`` of them.
 """
 
 from __future__ import annotations
