@@ -454,8 +454,10 @@ class CandidateRunner:
         variants = variant_specs(self.task, audit=True)  # the benchmark may name audited ones
         with _harness_allocation(self.torch, "drawing the inputs to check the baselines on"):
             inputs = make_inputs(self.task, sizes, seed, device="cuda")
-            # before any variant runs: one that writes into its inputs cannot change what it is checked against
-            expected = run_reference(self.task, dict(inputs), sizes) if verify and names else None
+        expected = None
+        if verify and names:  # before any variant runs: one that writes into its inputs cannot change the answer
+            with _harness_allocation(self.torch, "computing the reference to check the baselines against"):
+                expected = run_reference(self.task, dict(inputs), sizes)
         reasons: dict[str, str | None] = {}
         for name in names:
             reasons[name] = variants[name].load()
