@@ -31,6 +31,13 @@
 # model-specific kernels), CUTLASS's and CCCL's examples, tests, docs and Python packages, and the expert-parallel
 # MoE package, none of which `import flashinfer` loads.
 #
+# --fa3 adds fa3-fwd 0.0.3 (27.6 MB), FlashAttention-3's own forward kernels for Hopper (fp8 e4m3 and bf16,
+# varlen), for the "fa3" vendor-baseline variants of attention_fp8_fwd and prefill_gqa_ragged. Its one wheel is
+# tagged cp39-abi3-manylinux_2_24_x86_64, hence that platform in download's list. No dependency is fetched: its
+# interface imports only torch (einops, packaging and ninja, which it declares, it never imports). It was built for
+# torch 2.10 and links libtorch_cuda and libcudart.so.13, so under another torch (another CUDA) its import may
+# fail: the variants are then skipped with that reason.
+#
 # Versions are pinned, so a rerun fetches the same files; .whl/ is replaced only once every download
 # has succeeded.
 set -euo pipefail
@@ -39,6 +46,7 @@ ray=0
 llm=0
 baselines=0
 flashinfer=0
+fa3=0
 serve=0
 for arg in "$@"; do
     case "$arg" in
@@ -46,15 +54,17 @@ for arg in "$@"; do
         --llm) llm=1 ;;
         --baselines) baselines=1 ;;
         --flashinfer) flashinfer=1 ;;
+        --fa3) fa3=1 ;;
         --serve) serve=1 ;;
-        *) echo "usage: $0 [--ray] [--llm] [--baselines] [--flashinfer] [--serve]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--ray] [--llm] [--baselines] [--flashinfer] [--fa3] [--serve]" >&2; exit 2 ;;
     esac
 done
 staging=$(mktemp -d .whl.new.XXXXXX)
 trap 'rm -rf "$staging"' EXIT
 download() {
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 \
         -d "$staging" "$@"
 }
 download pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.8.0 typing-inspection==0.4.5 \
@@ -84,6 +94,9 @@ if [ "$flashinfer" = 1 ]; then
     rm "${wheel[0]}"
     PYTHONPATH="$tools" python3 -m wheel pack -d "$staging" "$tools"/unpacked/flashinfer_python-*  # a fresh RECORD
     rm -rf "$tools"
+fi
+if [ "$fa3" = 1 ]; then
+    download fa3-fwd==0.0.3
 fi
 if [ "$ray" = 1 ]; then
     download ray==2.60.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1

@@ -18,7 +18,7 @@ from ptxbench.tasks.loader import bundled_suite
 from ptxbench.tasks.model import Role
 from ptxbench.tasks.reference import make_inputs
 
-from . import fake_flashinfer
+from . import fake_fa3, fake_flashinfer
 
 # views and metadata: no work on the data
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "alias", "as_strided", "detach", "slice",
@@ -83,6 +83,9 @@ EXPECTED_CALL = {
     ("attention_fp8_fwd", "flashinfer"): ["clone"] * 3 + ["flashinfer.prefill.run", "clone", "clone"],
     ("mla_decode_paged", "flashinfer"): ["flashinfer.mla.run"],
     ("rope", "flashinfer"): ["flashinfer.apply_rope_with_cos_sin_cache"],
+    # FA3 (fake_fa3.py logs its launches): the kernel alone, the layouts mapped by views
+    ("attention_fp8_fwd", "fa3"): ["fa3.flash_attn_func"],
+    ("prefill_gqa_ragged", "fa3"): ["fa3.flash_attn_varlen_func"],
 }
 
 
@@ -158,6 +161,7 @@ def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setitem(sys.modules, "liger_kernel.ops", types.ModuleType("liger_kernel.ops"))
     monkeypatch.setattr(baselines, "_COMPILED", {})
     fake_flashinfer.install(monkeypatch, log)
+    fake_fa3.install(monkeypatch, log)
     return log
 
 

@@ -1,7 +1,8 @@
 """The vendor baselines a candidate is timed against: every implementation of exactly a task's work that can be
 had, fastest wins. ``variants`` is the table of every task's variants (and the torch and Liger families); one
 module per further family of variants (``attention``: paged, ragged and fp8 attention; ``mla``: MLA decode;
-``serving``: the serving-path ops; ``flashinfer``: FlashInfer's wrappers, where installed; ``reference``: a
+``serving``: the serving-path ops; ``flashinfer``: FlashInfer's wrappers, where installed; ``fa3``:
+FlashAttention-3's own forward kernels, where installed; ``reference``: a
 task's own PyTorch reference where no library implements it); ``calls``, the vocabulary of a setup and its
 timed call that they all share; ``cache``, the baselines' times, signed, per GPU and library versions; ``freshness``, when the sweep profile
 measures a cached clean time again. Nothing

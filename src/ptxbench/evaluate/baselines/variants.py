@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ptxbench.evaluate.baselines import attention as paged
+from ptxbench.evaluate.baselines import fa3
 from ptxbench.evaluate.baselines import flashinfer as fi
 from ptxbench.evaluate.baselines import mla
 from ptxbench.evaluate.baselines import reference as own_reference
@@ -274,6 +275,10 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
         BaselineVariant("flashinfer", "FlashInfer's `BatchPrefillWithRaggedKVCacheWrapper`, causal, on seq_indptr "
                         "(`plan()` in setup; FlashInfer's backend for the GPU, FA3 on sm_90; natural-log LSE), "
                         "where installed", fi.prefill_gqa_ragged, requires=fi.REQUIRES),
+        BaselineVariant("fa3", "FlashAttention-3's own variable-length causal kernel (`fa3_fwd_interface."
+                        "flash_attn_varlen_func`, PyPI fa3-fwd) on seq_indptr (grouped-query heads native; the "
+                        "longest sequence read in setup; its [H, T] LSE returned as a [T, H] view), where installed",
+                        fa3.prefill_gqa_ragged, requires=fa3.REQUIRES),
     ),
     "attention_fp8_fwd": (
         BaselineVariant("cudnn", "cuDNN bf16 attention on the widened fp8 inputs (e4m3 is exact in bf16; descales "
@@ -284,6 +289,10 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
         BaselineVariant("flashinfer", "FlashInfer's `BatchPrefillWithRaggedKVCacheWrapper` on the e4m3 inputs (its fp8 "
                         "FA3 kernel on sm_90; Q, K, V laid out token-major and O, LSE back, timed; `plan()` in "
                         "setup), where installed", fi.attention_fp8_fwd, requires=fi.REQUIRES),
+        BaselineVariant("fa3", "FlashAttention-3's own fp8 forward (`fa3_fwd_interface.flash_attn_func`, PyPI "
+                        "fa3-fwd) on the e4m3 inputs as transposed views, O returned as one (no copies; the "
+                        "descales expanded to its [B, H] fp32 tensors in setup), where installed",
+                        fa3.attention_fp8_fwd, requires=fa3.REQUIRES),
     ),
     "mla_decode_paged": (
         BaselineVariant("efficient_varlen", "the sequences' latent and rope rows gathered from the pages "
