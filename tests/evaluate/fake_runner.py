@@ -204,7 +204,7 @@ class FakeRunner:
 
     def time_rounds(self, rounds: int) -> dict[str, list[float]]:
         """2 ms a call for the candidate (5 ms when "slow-when-timed"; "forged-when-timed": said, while each call takes 20 ms of wall time, as
-        with event times forged in its process), 1 ms for a baseline (1.5 ms when "slowed-baseline" and a candidate
+        with event times forged in its process; "forged-off-timed": so on every workload but one with C = 64), 1 ms for a baseline (1.5 ms when "slowed-baseline" and a candidate
         is loaded: as if its process disturbed the baseline; 3 ms in the first measurement of each shape
         when "outlier-baseline": a slow outlier; 1.3 ms when "power-capped" and this process also timed
         the calls before: back to back, the GPU runs into its power cap). A baseline is timed only while the
@@ -231,6 +231,8 @@ class FakeRunner:
         self._rounds = getattr(self, "_rounds", 0) + rounds
         if self.behaviour == "forged-when-timed" and candidate:  # 20 ms of work per call, 2 ms said
             time.sleep(0.02 * rounds)
+        if self.behaviour == "forged-off-timed" and candidate and sizes.get("C") != 64:  # the same, where ncu
+            time.sleep(0.02 * rounds)  # does not look: on every workload but the small softmax's timed one (C = 64)
         candidate_ms = 5.0 if self.behaviour == "slow-when-timed" else 2.0  # slow: 5 times the baseline's 1 ms
         return {**({"candidate": [candidate_ms] * rounds} if candidate else {}),
                 **{name: [baseline_ms] * rounds for name in baselines}}

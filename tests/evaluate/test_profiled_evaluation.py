@@ -106,11 +106,13 @@ def test_a_timed_call_faster_than_its_profiled_kernels_is_rejected(tmp_path: Pat
         assert roles == ["probe", "candidate"] and "profile.alone" not in evaluation.durations_s
 
 
-def _timed_with_host_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, candidate_report: str) -> Evaluation:
+def _timed_with_host_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, candidate_report: str,
+                          behaviour: str = "forged-when-timed") -> Evaluation:
     """The fake candidate's calls take 20 ms of the parent's wall clock where their events say 2 ms, timed and
-    profiled; ncu's report for its kernel is ``candidate_report``."""
+    profiled (on every workload, or with "forged-off-timed" on all but the timed one, the one ncu profiles);
+    ncu's report for its kernel is ``candidate_report``."""
     use(tmp_path / "fake-ncu", monkeypatch, probe_report=PROBE_REPORT, candidate_report=candidate_report)
-    monkeypatch.setenv(BEHAVIOUR, "forged-when-timed")
+    monkeypatch.setenv(BEHAVIOUR, behaviour)
     evaluator = GpuEvaluator(EvalOptions(profile=True, call_timeout_s=20, timing_budget_ms=20, profile_timeout_s=60),
                              handler=HANDLER, reference_device="cpu")
     try:
@@ -134,3 +136,16 @@ def test_ncu_durations_that_confirm_the_events_outweigh_the_wall_clock(tmp_path:
     assert evaluation.status is Status.REJECTED, evaluation.message
     findings = [g.detail for g in evaluation.guards if g.guard is Guard.TIMING_DISAGREES]
     assert any("Nsight Compute" in d for d in findings), findings
+
+
+def test_events_forged_only_where_ncu_does_not_look_stay_caught_by_the_wall_clock(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """ncu profiles the timed workload alone. A candidate honest there (its kernel confirms its events, no host
+    work beyond them) whose events on the visible workload say 2 ms where each call takes 20 ms: ncu's agreement
+    on the timed workload pardons nothing else, the wall clock's finding on the visible one stands: REJECTED
+    (checked to pass with every wall-clock finding dropped once ncu agreed, as before)."""
+    evaluation = _timed_with_host_work(tmp_path, monkeypatch, BULK_REPORT, behaviour="forged-off-timed")
+    by_workload = {t.workload: t.wall_unexplained_ms for t in evaluation.timings}
+    assert by_workload["small-timed"] < 5 < 15 < by_workload["small-visible"], by_workload
+    assert evaluation.status is Status.REJECTED, evaluation.message
+    (finding,) = [g.detail for g in evaluation.guards if g.guard is Guard.TIMING_DISAGREES]
+    assert finding.startswith("small-visible: on the harness's wall clock"), finding

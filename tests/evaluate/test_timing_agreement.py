@@ -69,14 +69,39 @@ def test_the_wall_clock_allows_for_the_protocols_own_host_time() -> None:
     assert wall_clock_guards("w", 2.0, 20.0, protocol_ms=1.2), "a call ten times longer than it says is still caught"
 
 
+def _timing(workload: str, candidate_ms: float, unexplained_ms: float | None) -> SimpleNamespace:
+    return SimpleNamespace(workload=workload, candidate_ms=candidate_ms, wall_unexplained_ms=unexplained_ms,
+                           wall_protocol_ms=0.2)
+
+
 def test_ncu_durations_that_confirm_the_events_clear_only_the_wall_clocks_findings() -> None:
+    timings = [_timing("w", 0.1, 5.0)]
     wall = wall_clock_guards("w", 0.1, 5.0)
     ncu = timing_agreement_guards(0.1, _launches(1.0), alone=True)
     other = [GuardFinding(guard=Guard.FOREIGN_KERNELS, detail="x")]
     assert wall and ncu
-    assert wall_findings_confirmed(wall + other, events_agree_with_ncu=True) == other
-    assert wall_findings_confirmed(wall + ncu + other, events_agree_with_ncu=False) == wall + ncu + other
-    assert wall_findings_confirmed(ncu, events_agree_with_ncu=True) == ncu, "only the wall clock's findings yield"
+    assert wall_findings_confirmed(wall + other, timings, "w", events_agree_with_ncu=True) == other
+    assert wall_findings_confirmed(wall + ncu + other, timings, "w", events_agree_with_ncu=False) == wall + ncu + other
+    assert wall_findings_confirmed(ncu, timings, "w", events_agree_with_ncu=True) == ncu, "only the wall clock's yield"
+
+
+def test_host_work_that_ncu_confirmed_on_one_workload_is_allowed_on_the_others_and_nothing_more() -> None:
+    """ncu profiles the timed workload only: its wall-clock excess (5 ms a call, host work ncu showed) is the
+    candidate's own allowance on the other workloads, not a pardon for them. A workload whose calls take 5.3 ms
+    beyond their events is the same host work; one whose calls take 25 ms beyond (events forged where ncu does
+    not look) is REJECTED. Without host work on the profiled workload, the other's 5 ms stands against it."""
+    honest = [_timing("timed", 0.1, 5.0), _timing("visible", 0.1, 5.3)]
+    guards = [g for t in honest for g in wall_clock_guards(t.workload, t.candidate_ms, t.wall_unexplained_ms, 0.2)]
+    assert len(guards) == 2
+    assert wall_findings_confirmed(guards, honest, "timed", events_agree_with_ncu=True) == []
+    forged = [_timing("timed", 0.1, 5.0), _timing("visible", 0.1, 25.0)]
+    guards = [g for t in forged for g in wall_clock_guards(t.workload, t.candidate_ms, t.wall_unexplained_ms, 0.2)]
+    (finding,) = wall_findings_confirmed(guards, forged, "timed", events_agree_with_ncu=True)
+    assert finding.detail.startswith("visible: ") and "less the 5 ms of host work" in finding.detail
+    only_there = [_timing("timed", 0.1, 0.0), _timing("visible", 0.1, 5.0)]
+    guards = wall_clock_guards("visible", 0.1, 5.0, 0.2)
+    (finding,) = wall_findings_confirmed(guards, only_there, "timed", events_agree_with_ncu=True)
+    assert finding.detail.startswith("visible: ") and "host work per call that ncu" not in finding.detail
 
 
 def test_a_forged_event_time_is_rejected_without_the_proof(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -428,9 +428,10 @@ class GpuEvaluator:
                 evaluation = evaluation.model_copy(update={"timings": [
                     t.model_copy(update={"profiled_kernel_ms": durations}) if t.workload == task.timed().name else t
                     for t in evaluation.timings]})
-            # ncu's kernel durations confirm the event times: the wall clock's findings were host work, not forgery
-            evaluation = evaluation.model_copy(update={
-                "guards": wall_findings_confirmed(evaluation.guards, bool(durations) and not disagreement)})
+            # ncu's kernel durations confirm the profiled workload's event times: its wall-clock excess is host
+            # work, which the other workloads' wall-clock findings are judged again without
+            evaluation = evaluation.model_copy(update={"guards": wall_findings_confirmed(
+                evaluation.guards, evaluation.timings, task.timed().name, bool(durations) and not disagreement)})
             guards = feature_guards(features)
             guards += profiled_foreign_guards(launched, own_kernels)
             guards += profiled_launch_guards(_last_launches(evaluation, task.timed().name), launched)

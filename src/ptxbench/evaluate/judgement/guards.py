@@ -290,26 +290,42 @@ def wall_allowance_ms(candidate_ms: float, protocol_ms: float | None) -> float:
 
 
 def wall_clock_guards(workload: str, candidate_ms: float, unexplained_ms: float | None,
-                      protocol_ms: float | None = None) -> list[GuardFinding]:
+                      protocol_ms: float | None = None, host_ms: float = 0.0) -> list[GuardFinding]:
     """REJECTED when each timed call took longer on the harness's wall clock than its events say, beyond the
     baseline's (``timing.protocol.wall_unexplained``), by more than ``wall_allowance_ms``: more than 0.5 ms,
-    more than its own event time and more than the protocol's own host time per call (``protocol_ms``)."""
-    if unexplained_ms is None or unexplained_ms <= wall_allowance_ms(candidate_ms, protocol_ms):
+    more than its own event time and more than the protocol's own host time per call (``protocol_ms``).
+    ``host_ms``: the candidate's own host time per call that Nsight Compute showed to be host work on the
+    workload it profiled (its kernels confirmed the event times there), which is not held against the others."""
+    if unexplained_ms is None or unexplained_ms - host_ms <= wall_allowance_ms(candidate_ms, protocol_ms):
         return []
+    shown = (f"; less the {host_ms:.3g} ms of host work per call that ncu's kernel durations showed on the profiled "
+             "workload") if host_ms > 0 else ""
     return [GuardFinding(guard=Guard.TIMING_DISAGREES, detail=(
         f"{workload}: {_WALL_CLOCK} each timed call took {unexplained_ms:.3g} ms longer than its event "
         f"time of {candidate_ms:.3g} ms says, beyond what the baseline's calls took beside theirs (the protocol's "
-        f"own host time: {protocol_ms or 0.0:.3g} ms a call): the event times were forged inside the candidate's "
-        f"process (or the call does that much host work)"))]
+        f"own host time: {protocol_ms or 0.0:.3g} ms a call{shown}): the event times were forged inside the "
+        "candidate's process (or the call does that much host work)"))]
 
 
-def wall_findings_confirmed(guards: list[GuardFinding], events_agree_with_ncu: bool) -> list[GuardFinding]:
-    """``guards`` without the wall clock's findings when Nsight Compute's kernel durations confirmed the timed
-    workload's event times: the wall clock cannot tell host work inside an honest call (a device query, an
-    attribute set per call) from forged events, ncu can, and it has spoken. Kept otherwise."""
+def wall_findings_confirmed(guards: list[GuardFinding], timings: list[Any], profiled_workload: str,
+                            events_agree_with_ncu: bool) -> list[GuardFinding]:
+    """The wall clock's findings judged again once Nsight Compute's kernel durations confirmed the event times
+    of the workload it profiled (``timings``: the evaluation's ``Timing`` records). The wall clock cannot tell host
+    work inside an honest call (a device query, an attribute set per call) from forged events; ncu can, for the
+    workload it profiled: that workload's finding is dropped, and its wall time beyond its events (host work, ncu
+    says) is the allowance of the candidate's own host work on every other timed workload, whose findings are
+    made again less that. So a candidate that forges its events only where ncu does not look is still caught by
+    the wall clock (by the bound it has there). Unchanged when ncu did not confirm the events."""
     if not events_agree_with_ncu:
         return guards
-    return [g for g in guards if not (g.guard is Guard.TIMING_DISAGREES and _WALL_CLOCK in g.detail)]
+    kept = [g for g in guards if not (g.guard is Guard.TIMING_DISAGREES and _WALL_CLOCK in g.detail)]
+    profiled = next((t for t in timings if t.workload == profiled_workload), None)
+    host_ms = max(0.0, profiled.wall_unexplained_ms or 0.0) if profiled is not None else 0.0
+    for timing in timings:
+        if timing.workload != profiled_workload:
+            kept += wall_clock_guards(timing.workload, timing.candidate_ms, timing.wall_unexplained_ms,
+                                      timing.wall_protocol_ms, host_ms)
+    return kept
 
 
 # -- any reply ---------------------------------------------------------------------------------------------------
