@@ -53,6 +53,10 @@ def test_the_markdown_explains_a_miss_under_its_task_and_not_a_target_met() -> N
     section_a, section_b = text.split("## b:")
     assert "- w1: the ring is too shallow (evidence: `x.md`)" in section_a
     assert "never shown" not in section_b
+    later = [{"task": "b", "workloads": ["w1"], "evidence": ["z.md"], "finding": "a faster library", "after_run": True}]
+    section_b = reference_kernels._markdown(result, later).split("## b:")[1]
+    assert "Measured after this run" in section_b and "- w1: a faster library (evidence: `z.md`)" in section_b
+    assert "Why it misses" not in section_b
 
 
 def test_the_committed_markdown_is_what_the_json_and_the_limits_render() -> None:
