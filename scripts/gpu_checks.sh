@@ -46,6 +46,12 @@
 #   misses     benchmarks/ncu_against_vendor.py on the reference misses last profiled side by side with their best
 #              baseline (the evidence of benchmarks/reference_limits.toml for gemm_bf16's decode, rmsnorm's decode and
 #              softmax's long rows), about 40 s each, 200 s
+#   serving_misses  the serving references' misses not yet profiled (MLA decode at 1 and 64 sequences, the MoE's
+#              Mixtral prefill, RoPE's two small workloads, the paged decode at 8 sequences) side by side with their best
+#              baseline, after FlashInfer's kernels for them are built (needs the --flashinfer wheels), about 560 s
+#   serving_refs  `ptxbench eval` of the fp8 attention and ragged prefill references, whose best baseline is now
+#              FlashAttention-3's own kernel (needs the --fa3 wheel; FlashInfer's and fa3-fwd's wheels together
+#              are more than one call may carry beside the repository: this section wants fa3 only), 560 s
 #
 # Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm] [--baselines] [--serve])
 # are installed from .whl/ first when that folder exists: every wheel there, without dependencies, so
@@ -186,6 +192,26 @@ for section in "${sections[@]}"; do
                     --timeout-s 55 --out "$work/ncu" > "$work/ncu_$1_$2.log" 2>&1
                 echo "misses $1 $2: exit $?"
             done ;;
-        *) echo "unknown section: $section (examples adversarial timed profiled hostile gold fixit serve scaleout evidence refs evaluator multigpu variants_attention variants_memory variants_gemm servebench sweepbench misses)" >&2 ;;
+        serving_misses)
+            # FlashInfer's kernels for the baselines profiled here, built and installed first (else each side's
+            # process would compile them under ncu), then the serving misses not yet profiled, side by side
+            timeout "$(limit 300)" python3 scripts/flashinfer_prebuild.py --tasks mla_decode_paged,rope,decode_gqa_paged \
+                > "$work/prebuild.log" 2>&1
+            echo "serving_misses prebuild: exit $?"
+            R=src/ptxbench/kernels/reference/sm_90a
+            for spec in "mla_decode_paged dsv3-b1-p64 flashinfer" "mla_decode_paged dsv3-b64-p64 flashinfer" \
+                        "moe_grouped_gemm mixtral-up-prefill loop" "rope q3-8b-prefill flashinfer" \
+                        "rope l3-8b-decode flashinfer" "decode_gqa_paged l8b-b8-p64 flashinfer"; do
+                set -- $spec
+                timeout "$(limit 70)" python3 benchmarks/ncu_against_vendor.py "$R/$1.cu" --workload "$2" --baseline "$3" \
+                    --timeout-s 65 --out "$work/ncu" > "$work/ncu_$1_$2.log" 2>&1
+                echo "serving_misses $1 $2: exit $?"
+            done ;;
+        serving_refs)
+            R=src/ptxbench/kernels/reference/sm_90a
+            timeout "$(limit 560)" python3 -m ptxbench eval "$R/attention_fp8_fwd.cu" "$R/prefill_gqa_ragged.cu" \
+                --timing-budget-ms 200 --trials 3 --out "$work/serving_refs" > "$work/serving_refs.log" 2>&1
+            echo "serving_refs: exit $? — $(grep -E '^\[[0-9]+/' "$work/serving_refs.log" | tr '\n' ' ')" ;;
+        *) echo "unknown section: $section (examples adversarial timed profiled hostile gold fixit serve scaleout evidence refs evaluator multigpu variants_attention variants_memory variants_gemm servebench sweepbench misses serving_misses serving_refs)" >&2 ;;
     esac
 done

@@ -74,9 +74,13 @@ def test_the_misses_gpu_check_profiles_real_workloads_against_real_baselines() -
     from ptxbench.evaluate.baselines.variants import variant_specs
 
     script = (REPO / "scripts" / "gpu_checks.sh").read_text()
-    block = script[script.index("        misses)"):script.index(";;", script.index("        misses)"))]
-    specs = re.findall(r'"(\w+) ([\w.-]+) (\w+)"', block)
-    assert len(specs) == 3, block
+    specs = []
+    for section, count in (("misses", 3), ("serving_misses", 6)):
+        start = script.index(f"        {section})")
+        block = script[start:script.index(";;", start)]
+        found = re.findall(r'"(\w+) ([\w.-]+) (\w+)"', block)
+        assert len(found) == count, block
+        specs += found
     for task_id, workload, baseline in specs:
         task = get_task(task_id)
         assert workload in {w.name for w in task.workloads}, (task_id, workload)
