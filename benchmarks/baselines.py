@@ -132,7 +132,8 @@ def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
 def _document(device: dict[str, Any], tasks: dict[str, Any]) -> dict[str, Any]:
     versions = {"torch": device.get("torch"), "cuda": device.get("cuda"), "cudnn": device.get("cudnn"),
                 "triton": _version("triton"), "liger_kernel": _version("liger_kernel"),
-                "flashinfer": _version("flashinfer_python"), "fa3_fwd": _version("fa3_fwd")}
+                "flashinfer": _version("flashinfer_python"), "fa3_fwd": _version("fa3_fwd"),
+                "cudnn_frontend": _version("nvidia_cudnn_frontend")}
     provenance = {"date": date.today().isoformat(), "command": " ".join(["python", "benchmarks/baselines.py",
                                                                          *sys.argv[1:]]), "versions": versions}
     return {"gpu": device.get("name"), **provenance, "tasks": dict(tasks),

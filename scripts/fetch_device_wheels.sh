@@ -38,6 +38,13 @@
 # torch 2.10 and links libtorch_cuda and libcudart.so.13, so under another torch (another CUDA) its import may
 # fail: the variants are then skipped with that reason.
 #
+# --cudnn-frontend adds nvidia-cudnn-frontend 1.32.0 (11.6 MB, cp312 manylinux_2_27/2_28 x86_64), the cuDNN
+# frontend's Python graph API (import name `cudnn`), for the "cudnn_fp8" vendor-baseline variant of
+# attention_fp8_fwd (cuDNN's own fp8 SDPA forward). No dependency is fetched: nvidia-cutlass-dsl and
+# apache-tvm-ffi, which it declares, serve only its CuTe-DSL kernels; `import cudnn` and its graph API load
+# neither. Its extension links no libcudnn: it dlopens one at import, PyTorch's (nvidia-cudnn-cu13) where no
+# other is on LD_LIBRARY_PATH, and the variant refuses to run on another.
+#
 # Versions are pinned, so a rerun fetches the same files; .whl/ is replaced only once every download
 # has succeeded.
 set -euo pipefail
@@ -47,6 +54,7 @@ llm=0
 baselines=0
 flashinfer=0
 fa3=0
+cudnn_frontend=0
 serve=0
 for arg in "$@"; do
     case "$arg" in
@@ -55,8 +63,9 @@ for arg in "$@"; do
         --baselines) baselines=1 ;;
         --flashinfer) flashinfer=1 ;;
         --fa3) fa3=1 ;;
+        --cudnn-frontend) cudnn_frontend=1 ;;
         --serve) serve=1 ;;
-        *) echo "usage: $0 [--ray] [--llm] [--baselines] [--flashinfer] [--fa3] [--serve]" >&2; exit 2 ;;
+        *) echo "usage: $0 [--ray] [--llm] [--baselines] [--flashinfer] [--fa3] [--cudnn-frontend] [--serve]" >&2; exit 2 ;;
     esac
 done
 staging=$(mktemp -d .whl.new.XXXXXX)
@@ -97,6 +106,9 @@ if [ "$flashinfer" = 1 ]; then
 fi
 if [ "$fa3" = 1 ]; then
     download fa3-fwd==0.0.3
+fi
+if [ "$cudnn_frontend" = 1 ]; then
+    download nvidia-cudnn-frontend==1.32.0
 fi
 if [ "$ray" = 1 ]; then
     download ray==2.60.0 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1

@@ -16,8 +16,9 @@ from .conftest import REPO
 
 SOURCE = REPO / "src" / "ptxbench"
 # Distributions whose module is not named after them, for where they are not installed here (an installed one
-# names its modules itself): flashinfer-python provides ``flashinfer``, fa3-fwd ``fa3_fwd_interface``.
-MODULE_OF = {"flashinfer-python": "flashinfer", "fa3-fwd": "fa3_fwd_interface"}
+# names its modules itself): flashinfer-python provides ``flashinfer``, fa3-fwd ``fa3_fwd_interface``,
+# nvidia-cudnn-frontend ``cudnn``.
+MODULE_OF = {"flashinfer-python": "flashinfer", "fa3-fwd": "fa3_fwd_interface", "nvidia-cudnn-frontend": "cudnn"}
 
 
 def _catches_import_error(handler: ast.ExceptHandler) -> bool:

@@ -18,7 +18,7 @@ from ptxbench.tasks.loader import bundled_suite
 from ptxbench.tasks.model import Role
 from ptxbench.tasks.reference import make_inputs
 
-from . import fake_fa3, fake_flashinfer
+from . import fake_cudnn, fake_fa3, fake_flashinfer
 
 # views and metadata: no work on the data
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "alias", "as_strided", "detach", "slice",
@@ -86,6 +86,8 @@ EXPECTED_CALL = {
     # FA3 (fake_fa3.py logs its launches): the kernel alone, the layouts mapped by views
     ("attention_fp8_fwd", "fa3"): ["fa3.flash_attn_func"],
     ("prefill_gqa_ragged", "fa3"): ["fa3.flash_attn_varlen_func"],
+    # the cuDNN frontend (fake_cudnn.py logs its launches): the built plan's execute alone, O and the stats allocated
+    ("attention_fp8_fwd", "cudnn_fp8"): ["cudnn.execute"],
 }
 
 
@@ -162,6 +164,7 @@ def ops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(baselines, "_COMPILED", {})
     fake_flashinfer.install(monkeypatch, log)
     fake_fa3.install(monkeypatch, log)
+    fake_cudnn.install(monkeypatch, log)
     return log
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ptxbench.evaluate.baselines import attention as paged
+from ptxbench.evaluate.baselines import cudnn_frontend
 from ptxbench.evaluate.baselines import fa3
 from ptxbench.evaluate.baselines import flashinfer as fi
 from ptxbench.evaluate.baselines import mla
@@ -293,6 +294,11 @@ _VARIANTS: dict[str, tuple[BaselineVariant, ...]] = {
                         "fa3-fwd) on the e4m3 inputs as transposed views, O returned as one (no copies; the "
                         "descales expanded to its [B, H] fp32 tensors in setup), where installed",
                         fa3.attention_fp8_fwd, requires=fa3.REQUIRES),
+        BaselineVariant("cudnn_fp8", "cuDNN's own fp8 SDPA forward (`pygraph.sdpa_fp8` through the cuDNN frontend's "
+                        "graph API, PyPI nvidia-cudnn-frontend, on PyTorch's cuDNN) on the e4m3 inputs in place (the "
+                        "graph built in setup for the shape and mask; the descales passed as they are, bf16 O "
+                        "unquantised, its softmax stats returned as the LSE, a view), where installed",
+                        cudnn_frontend.attention_fp8_fwd, requires=cudnn_frontend.REQUIRES),
     ),
     "mla_decode_paged": (
         BaselineVariant("efficient_varlen", "the sequences' latent and rope rows gathered from the pages "
