@@ -50,8 +50,9 @@
 #              Mixtral prefill, RoPE's two small workloads, the paged decode at 8 sequences) side by side with their best
 #              baseline, after FlashInfer's kernels for them are built (needs the --flashinfer wheels), about 560 s
 #   serving_refs  `ptxbench eval` of the fp8 attention and ragged prefill references, whose best baseline is now
-#              FlashAttention-3's own kernel (needs the --fa3 wheel; FlashInfer's and fa3-fwd's wheels together
-#              are more than one call may carry beside the repository: this section wants fa3 only), 560 s
+#              FlashAttention-3's own kernel, and cuDNN's own fp8 SDPA (needs the --fa3 and --cudnn-frontend wheels;
+#              FlashInfer's and fa3-fwd's together are more than one call may carry beside the repository: this
+#              section wants those two only), 560 s
 #
 # Wheels: the package's pure-Python needs (scripts/fetch_device_wheels.sh [--ray] [--llm] [--baselines] [--serve])
 # are installed from .whl/ first when that folder exists: every wheel there, without dependencies, so
