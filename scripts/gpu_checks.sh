@@ -102,6 +102,18 @@ fi
     "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version())"; \
     ncu --version | tail -1; git rev-parse HEAD 2>/dev/null; date -u; } > "$work/environment.txt" 2>&1
 
+side_by_side() {  # section, limit in seconds per profile, "task workload baseline"...: benchmarks/ncu_against_vendor.py
+    local section=$1 seconds=$2 spec
+    shift 2
+    for spec in "$@"; do
+        set -- $spec
+        timeout "$(limit "$seconds")" python3 benchmarks/ncu_against_vendor.py \
+            "src/ptxbench/kernels/reference/sm_90a/$1.cu" --workload "$2" --baseline "$3" --timeout-s $((seconds - 5)) \
+            --out "$work/ncu" > "$work/ncu_$1_$2.log" 2>&1
+        echo "$section $1 $2: exit $?"
+    done
+}
+
 run_pytest() {  # name, limit in seconds, test files...
     local name=$1 seconds=$2
     shift 2
@@ -185,29 +197,17 @@ for section in "${sections[@]}"; do
             done
             kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
         misses)
-            R=src/ptxbench/kernels/reference/sm_90a
-            for spec in "gemm_bf16 llama3-8b-qkv-decode cublas" "rmsnorm t32-h4096-decode liger" \
-                        "softmax r8192-c32768 liger"; do
-                set -- $spec
-                timeout "$(limit 60)" python3 benchmarks/ncu_against_vendor.py "$R/$1.cu" --workload "$2" --baseline "$3" \
-                    --timeout-s 55 --out "$work/ncu" > "$work/ncu_$1_$2.log" 2>&1
-                echo "misses $1 $2: exit $?"
-            done ;;
+            side_by_side misses 60 "gemm_bf16 llama3-8b-qkv-decode cublas" "rmsnorm t32-h4096-decode liger" \
+                "softmax r8192-c32768 liger" ;;
         serving_misses)
             # FlashInfer's kernels for the baselines profiled here, built and installed first (else each side's
             # process would compile them under ncu), then the serving misses not yet profiled, side by side
             timeout "$(limit 300)" python3 scripts/flashinfer_prebuild.py --tasks mla_decode_paged,rope,decode_gqa_paged \
                 > "$work/prebuild.log" 2>&1
             echo "serving_misses prebuild: exit $?"
-            R=src/ptxbench/kernels/reference/sm_90a
-            for spec in "mla_decode_paged dsv3-b1-p64 flashinfer" "mla_decode_paged dsv3-b64-p64 flashinfer" \
-                        "moe_grouped_gemm mixtral-up-prefill loop" "rope q3-8b-prefill flashinfer" \
-                        "rope l3-8b-decode flashinfer" "decode_gqa_paged l8b-b8-p64 flashinfer"; do
-                set -- $spec
-                timeout "$(limit 70)" python3 benchmarks/ncu_against_vendor.py "$R/$1.cu" --workload "$2" --baseline "$3" \
-                    --timeout-s 65 --out "$work/ncu" > "$work/ncu_$1_$2.log" 2>&1
-                echo "serving_misses $1 $2: exit $?"
-            done ;;
+            side_by_side serving_misses 70 "mla_decode_paged dsv3-b1-p64 flashinfer" \
+                "mla_decode_paged dsv3-b64-p64 flashinfer" "moe_grouped_gemm mixtral-up-prefill loop" \
+                "rope q3-8b-prefill flashinfer" "rope l3-8b-decode flashinfer" "decode_gqa_paged l8b-b8-p64 flashinfer" ;;
         serving_refs)
             R=src/ptxbench/kernels/reference/sm_90a
             timeout "$(limit 560)" python3 -m ptxbench eval "$R/attention_fp8_fwd.cu" "$R/prefill_gqa_ragged.cu" \

@@ -18,21 +18,13 @@ from typing import Any
 import pytest
 import torch
 
+from .stand_ins import RecordedCalls
 
-class FakeFA3:
+
+class FakeFA3(RecordedCalls):
     """The stand-in's state: its recorded calls, and the launch log when it only counts."""
 
-    def __init__(self, log: list[str] | None) -> None:
-        self.log = log
-        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
-
-    def record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.calls.append((name, args, kwargs))
-        if self.log is not None:
-            self.log.append(f"fa3.{name}")
-
-    def named(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-        return [(args, kwargs) for called, args, kwargs in self.calls if called == name]
+    prefix = "fa3"
 
 
 def _check_operands(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

@@ -17,23 +17,18 @@ from typing import Any
 import pytest
 import torch
 
+from .stand_ins import RecordedCalls
+
 LN2 = math.log(2.0)
 
 
-class FakeFlashInfer:
+class FakeFlashInfer(RecordedCalls):
     """The stand-in's state: its recorded calls, and the launch log when it only counts."""
 
-    def __init__(self, log: list[str] | None) -> None:
-        self.log = log
-        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    prefix = "flashinfer"
 
-    def record(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.calls.append((name, args, kwargs))
-        if self.log is not None and name.endswith(("run", "rope_with_cos_sin_cache")):
-            self.log.append(f"flashinfer.{name}")
-
-    def named(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-        return [(args, kwargs) for called, args, kwargs in self.calls if called == name]
+    def launches(self, name: str) -> bool:
+        return name.endswith(("run", "rope_with_cos_sin_cache"))
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,

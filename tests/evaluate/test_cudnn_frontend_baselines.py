@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from ptxbench.evaluate.baselines import cudnn_frontend
-from ptxbench.evaluate.baselines.variants import baseline_variants, variant_specs, variants_for
+from ptxbench.evaluate.baselines.variants import baseline_variants, variant_specs
 from ptxbench.evaluate.judgement.compare import compare_outputs
-from ptxbench.tasks.loader import bundled_suite
+from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.reference import make_inputs, run_reference
 
 from . import fake_cudnn
+from .stand_ins import assert_declared_exactly
 
 COVERED = {"attention_fp8_fwd": {"cudnn_fp8"}}
 VERSION = 91900  # nvidia-cudnn-cu13 9.19, PyTorch 2.11's
@@ -27,7 +28,7 @@ SHAPES = [None, {"B": 2, "H": 3, "S": 64, "causal": 0}, {"B": 2, "H": 3, "S": 19
 
 
 def _task():  # type: ignore[no-untyped-def]
-    return next(t for t in bundled_suite() if t.id == "attention_fp8_fwd")
+    return get_task("attention_fp8_fwd")
 
 
 def _install(monkeypatch: pytest.MonkeyPatch, version: int | None = None) -> fake_cudnn.FakeCudnn:
@@ -36,14 +37,8 @@ def _install(monkeypatch: pytest.MonkeyPatch, version: int | None = None) -> fak
 
 
 def test_the_variant_is_declared_exactly_for_fp8_attention() -> None:
-    for task in bundled_suite():
-        names = {name for name in variants_for(task.id) if name.startswith("cudnn_fp8")} \
-            if task.baseline.library != "reference" else set()
-        assert names == COVERED.get(task.id, set()), task.id
-        for name in names:
-            variant = variant_specs(task)[name]
-            assert variant.requires == cudnn_frontend.REQUIRES == ("cudnn._pygraph",)
-            assert "sdpa_fp8" in task.baseline.call and variant.description in task.baseline.call
+    assert cudnn_frontend.REQUIRES == ("cudnn._pygraph",)
+    assert_declared_exactly("cudnn_fp8", COVERED, cudnn_frontend.REQUIRES, "sdpa_fp8")
 
 
 @pytest.mark.parametrize("sizes", SHAPES, ids=str)

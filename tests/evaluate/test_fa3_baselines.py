@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from ptxbench.evaluate.baselines import fa3
-from ptxbench.evaluate.baselines.variants import baseline_variants, variant_specs, variants_for
+from ptxbench.evaluate.baselines.variants import baseline_variants, variant_specs
 from ptxbench.evaluate.judgement.compare import compare_outputs
-from ptxbench.tasks.loader import bundled_suite
+from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.reference import make_inputs, run_reference
 
 from . import fake_fa3
+from .stand_ins import assert_declared_exactly, smallest_workload
 
 COVERED = {"attention_fp8_fwd": {"fa3"}, "prefill_gqa_ragged": {"fa3"}}
 # Each task's smallest workload, and shapes of its edges the workloads lack: fp8 with and without the mask on a
@@ -28,24 +29,9 @@ SHAPES = [("attention_fp8_fwd", None), ("attention_fp8_fwd", {"B": 2, "H": 3, "S
           ("prefill_gqa_ragged", {"B": 3, "S": 70, "DS": 20, "T": 150, "H": 4, "KH": 2})]
 
 
-def _task(task_id: str):  # type: ignore[no-untyped-def]
-    return next(t for t in bundled_suite() if t.id == task_id)
-
-
-def _smallest(task):  # type: ignore[no-untyped-def]
-    """The task's cheapest workload of any role: the stand-in and the reference run it on the CPU."""
-    return min(task.workloads, key=lambda w: task.bytes_for(w.sizes)).sizes
-
-
 def test_fa3_variants_are_declared_exactly_for_the_tasks_it_covers() -> None:
-    for task in bundled_suite():
-        names = {name for name in variants_for(task.id) if name.startswith("fa3")} \
-            if task.baseline.library != "reference" else set()
-        assert names == COVERED.get(task.id, set()), task.id
-        for name in names:
-            variant = variant_specs(task)[name]
-            assert variant.requires == fa3.REQUIRES == ("fa3_fwd_interface",)
-            assert "FlashAttention-3" in task.baseline.call and variant.description in task.baseline.call
+    assert fa3.REQUIRES == ("fa3_fwd_interface",)
+    assert_declared_exactly("fa3", COVERED, fa3.REQUIRES, "FlashAttention-3")
 
 
 @pytest.mark.parametrize(("task_id", "sizes"), SHAPES, ids=lambda x: x if isinstance(x, str) else str(x))
@@ -55,8 +41,8 @@ def test_the_variant_matches_the_reference_through_fa3s_contract(
     batch entry and kv head, the LSE's layout): a wrong mapping (heads for tokens, a descale left out, the varlen
     LSE returned as [H, T]) fails the task's own tolerance or its shapes."""
     fake_fa3.install(monkeypatch)
-    task = _task(task_id)
-    sizes = sizes or _smallest(task)
+    task = get_task(task_id)
+    sizes = sizes or smallest_workload(task).sizes
     inputs = make_inputs(task, sizes, seed=3, device="cpu")
     outputs = variant_specs(task)["fa3"].setup(inputs, sizes)()
     expected = run_reference(task, dict(inputs), sizes)
@@ -66,7 +52,7 @@ def test_the_variant_matches_the_reference_through_fa3s_contract(
 
 def test_fp8_attention_hands_fa3_views_and_its_descales_per_batch_and_kv_head(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = fake_fa3.install(monkeypatch)
-    task = _task("attention_fp8_fwd")
+    task = get_task("attention_fp8_fwd")
     sizes = {"B": 2, "H": 3, "S": 128, "causal": 1}
     inputs = make_inputs(task, sizes, seed=1, device="cpu")
     call = variant_specs(task)["fa3"].setup(inputs, sizes)
@@ -90,7 +76,7 @@ def test_fp8_attention_hands_fa3_views_and_its_descales_per_batch_and_kv_head(mo
 def test_ragged_prefill_is_causal_on_seq_indptr_with_the_longest_sequence_from_setup(
         monkeypatch: pytest.MonkeyPatch) -> None:
     fake = fake_fa3.install(monkeypatch)
-    task = _task("prefill_gqa_ragged")
+    task = get_task("prefill_gqa_ragged")
     sizes = {"B": 3, "S": 70, "DS": 20, "T": 150, "H": 4, "KH": 2}
     inputs = make_inputs(task, sizes, seed=1, device="cpu")
     outputs = variant_specs(task)["fa3"].setup(inputs, sizes)()
@@ -108,7 +94,7 @@ def test_ragged_prefill_is_causal_on_seq_indptr_with_the_longest_sequence_from_s
 def test_without_fa3_each_variant_is_skipped_with_the_import_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "fa3_fwd_interface", None)  # the import fails, as where it is not installed
     for task_id, names in COVERED.items():
-        task = _task(task_id)
+        task = get_task(task_id)
         for name in names:
             reason = variant_specs(task)[name].load()
             assert reason is not None and reason.startswith("fa3_fwd_interface could not be imported: "
@@ -129,6 +115,6 @@ class _BuiltForAnotherTorch(importlib.abc.MetaPathFinder):
 def test_a_wheel_built_for_another_torch_is_skipped_with_the_loaders_words(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delitem(sys.modules, "fa3_fwd_interface", raising=False)
     monkeypatch.setattr(sys, "meta_path", [_BuiltForAnotherTorch(), *sys.meta_path])
-    reason = variant_specs(_task("attention_fp8_fwd"))["fa3"].load()
+    reason = variant_specs(get_task("attention_fp8_fwd"))["fa3"].load()
     assert reason == ("fa3_fwd_interface could not be imported: ImportError: /tmp/site/fa3_fwd/_C.abi3.so: "
                       "undefined symbol: _ZN3c1013MessageLoggerC1EPKciib")

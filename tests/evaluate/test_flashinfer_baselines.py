@@ -12,36 +12,21 @@ import pytest
 import torch
 
 from ptxbench.evaluate.baselines import flashinfer as fi
-from ptxbench.evaluate.baselines.variants import baseline_variants, variant_specs, variants_for
+from ptxbench.evaluate.baselines.variants import baseline_variants, variant_specs
 from ptxbench.evaluate.judgement.compare import compare_outputs
-from ptxbench.tasks.loader import bundled_suite
+from ptxbench.tasks.loader import get_task
 from ptxbench.tasks.reference import make_inputs, run_reference
 
 from . import fake_flashinfer
+from .stand_ins import assert_declared_exactly, smallest_workload
 
 COVERED = {"decode_gqa_paged": {"flashinfer", "flashinfer_tc"}, "prefill_gqa_ragged": {"flashinfer"},
            "attention_fp8_fwd": {"flashinfer"}, "mla_decode_paged": {"flashinfer"}, "rope": {"flashinfer"}}
 CASES = [(task_id, name) for task_id, names in COVERED.items() for name in sorted(names)]
 
 
-def _task(task_id: str):  # type: ignore[no-untyped-def]
-    return next(t for t in bundled_suite() if t.id == task_id)
-
-
-def _smallest(task):  # type: ignore[no-untyped-def]
-    """The task's cheapest workload of any role: the stand-in and the reference run it on the CPU."""
-    return min(task.workloads, key=lambda w: task.bytes_for(w.sizes))
-
-
 def test_flashinfer_variants_are_declared_exactly_for_the_tasks_it_covers() -> None:
-    for task in bundled_suite():
-        names = {name for name in variants_for(task.id) if name.startswith("flashinfer")} \
-            if task.baseline.library != "reference" else set()
-        assert names == COVERED.get(task.id, set()), task.id
-        for name in names:
-            variant = variant_specs(task)[name]
-            assert variant.requires == ("flashinfer",)
-            assert "FlashInfer" in task.baseline.call and variant.description in task.baseline.call
+    assert_declared_exactly("flashinfer", COVERED, ("flashinfer",), "FlashInfer")
 
 
 @pytest.mark.parametrize(("task_id", "name"), CASES)
@@ -51,8 +36,8 @@ def test_the_variant_matches_the_reference_through_flashinfers_contract(
     LSE base, cos/sin layout): a wrong mapping (indptr for indices, the page size, a base-2 LSE left as it
     is, sines for cosines) fails the task's own tolerance."""
     fake_flashinfer.install(monkeypatch)
-    task = _task(task_id)
-    sizes = _smallest(task).sizes
+    task = get_task(task_id)
+    sizes = smallest_workload(task).sizes
     inputs = make_inputs(task, sizes, seed=3, device="cpu")
     outputs = variant_specs(task)[name].setup(inputs, sizes)()
     expected = run_reference(task, dict(inputs), sizes)
@@ -62,8 +47,8 @@ def test_the_variant_matches_the_reference_through_flashinfers_contract(
 
 def test_decode_plans_on_the_tasks_page_table_and_runs_on_the_pages_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = fake_flashinfer.install(monkeypatch)
-    task = _task("decode_gqa_paged")
-    sizes = _smallest(task).sizes
+    task = get_task("decode_gqa_paged")
+    sizes = smallest_workload(task).sizes
     inputs = make_inputs(task, sizes, seed=1, device="cpu")
     for name, tensor_cores in (("flashinfer", False), ("flashinfer_tc", True)):
         fake.calls.clear()
@@ -87,8 +72,8 @@ def test_decode_plans_on_the_tasks_page_table_and_runs_on_the_pages_in_place(mon
 
 def test_ragged_prefill_is_causal_on_seq_indptr_with_a_natural_log_lse(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = fake_flashinfer.install(monkeypatch)
-    task = _task("prefill_gqa_ragged")
-    sizes = _smallest(task).sizes
+    task = get_task("prefill_gqa_ragged")
+    sizes = smallest_workload(task).sizes
     inputs = make_inputs(task, sizes, seed=1, device="cpu")
     variant_specs(task)["flashinfer"].setup(inputs, sizes)
     (plan_args, plan_kwargs), = fake.named("prefill.plan")
@@ -100,8 +85,8 @@ def test_ragged_prefill_is_causal_on_seq_indptr_with_a_natural_log_lse(monkeypat
 
 def test_fp8_attention_runs_token_major_with_per_head_descales(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = fake_flashinfer.install(monkeypatch)
-    task = _task("attention_fp8_fwd")
-    sizes = _smallest(task).sizes
+    task = get_task("attention_fp8_fwd")
+    sizes = smallest_workload(task).sizes
     inputs = make_inputs(task, sizes, seed=1, device="cpu")
     variant_specs(task)["flashinfer"].setup(inputs, sizes)
     (plan_args, plan_kwargs), = fake.named("prefill.plan")
@@ -117,8 +102,8 @@ def test_fp8_attention_runs_token_major_with_per_head_descales(monkeypatch: pyte
 
 def test_mla_plans_lengths_from_the_page_table_and_sm_scale_from_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = fake_flashinfer.install(monkeypatch)
-    task = _task("mla_decode_paged")
-    sizes = _smallest(task).sizes
+    task = get_task("mla_decode_paged")
+    sizes = smallest_workload(task).sizes
     inputs = make_inputs(task, sizes, seed=1, device="cpu")
     variant_specs(task)["flashinfer"].setup(inputs, sizes)
     (_, plan_kwargs), = fake.named("mla.plan")
@@ -158,7 +143,7 @@ def test_curand_headers_come_from_nvidias_wheel_only_where_the_toolkit_lacks_the
 def test_without_flashinfer_each_variant_is_skipped_with_the_import_reason(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "flashinfer", None)  # the import fails, as where it is not installed
     for task_id, names in COVERED.items():
-        task = _task(task_id)
+        task = get_task(task_id)
         for name in names:
             reason = variant_specs(task)[name].load()
             assert reason is not None and reason.startswith("flashinfer could not be imported: ModuleNotFoundError")
