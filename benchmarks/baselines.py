@@ -64,14 +64,17 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(doc: dict[str, Any], stem: Path, quality_path: Path | None = None) -> None:
-    """The result JSON and markdown, and the package-data quality summary."""
-    from ptxbench.evaluate.baselines.variants import QUALITY_PATH, quality_from_results, write_quality
+def write(doc: dict[str, Any], stem: Path, quality_path: Path | None = None, keep_others: bool = False) -> None:
+    """The result JSON and markdown, and the package-data quality summary (with ``keep_others``, a run over some
+    tasks, the summary's other tasks are kept with the GPU and date they were measured on)."""
+    from ptxbench.evaluate.baselines.variants import QUALITY_PATH, load_baseline_quality, quality_from_results, write_quality
 
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
     stem.with_suffix(".md").write_text(markdown(doc))
-    write_quality(quality_from_results(doc), quality_path or QUALITY_PATH)
+    quality_path = quality_path or QUALITY_PATH
+    previous = load_baseline_quality(quality_path) if keep_others else None
+    write_quality(quality_from_results(doc, previous), quality_path)
 
 
 def measure(task_ids: list[str] | None, budget_ms: float, compile_gemm: bool,
@@ -180,7 +183,7 @@ def main() -> None:
     previous = json.loads(out.with_suffix(".json").read_text()) if chosen and out.with_suffix(".json").is_file() else None
 
     def written(doc: dict[str, Any]) -> None:
-        write(merged(previous, doc) if previous is not None else doc, out)
+        write(merged(previous, doc) if previous is not None else doc, out, keep_others=chosen is not None)
 
     written(measure(chosen, args.budget_ms, args.compile_gemm, after_task=written))
 

@@ -89,6 +89,36 @@ def test_a_run_over_some_tasks_updates_the_results_and_keeps_the_others_provenan
         bench.merged(previous, {**rerun, "gpu": "NVIDIA B200"})
 
 
+def test_a_run_over_some_tasks_on_another_gpu_keeps_the_others_in_the_summary_with_their_own_gpu(
+        tmp_path: Path) -> None:
+    quality_path = tmp_path / "baseline_quality.json"
+    bench.write(_fake_document(), tmp_path / "h200" / "baselines_h200", quality_path=quality_path)
+    rerun = _fake_document()
+    rerun = {**rerun, "gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-07", "tasks": {"softmax": rerun["tasks"]["softmax"]}}
+    bench.write(rerun, tmp_path / "h100" / "baselines_h100", quality_path=quality_path, keep_others=True)
+    quality = baselines.load_baseline_quality(quality_path)
+    assert set(quality.tasks) == {"softmax", "transpose"}
+    assert (quality.gpu, quality.date) == ("NVIDIA H100 80GB HBM3", "2026-12-07")
+    assert tuple(quality.provenance("transpose")) == ("NVIDIA H200", "2026-12-03")
+    assert tuple(quality.provenance("softmax")) == ("NVIDIA H100 80GB HBM3", "2026-12-07")
+    warning = baselines.weak_baseline_warning(get_task("transpose"), quality)
+    assert warning is not None and "(NVIDIA H200, 2026-12-03)" in warning
+    # a run over every task replaces the summary: nothing of an earlier one is kept
+    bench.write(rerun, tmp_path / "h100" / "baselines_h100", quality_path=quality_path)
+    assert set(baselines.load_baseline_quality(quality_path).tasks) == {"softmax"}
+
+
+def test_a_version_1_summary_reads_as_one_gpu_for_every_task(tmp_path: Path) -> None:
+    path = tmp_path / "baseline_quality.json"
+    path.write_text(json.dumps({"version": 1, "gpu": "NVIDIA H200", "date": "2026-12-04",
+                                "tasks": {"transpose": {"w": 20.0}}}))
+    quality = baselines.load_baseline_quality(path)
+    assert quality.version == 2 and tuple(quality.provenance("transpose")) == ("NVIDIA H200", "2026-12-04")
+    path.write_text(json.dumps({"version": 3, "tasks": {}}))
+    with pytest.raises(ValueError, match="version"):
+        baselines.load_baseline_quality(path)
+
+
 @pytest.fixture
 def weak_transpose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A quality file in which only transpose's best baseline is weak; the packaged one is left alone."""

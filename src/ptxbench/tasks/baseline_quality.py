@@ -15,7 +15,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from ptxbench.tasks.model import Task
 
@@ -25,13 +25,40 @@ workload measured weak today is under both)."""
 QUALITY_PATH = Path(__file__).resolve().parent / "baseline_quality.json"
 
 
-class BaselineQuality(BaseModel):
-    """Per task and workload, the best baseline's share of its roofline (percent) measured on ``gpu``."""
+class Measured(NamedTuple):
+    """Where and when one task's baselines were measured."""
 
-    version: Literal[1] = 1
+    gpu: str | None
+    date: str | None
+
+
+class TaskProvenance(BaseModel):
+    gpu: str | None = None
+    date: str | None = None
+
+
+class BaselineQuality(BaseModel):
+    """Per task and workload, the best baseline's share of its roofline (percent). ``gpu`` and ``date`` are the
+    latest run's; a task measured by an earlier run (a run over some tasks keeps the others) says its own in
+    ``measured``, so a warning never names a GPU its figure did not come from. Version 1 (one GPU for every task)
+    is read as version 2 with no per-task entries."""
+
+    version: Literal[2] = 2
     gpu: str | None = None
     date: str | None = None
     tasks: dict[str, dict[str, float]] = Field(default_factory=dict)
+    measured: dict[str, TaskProvenance] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("version") == 1:
+            return {**data, "version": 2}
+        return data
+
+    def provenance(self, task_id: str) -> Measured:
+        own = self.measured.get(task_id)
+        return Measured(own.gpu, own.date) if own is not None else Measured(self.gpu, self.date)
 
 
 class WeakBaseline(NamedTuple):
@@ -60,7 +87,7 @@ def weak_baseline(task: Task, quality: BaselineQuality) -> WeakBaseline | None:
         return None
     timed = task.timed().name
     workload, pct = (timed, measured[timed]) if timed in measured else min(measured.items(), key=lambda i: i[1])
-    return WeakBaseline(workload, pct, quality.gpu, quality.date) if pct < WEAK_BASELINE_PCT else None
+    return WeakBaseline(workload, pct, *quality.provenance(task.id)) if pct < WEAK_BASELINE_PCT else None
 
 
 def weak_baseline_warning(task: Task, quality: BaselineQuality) -> str | None:
@@ -72,18 +99,29 @@ def weak_baseline_warning(task: Task, quality: BaselineQuality) -> str | None:
             "the speedup there says little; % of roofline says more")
 
 
-def quality_from_results(results: Mapping[str, Any]) -> BaselineQuality:
-    """The package-data summary of a ``benchmarks/baselines.py`` result document."""
+def quality_from_results(results: Mapping[str, Any], previous: BaselineQuality | None = None) -> BaselineQuality:
+    """The package-data summary of a ``benchmarks/baselines.py`` result document, written over ``previous`` (the
+    summary so far): the tasks the document measured replaced, each with its own date (``measured`` of the
+    document), the others kept with the GPU and date they were measured on."""
+    gpu, when = results.get("gpu"), results.get("date") or date.today().isoformat()
     tasks = {task: {w: row["best_pct_of_roofline"] for w, row in workloads.items()
                     if row.get("best_pct_of_roofline") is not None}
              for task, workloads in results["tasks"].items()}
-    return BaselineQuality(gpu=results.get("gpu"), date=results.get("date") or date.today().isoformat(),
-                           tasks={t: w for t, w in tasks.items() if w})
+    tasks = {t: w for t, w in tasks.items() if w}
+    documented = results.get("measured") or {}
+    provenance = {t: TaskProvenance(gpu=gpu, date=(documented.get(t) or {}).get("date") or when) for t in tasks}
+    if previous is not None:
+        kept = {t: w for t, w in previous.tasks.items() if t not in tasks}
+        provenance |= {t: TaskProvenance(**previous.provenance(t)._asdict()) for t in kept}
+        tasks = {**kept, **tasks}
+    tasks = dict(sorted(tasks.items()))
+    measured = {t: provenance[t] for t in tasks if provenance[t] != TaskProvenance(gpu=gpu, date=when)}
+    return BaselineQuality(gpu=gpu, date=when, tasks=tasks, measured=measured)
 
 
 def write_quality(quality: BaselineQuality, path: Path = QUALITY_PATH) -> None:
     path.write_text(json.dumps(quality.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
 
 
-__all__ = ["QUALITY_PATH", "WEAK_BASELINE_PCT", "BaselineQuality", "WeakBaseline", "load_baseline_quality",
-           "quality_from_results", "weak_baseline", "weak_baseline_warning", "write_quality"]
+__all__ = ["QUALITY_PATH", "WEAK_BASELINE_PCT", "BaselineQuality", "Measured", "TaskProvenance", "WeakBaseline",
+           "load_baseline_quality", "quality_from_results", "weak_baseline", "weak_baseline_warning", "write_quality"]
