@@ -237,6 +237,16 @@ class Requirement(BaseModel):
         return " | ".join(self.any_of)
 
 
+class FlashInferCall(BaseModel):
+    """The FlashInfer API an imported definition names (its ``fi_api`` tag), timed beside the task's reference,
+    with the arguments of that call the task's tensors do not carry, as the import derived them from the
+    definition (``ptxbench.tasks.flashinfer.fi_api``): recorded here so the baseline is data and in the hash."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    api: str = Field(pattern=r"^flashinfer(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+    arguments: dict[str, bool | int | float | str] = Field(default_factory=dict)
+
+
 class Baseline(BaseModel):
     """The vendor baselines the candidate is timed against (the fastest of the task's variants).
 
@@ -245,12 +255,15 @@ class Baseline(BaseModel):
     refused at timing when it differs, so a prompt never promises a baseline that is not run.
 
     ``library = "reference"`` (imported tasks) times the task's own reference, ``baseline`` in its reference
-    code, on the inputs in their own dtypes; its ``call`` is ``REFERENCE_BASELINE_CALL``.
+    code, on the inputs in their own dtypes; its ``call`` is ``REFERENCE_BASELINE_CALL``, unless ``flashinfer``
+    names the FlashInfer call timed beside it (the evaluator then checks ``call`` against both variants' text).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     library: Literal["cublas", "cublaslt", "cudnn_or_flash", "torch", "reference"]
     call: str = Field(description="What is timed as the baseline, generated from the task's baseline variants.")
+    flashinfer: FlashInferCall | None = Field(default=None, description=(
+        "An imported task's FlashInfer call, timed beside its reference (library `reference` only)."))
 
 
 class Family(str, Enum):
@@ -332,10 +345,12 @@ class Task(BaseModel):
             raise ValueError("reference must define `def reference(...)`")
         if any(t.init.kind is InitKind.DERIVED for t in self.inputs) and "def derive_inputs(" not in self.reference:
             raise ValueError("derived inputs need `def derive_inputs(...)` in the reference code")
-        if self.baseline.library == "reference" and (self.baseline.call != REFERENCE_BASELINE_CALL
-                                                     or "def baseline(" not in self.reference):
-            raise ValueError("a reference baseline needs `def baseline(...)` in the reference code and "
-                             f"baseline.call = {REFERENCE_BASELINE_CALL!r}")
+        if self.baseline.library == "reference" and ("def baseline(" not in self.reference or (
+                self.baseline.flashinfer is None and self.baseline.call != REFERENCE_BASELINE_CALL)):
+            raise ValueError("a reference baseline needs `def baseline(...)` in the reference code and, without a "
+                             f"FlashInfer call, baseline.call = {REFERENCE_BASELINE_CALL!r}")
+        if self.baseline.flashinfer is not None and self.baseline.library != "reference":
+            raise ValueError("baseline.flashinfer belongs to an imported task's reference baseline (library reference)")
         return self
 
     def _check_workloads(self, axis_names: list[str]) -> None:
@@ -425,6 +440,8 @@ class Task(BaseModel):
             del data["variants"]
         if data["floor_bytes"] is None:  # likewise a task whose floor is its bytes
             del data["floor_bytes"]
+        if data["baseline"]["flashinfer"] is None:  # likewise a baseline without a FlashInfer call
+            del data["baseline"]["flashinfer"]
         for tensor in (*data["inputs"], *data["outputs"]):  # likewise an input drawn without a row offset
             for key in _INIT_FIELDS_ADDED_LATER:
                 if tensor["init"][key] == 0:

@@ -10,7 +10,7 @@
 - the family, the required features, the FLOP and byte formulas come from ``op_type`` and the shapes
   (``work``; ``flops`` overrides).
 - the baseline is the definition's own reference in the inputs' dtypes (``reference_text.baseline``), as
-  FlashInfer-Bench times it.
+  FlashInfer-Bench times it, and beside it the FlashInfer API its ``fi_api`` tag names, where ``fi_api`` maps it.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import re
 from typing import Any
 
 from ptxbench.tasks.flashinfer.blobs import BlobReader
+from ptxbench.tasks.flashinfer.fi_api import api_baseline, baseline_data
 from ptxbench.tasks.flashinfer.forward_inputs import plan_forward
 from ptxbench.tasks.flashinfer.layouts import ATTENDED_PAIRS, KV_TOKENS, plan_indices
 from ptxbench.tasks.flashinfer.reference_text import reference_code
@@ -212,7 +213,7 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
         "reference": reference_code(definition, scalars, plan, workloads, axis_names,
                                     upcast=not gpu_libraries(definition), forward=forward),
         "flops": flops_text, "bytes": moved, **({"floor_bytes": least} if least != moved else {}),
-        "baseline": {"library": "reference", "call": REFERENCE_BASELINE_CALL},
+        "baseline": baseline_data(api_baseline(definition, scalars, plan), REFERENCE_BASELINE_CALL),
         "axes": axes, **tensors_data, "workloads": with_roles(workloads, weight),
         "requirements": requirements(family, definition),
     }
