@@ -1,6 +1,8 @@
-"""A CPU stand-in for the ``flashinfer`` module: the four entry points the FlashInfer baselines call, with
-FlashInfer's documented contracts (NHD pages, CSR page tables, base-2 log-sum-exp unless asked otherwise,
-the cos/sin cache's cosines-then-sines layout) computed in fp32 with plain PyTorch, so a test can check a
+"""A CPU stand-in for the ``flashinfer`` module: the entry points the FlashInfer baselines call (the decode,
+ragged and paged prefill and MLA wrappers, RoPE, and ``flashinfer.norm``'s RMSNorms, each also under the
+submodule an imported task's ``fi_api`` names it by), with FlashInfer's documented contracts (NHD pages, CSR page
+tables, base-2 log-sum-exp unless asked otherwise, causal masks aligned at the bottom right, the cos/sin cache's
+cosines-then-sines layout, fused_add_rmsnorm in place) computed in fp32 with plain PyTorch, so a test can check a
 variant's argument mapping end to end against the task's own reference. With ``log`` the stand-in computes
 nothing and logs each kernel launch by name instead (the timed-call audit in test_baselines.py).
 
@@ -28,7 +30,7 @@ class FakeFlashInfer(RecordedCalls):
     prefix = "flashinfer"
 
     def launches(self, name: str) -> bool:
-        return name.endswith(("run", "rope_with_cos_sin_cache"))
+        return name.endswith(("run", "rope_with_cos_sin_cache", "rmsnorm"))
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
@@ -110,7 +112,7 @@ class _RaggedPrefillWrapper:
         assert lse_base in ("log2", "ln") and q.dtype == q_type and q.is_contiguous() and k.is_contiguous()
         lse = torch.empty(q.shape[:2], dtype=torch.float32)
         if self.fake.log is not None:
-            out = torch.empty(q.shape, dtype=o_type)
+            out = torch.empty((*q.shape[:2], v.shape[2]), dtype=o_type)
             return (out, lse) if return_lse else out
         if q.dtype == torch.float8_e4m3fn:  # FA3's fp8 kernel: per-head dequantisation scales, fp32 [heads]
             scale_q, scale_k, scale_v = scales
@@ -118,7 +120,7 @@ class _RaggedPrefillWrapper:
             q, k, v = (x.float() * s[None, :, None] for x, s in ((q, scale_q), (k, scale_k), (v, scale_v)))
         else:
             assert not scales
-        out = torch.empty(q.shape, dtype=torch.float32)
+        out = torch.empty((*q.shape[:2], v.shape[2]), dtype=torch.float32)
         for b in range(len(qo) - 1):
             n, m = qo[b + 1] - qo[b], kv[b + 1] - kv[b]
             # causal aligned at the bottom right, as FlashInfer's: query i sees keys j <= i + (m - n)
@@ -126,6 +128,49 @@ class _RaggedPrefillWrapper:
             o, natural = _attend(q[qo[b]:qo[b + 1]], k[kv[b]:kv[b + 1]], v[kv[b]:kv[b + 1]], scale, mask)
             out[qo[b]:qo[b + 1]], lse[qo[b]:qo[b + 1]] = o, natural if lse_base == "ln" else natural / LN2
         return (out.to(o_type), lse) if return_lse else out.to(o_type)
+
+
+def _causal(queries: int, keys: int) -> torch.Tensor:
+    """FlashInfer's causal mask, aligned at the bottom right: query i sees keys j <= i + (keys - queries)."""
+    return torch.arange(keys)[None, :] <= torch.arange(queries)[:, None] + (keys - queries)
+
+
+class _PagedPrefillWrapper:
+    def __init__(self, fake: FakeFlashInfer, workspace: torch.Tensor, kv_layout: str = "NHD", **kwargs: Any) -> None:
+        fake.record("paged_prefill.init", (workspace, kv_layout), kwargs)
+        self.fake, self.layout, self.plan_args = fake, kv_layout, None
+
+    def plan(self, qo_indptr: torch.Tensor, paged_kv_indptr: torch.Tensor, paged_kv_indices: torch.Tensor,
+             paged_kv_last_page_len: torch.Tensor, num_qo_heads: int, num_kv_heads: int, head_dim_qk: int,
+             page_size: int, head_dim_vo: int | None = None, causal: bool = False, **kwargs: Any) -> None:
+        self.fake.record("paged_prefill.plan", (qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len,
+                                                num_qo_heads, num_kv_heads, head_dim_qk, page_size),
+                         {"head_dim_vo": head_dim_vo, "causal": causal, **kwargs})
+        assert self.layout == "NHD" and len(paged_kv_last_page_len) == len(paged_kv_indptr) - 1
+        self.plan_args = (qo_indptr.tolist(), paged_kv_indptr.tolist(), paged_kv_indices.clone(),
+                          paged_kv_last_page_len.tolist(), num_qo_heads, num_kv_heads, head_dim_qk, page_size, causal,
+                          kwargs.get("sm_scale") or 1.0 / math.sqrt(head_dim_qk), kwargs.get("q_data_type"))
+
+    def run(self, q: torch.Tensor, paged_kv_cache: tuple[torch.Tensor, torch.Tensor], *,
+            return_lse: bool = False, **kwargs: Any) -> Any:
+        self.fake.record("paged_prefill.run", (q, paged_kv_cache), {"return_lse": return_lse, **kwargs})
+        assert self.plan_args is not None, "run before plan"
+        qo, indptr, indices, last, heads, kv_heads, dim, page_size, causal, scale, q_type = self.plan_args
+        k_cache, v_cache = paged_kv_cache
+        assert q.shape == (qo[-1], heads, dim) and q.dtype == q_type
+        assert k_cache.shape[1:] == (page_size, kv_heads, dim) and v_cache.shape[1:3] == (page_size, kv_heads)
+        out = torch.empty((*q.shape[:2], v_cache.shape[3]), dtype=torch.float32)
+        lse = torch.empty(q.shape[:2], dtype=torch.float32)
+        if self.fake.log is not None:
+            return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
+        lengths = [(indptr[b + 1] - indptr[b] - 1) * page_size + last[b] for b in range(len(last))]
+        for b, rows in enumerate(_page_rows(indptr, indices, lengths, page_size)):
+            keys = k_cache.reshape(-1, kv_heads, dim)[rows]
+            values = v_cache.reshape(-1, kv_heads, v_cache.shape[3])[rows]
+            mask = _causal(qo[b + 1] - qo[b], len(rows)) if causal else None
+            o, natural = _attend(q[qo[b]:qo[b + 1]], keys, values, scale, mask)
+            out[qo[b]:qo[b + 1]], lse[qo[b]:qo[b + 1]] = o, natural / LN2  # base 2, as FlashInfer's
+        return (out.to(q.dtype), lse) if return_lse else out.to(q.dtype)
 
 
 class _MLAPlanMetadata:
@@ -166,16 +211,43 @@ class _MLAWrapper:
         lse = torch.empty(batch, heads, dtype=torch.float32)
         if self.fake.log is not None:
             return (torch.empty_like(q_nope), lse) if return_lse else torch.empty_like(q_nope)
-        assert plan["qo_indptr"].tolist() == list(range(batch + 1)), "one query per sequence"
+        qo = plan["qo_indptr"].tolist()  # decode: one query per sequence; prefill: the queries' offsets
+        assert qo[-1] == batch and len(qo) == len(plan["kv_indptr"])
         out = torch.empty(q_nope.shape, dtype=torch.float32)
         indptr, lengths = plan["kv_indptr"].tolist(), plan["kv_len_arr"].tolist()
         for b, rows in enumerate(_page_rows(indptr, plan["kv_indices"], lengths, page_size)):
             c, r = ckv.reshape(-1, latent)[rows].float(), kpe.reshape(-1, rope)[rows].float()
-            scores = (q_nope[b].float() @ c.t() + q_pe[b].float() @ r.t()) * plan["sm_scale"]
+            queries = slice(qo[b], qo[b + 1])
+            scores = (torch.einsum("qhd,kd->qhk", q_nope[queries].float(), c)
+                      + torch.einsum("qhd,kd->qhk", q_pe[queries].float(), r)) * plan["sm_scale"]
+            if plan["causal"]:
+                scores = scores.masked_fill(~_causal(qo[b + 1] - qo[b], len(rows))[:, None, :], float("-inf"))
             natural = torch.logsumexp(scores, dim=-1)
-            out[b] = torch.exp(scores - natural[:, None]) @ c
-            lse[b] = natural if return_lse_base_on_e else natural / LN2
+            out[queries] = torch.einsum("qhk,kd->qhd", torch.exp(scores - natural[..., None]), c)
+            lse[queries] = natural if return_lse_base_on_e else natural / LN2
         return (out.to(q_nope.dtype), lse) if return_lse else out.to(q_nope.dtype)
+
+
+def _rmsnorm(fake: FakeFlashInfer, input: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+             out: torch.Tensor | None = None, enable_pdl: bool | None = None) -> torch.Tensor:
+    fake.record("norm.rmsnorm", (input, weight), {"eps": eps, "out": out, "enable_pdl": enable_pdl})
+    assert input.dim() in (2, 3) and weight.shape == input.shape[-1:] and out is None
+    if fake.log is not None:
+        return torch.empty_like(input)
+    x = input.float()
+    return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(input.dtype)
+
+
+def _fused_add_rmsnorm(fake: FakeFlashInfer, input: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float = 1e-6, enable_pdl: bool | None = None) -> None:
+    """In place, as FlashInfer's: ``residual += input``, then ``input = rmsnorm(residual) * weight``."""
+    fake.record("norm.fused_add_rmsnorm", (input, residual, weight), {"eps": eps, "enable_pdl": enable_pdl})
+    assert input.shape == residual.shape and weight.shape == input.shape[-1:]
+    if fake.log is not None:
+        return
+    x = input.float() + residual.float()
+    residual.copy_(x)
+    input.copy_(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.float())
 
 
 def _rope(fake: FakeFlashInfer, positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, head_size: int,
@@ -201,13 +273,24 @@ def _rope(fake: FakeFlashInfer, positions: torch.Tensor, query: torch.Tensor, ke
 
 
 def install(monkeypatch: pytest.MonkeyPatch, log: list[str] | None = None) -> FakeFlashInfer:
-    """``flashinfer`` and ``flashinfer.mla`` in sys.modules for the test's duration; returns the stand-in's state."""
+    """``flashinfer`` and its submodules (mla, decode, prefill, norm, jit) in sys.modules for the test's duration;
+    returns the stand-in's state."""
     fake = FakeFlashInfer(log)
     module = types.ModuleType("flashinfer")
     mla = types.ModuleType("flashinfer.mla")
-    module.BatchDecodeWithPagedKVCacheWrapper = lambda *a, **k: _DecodeWrapper(fake, *a, **k)  # type: ignore[attr-defined]
-    module.BatchPrefillWithRaggedKVCacheWrapper = (  # type: ignore[attr-defined]
-        lambda *a, **k: _RaggedPrefillWrapper(fake, *a, **k))
+    submodules = {name: types.ModuleType(f"flashinfer.{name}") for name in ("decode", "prefill", "norm")}
+    entries = {  # FlashInfer's package re-exports each at its top level
+        "decode": {"BatchDecodeWithPagedKVCacheWrapper": lambda *a, **k: _DecodeWrapper(fake, *a, **k)},
+        "prefill": {"BatchPrefillWithRaggedKVCacheWrapper": lambda *a, **k: _RaggedPrefillWrapper(fake, *a, **k),
+                    "BatchPrefillWithPagedKVCacheWrapper": lambda *a, **k: _PagedPrefillWrapper(fake, *a, **k)},
+        "norm": {"rmsnorm": lambda *a, **k: _rmsnorm(fake, *a, **k),
+                 "fused_add_rmsnorm": lambda *a, **k: _fused_add_rmsnorm(fake, *a, **k)},
+    }
+    for name, functions in entries.items():
+        for attr, value in functions.items():
+            setattr(submodules[name], attr, value)
+            setattr(module, attr, value)
+        setattr(module, name, submodules[name])
     module.apply_rope_with_cos_sin_cache = lambda *a, **k: _rope(fake, *a, **k)  # type: ignore[attr-defined]
     mla.BatchMLAPagedAttentionWrapper = lambda *a, **k: _MLAWrapper(fake, *a, **k)  # type: ignore[attr-defined]
     mla.MLAPlanMetadata = _MLAPlanMetadata  # type: ignore[attr-defined]
@@ -217,7 +300,7 @@ def install(monkeypatch: pytest.MonkeyPatch, log: list[str] | None = None) -> Fa
     jit.cpp_ext = cpp_ext  # type: ignore[attr-defined]
     module.jit = jit  # type: ignore[attr-defined]
     for name, value in (("flashinfer", module), ("flashinfer.mla", mla), ("flashinfer.jit", jit),
-                        ("flashinfer.jit.cpp_ext", cpp_ext)):
+                        ("flashinfer.jit.cpp_ext", cpp_ext), *((m.__name__, m) for m in submodules.values())):
         monkeypatch.setitem(sys.modules, name, value)
     monkeypatch.delenv("FLASHINFER_EXTRA_CUDAFLAGS", raising=False)  # restored after the test if a setup sets it
     return fake

@@ -97,12 +97,29 @@ def tasks_import(
         task, text = import_definition(source, list(workloads or []), flops)
     except PtxbenchError as exc:
         fail(str(exc))
+    refused = _flashinfer_refusal(source, list(workloads or []), task)
+    if refused:
+        errors.print(f"no FlashInfer baseline: {refused}", highlight=False)
     if out is None:
         print(text, end="")
         return
     out.write_text(text)
+    fi = task.baseline.flashinfer
     errors.print(f"wrote {out}: task {task.id} ({task.family.value}), {len(task.workloads)} workloads "
-                 f"({len(task.held_out())} held out)", highlight=False)
+                 f"({len(task.held_out())} held out), baseline: the reference{f' and {fi.api}' if fi else ''}",
+                 highlight=False)
+
+
+def _flashinfer_refusal(source: Path, workloads: list[Path], task: Task) -> str | None:
+    """Why the task has no FlashInfer baseline though its definition names an API (None otherwise)."""
+    from ptxbench.tasks.flashinfer.importer import flashinfer_baseline
+    from ptxbench.tasks.flashinfer.schema import read_definition, read_workloads
+
+    if task.baseline.flashinfer is not None:
+        return None
+    definition = read_definition(source)
+    specs = [t.workload for path in workloads for t in read_workloads(path, definition.name)]
+    return flashinfer_baseline(definition, specs).refused
 
 
 def _print_summary(summary: ImportSummary, out: Path) -> None:
@@ -116,6 +133,12 @@ def _print_summary(summary: ImportSummary, out: Path) -> None:
     if reasons:
         why = Table("definitions", "why they did not import")
         for reason, count in reasons:
+            why.add_row(str(count), reason)
+        console.print(why)
+    refusals = summary.flashinfer_refusals()
+    if refusals:
+        why = Table("tasks", "why they have no FlashInfer baseline beside the reference")
+        for reason, count in refusals:
             why.add_row(str(count), reason)
         console.print(why)
     for problem in summary.unreadable:

@@ -12,6 +12,9 @@ positions up to 32768; the cache is a model constant (a function of theta and D)
 kernels include curand's headers, which a CUDA install of the compiler alone lacks: setup then points the JIT
 at the copy in NVIDIA's curand wheel (``curand_include_flag``).
 
+The ``planned_*`` helpers build and plan one wrapper from tensors and values; the bundled tasks' setups here
+and the imported tasks' (``flashinfer_api``, the API a definition names) share them.
+
 Nothing here imports torch or flashinfer at module level: the evaluator reads the variants on machines
 without them, and a variant whose ``flashinfer`` cannot be imported is skipped with that reason.
 """
@@ -73,6 +76,22 @@ def _workspace(device: "torch.device") -> "torch.Tensor":
     return torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
 
 
+def page_shape(k_cache: "torch.Tensor", kv_layout: str) -> tuple[int, int]:
+    """(page size, KV heads) of a paged cache laid out ``NHD`` ([pages, page_size, heads, dim]) or ``HND``."""
+    return (k_cache.shape[1], k_cache.shape[2]) if kv_layout == "NHD" else (k_cache.shape[2], k_cache.shape[1])
+
+
+def planned_decode(wrapper_class: Any, q: "torch.Tensor", k_cache: "torch.Tensor", pages: Tensors, sm_scale: float,
+                   kv_layout: str = "NHD", tensor_cores: bool = False, **plan_kwargs: Any) -> Any:
+    """A decode wrapper planned on the page table ``pages`` (kv_indptr, kv_indices, kv_last_page_len), setup only."""
+    _, heads, dim = q.shape
+    page_size, kv_heads = page_shape(k_cache, kv_layout)
+    wrapper = wrapper_class(_workspace(q.device), kv_layout, use_tensor_cores=tensor_cores)
+    wrapper.plan(pages["kv_indptr"], pages["kv_indices"], pages["kv_last_page_len"], heads, kv_heads, dim, page_size,
+                 q_data_type=q.dtype, kv_data_type=k_cache.dtype, sm_scale=sm_scale, **plan_kwargs)
+    return wrapper
+
+
 def decode_gqa_paged(tensor_cores: bool) -> Setup:
     """``BatchDecodeWithPagedKVCacheWrapper`` over the NHD pages as given; ``tensor_cores`` picks its
     tensor-core (prefill-kernel) decode, which FlashInfer recommends for larger query-head groups."""
@@ -81,17 +100,35 @@ def decode_gqa_paged(tensor_cores: bool) -> Setup:
 
         _prepare_jit()
         q, k_cache, v_cache = inputs["Q"], inputs["K_cache"], inputs["V_cache"]
-        _, heads, dim = q.shape
-        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(_workspace(q.device), "NHD",
-                                                                use_tensor_cores=tensor_cores)
-        wrapper.plan(inputs["kv_indptr"], inputs["kv_indices"], inputs["kv_last_page_len"], heads, k_cache.shape[2],
-                     dim, sizes["P"], q_data_type=q.dtype, kv_data_type=k_cache.dtype, sm_scale=1.0 / math.sqrt(dim))
+        wrapper = planned_decode(flashinfer.BatchDecodeWithPagedKVCacheWrapper, q, k_cache, inputs,
+                                 1.0 / math.sqrt(q.shape[2]), tensor_cores=tensor_cores)
 
         def call() -> Outputs:
             out, lse = wrapper.run(q, (k_cache, v_cache), return_lse=True)
             return {"O": out, "LSE": lse * LN2}
         return warmed(call)
     return setup
+
+
+def planned_paged_prefill(wrapper_class: Any, q: "torch.Tensor", k_cache: "torch.Tensor", v_cache: "torch.Tensor",
+                          pages: Tensors, causal: bool, sm_scale: float, kv_layout: str = "NHD",
+                          **plan_kwargs: Any) -> Any:
+    """A paged prefill wrapper planned on ``pages`` (qo_indptr, kv_indptr, kv_indices, kv_last_page_len), setup only."""
+    page_size, kv_heads = page_shape(k_cache, kv_layout)
+    wrapper = wrapper_class(_workspace(q.device), kv_layout)
+    wrapper.plan(pages["qo_indptr"], pages["kv_indptr"], pages["kv_indices"], pages["kv_last_page_len"], q.shape[1],
+                 kv_heads, q.shape[2], page_size, head_dim_vo=v_cache.shape[-1], causal=causal, sm_scale=sm_scale,
+                 q_data_type=q.dtype, kv_data_type=k_cache.dtype, **plan_kwargs)
+    return wrapper
+
+
+def planned_ragged(wrapper_class: Any, q: "torch.Tensor", k: "torch.Tensor", qo_indptr: "torch.Tensor",
+                   kv_indptr: "torch.Tensor", causal: bool, sm_scale: float, **plan_kwargs: Any) -> Any:
+    """A ragged prefill wrapper over tokens-major (NHD) queries and keys, planned on the offsets, setup only."""
+    wrapper = wrapper_class(_workspace(q.device), "NHD")
+    wrapper.plan(qo_indptr, kv_indptr, q.shape[1], k.shape[1], q.shape[2], causal=causal, sm_scale=sm_scale,
+                 q_data_type=q.dtype, kv_data_type=k.dtype, **plan_kwargs)
+    return wrapper
 
 
 def prefill_gqa_ragged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
@@ -101,10 +138,8 @@ def prefill_gqa_ragged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
 
     _prepare_jit()
     q, k, v, indptr = inputs["Q"], inputs["K"], inputs["V"], inputs["seq_indptr"]
-    heads, dim = q.shape[1], q.shape[2]
-    wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(q.device), "NHD")
-    wrapper.plan(indptr, indptr, heads, k.shape[1], dim, causal=True, sm_scale=1.0 / math.sqrt(dim),
-                 q_data_type=q.dtype, kv_data_type=k.dtype)
+    wrapper = planned_ragged(flashinfer.BatchPrefillWithRaggedKVCacheWrapper, q, k, indptr, indptr, causal=True,
+                             sm_scale=1.0 / math.sqrt(q.shape[2]))
 
     def call() -> Outputs:
         out, lse = wrapper.run(q, k, v, return_lse=True, lse_base="ln")
@@ -127,9 +162,10 @@ def attention_fp8_fwd(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     batch, heads, seq, dim = q8.shape
     kv_heads = k8.shape[1]
     indptr = torch.arange(batch + 1, dtype=torch.int32, device=q8.device) * seq
-    wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(_workspace(q8.device), "NHD")
-    wrapper.plan(indptr, indptr, heads, kv_heads, dim, causal=bool(sizes["causal"]), sm_scale=1.0 / math.sqrt(dim),
-                 q_data_type=q8.dtype, kv_data_type=k8.dtype, o_data_type=torch.bfloat16)
+    # the plan reads heads and dims as tokens-major tensors have them: [tokens, heads, dim]
+    wrapper = planned_ragged(flashinfer.BatchPrefillWithRaggedKVCacheWrapper, q8.transpose(1, 2)[0],
+                             k8.transpose(1, 2)[0], indptr, indptr, causal=bool(sizes["causal"]),
+                             sm_scale=1.0 / math.sqrt(dim), o_data_type=torch.bfloat16)
     scales = tuple(inputs[name].reshape(1).float().expand(count).contiguous()
                    for name, count in (("descale_q", heads), ("descale_k", kv_heads), ("descale_v", kv_heads)))
 
@@ -144,12 +180,26 @@ def attention_fp8_fwd(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
     return warmed(call)
 
 
-def _sequence_lengths(indptr: "torch.Tensor", last: "torch.Tensor", page_size: int) -> "torch.Tensor":
+def sequence_lengths(indptr: "torch.Tensor", last: "torch.Tensor", page_size: int) -> "torch.Tensor":
     """Tokens per sequence, int32: every page full but the last."""
     import torch
 
     pages = (indptr[1:] - indptr[:-1]).to(torch.int32)
     return (pages - 1) * page_size + last.to(torch.int32)
+
+
+def planned_mla(module: Any, q_nope: "torch.Tensor", q_pe: "torch.Tensor", ckv: "torch.Tensor",
+                qo_indptr: "torch.Tensor", kv_indptr: "torch.Tensor", kv_indices: "torch.Tensor",
+                kv_lengths: "torch.Tensor", causal: bool, sm_scale: float, natural_lse: bool) -> Any:
+    """``module.BatchMLAPagedAttentionWrapper`` planned on the CSR page table (split query and caches), setup
+    only; ``natural_lse`` plans the natural-log LSE (``lse_mode="basee"``), else FlashInfer's base 2."""
+    metadata = module.MLAPlanMetadata.csr(qo_indptr, kv_indptr, kv_indices, kv_lengths)
+    wrapper = module.BatchMLAPagedAttentionWrapper(_workspace(q_nope.device))
+    wrapper.plan(metadata=metadata, num_heads=q_nope.shape[1], head_dim_ckv=q_nope.shape[2],
+                 head_dim_kpe=q_pe.shape[-1], page_size=ckv.shape[1], causal=causal, sm_scale=sm_scale,
+                 q_data_type=q_nope.dtype, kv_data_type=ckv.dtype, query_layout="split", kv_cache_layout="split",
+                 lse_mode="basee" if natural_lse else "base2")
+    return wrapper
 
 
 def mla_decode_paged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
@@ -161,16 +211,11 @@ def mla_decode_paged(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
 
     _prepare_jit()
     q_nope, q_pe, ckv, kpe = inputs["q_nope"], inputs["q_pe"], inputs["ckv_cache"], inputs["kpe_cache"]
-    batch, heads, latent = q_nope.shape
     indptr = inputs["kv_indptr"]
-    metadata = flashinfer.mla.MLAPlanMetadata.csr(
-        torch.arange(batch + 1, dtype=torch.int32, device=q_nope.device), indptr, inputs["kv_indices"],
-        _sequence_lengths(indptr, inputs["kv_last_page_len"], sizes["P"]))
-    wrapper = flashinfer.mla.BatchMLAPagedAttentionWrapper(_workspace(q_nope.device))
-    wrapper.plan(metadata=metadata, num_heads=heads, head_dim_ckv=latent, head_dim_kpe=q_pe.shape[-1],
-                 page_size=sizes["P"], causal=False, sm_scale=float(inputs["sm_scale"].reshape(())),
-                 q_data_type=q_nope.dtype, kv_data_type=ckv.dtype, query_layout="split", kv_cache_layout="split",
-                 lse_mode="basee")
+    qo_indptr = torch.arange(q_nope.shape[0] + 1, dtype=torch.int32, device=q_nope.device)
+    wrapper = planned_mla(flashinfer.mla, q_nope, q_pe, ckv, qo_indptr, indptr, inputs["kv_indices"],
+                          sequence_lengths(indptr, inputs["kv_last_page_len"], sizes["P"]), causal=False,
+                          sm_scale=float(inputs["sm_scale"].reshape(())), natural_lse=True)
 
     def call() -> Outputs:
         out, lse = wrapper.run(query=(q_nope, q_pe), kv_cache=(ckv, kpe), return_lse=True, return_lse_base_on_e=True)

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ptxbench.evaluate.baselines.calls import Setup, Tensors, TimedCall, warmed
+from ptxbench.tasks.flashinfer.fi_api import REFERENCE_VARIANT
 from ptxbench.tasks.model import Task
 from ptxbench.tasks.reference import reference_baseline
 
-DESCRIPTION = "the task's own PyTorch reference (`baseline`: the definition's `run` in the inputs' dtypes)"
+DESCRIPTION = REFERENCE_VARIANT  # also in the call text of a task with a FlashInfer call (tasks.flashinfer.fi_api)
 
 
 def reference_setup(task: Task) -> Setup:

@@ -22,6 +22,7 @@ from ptxbench.evaluate.baselines import attention as paged
 from ptxbench.evaluate.baselines import cudnn_frontend
 from ptxbench.evaluate.baselines import fa3
 from ptxbench.evaluate.baselines import flashinfer as fi
+from ptxbench.evaluate.baselines import flashinfer_api
 from ptxbench.evaluate.baselines import mla
 from ptxbench.evaluate.baselines import reference as own_reference
 from ptxbench.evaluate.baselines import serving
@@ -30,6 +31,7 @@ from ptxbench.tasks.baseline_quality import (  # noqa: F401 - their home is task
     QUALITY_PATH, WEAK_BASELINE_PCT, BaselineQuality, load_baseline_quality, quality_from_results,
     weak_baseline_warning, write_quality,
 )
+from ptxbench.tasks.flashinfer import fi_api
 from ptxbench.tasks.model import Task
 
 COMPILE_MODE = "max-autotune-no-cudagraphs"
@@ -401,16 +403,31 @@ def baseline_text(task_id: str) -> str:
 def variant_specs(task: Task, audit: bool = False) -> dict[str, BaselineVariant]:
     """The task's variants (``audit``: also those only the benchmark times, ``_AUDITED``), refused when
     the task's recorded baseline text is not the one they generate (the prompt would then promise a
-    baseline the evaluator does not run). A task whose baseline library is ``reference`` has one variant, its
-    own reference (``reference``)."""
-    if task.baseline.library == "reference":  # the task model checks its call text
-        return {"reference": BaselineVariant("reference", own_reference.DESCRIPTION, own_reference.reference_setup(task))}
+    baseline the evaluator does not run). A task whose baseline library is ``reference`` has its own reference
+    (``reference``) and, where it records the FlashInfer API its definition names, that call (``flashinfer``)."""
+    if task.baseline.library == "reference":
+        return _imported_variants(task)
     variants = variants_for(task.id)
     if task.baseline.call != baseline_text(task.id):
         raise ValueError(f"task {task.id}: baseline.call is not the text its variants generate; set it to "
                          f"{baseline_text(task.id)!r}")
     if audit:
         variants |= {variant.name: variant for variant in _AUDITED.get(task.id, ())}
+    return variants
+
+
+def _imported_variants(task: Task) -> dict[str, BaselineVariant]:
+    """An imported task's variants: its reference, and its FlashInfer call where it has one (the task model
+    checks the call text of a task without one; this, of a task with one)."""
+    variants = {"reference": BaselineVariant("reference", own_reference.DESCRIPTION, own_reference.reference_setup(task))}
+    call = task.baseline.flashinfer
+    if call is None:
+        return variants
+    if task.baseline.call != fi_api.baseline_call(call):
+        raise ValueError(f"task {task.id}: baseline.call is not the text its variants generate; set it to "
+                         f"{fi_api.baseline_call(call)!r}")
+    variants["flashinfer"] = BaselineVariant("flashinfer", fi_api.description(call), flashinfer_api.setup_for(call),
+                                             requires=flashinfer_api.requires(call))
     return variants
 
 

@@ -1,6 +1,7 @@
 """Import FlashInfer-Trace definitions as PTXBench tasks: one definition with its workload files, or a whole
 dataset folder, which writes one task file per definition and a summary of what imported and why the rest
-did not (``ImportSummary``, versioned and checked on read)."""
+did not (``ImportSummary``, versioned and checked on read), and why an imported task whose definition names a
+FlashInfer API (``fi_api``) has no FlashInfer baseline beside its reference."""
 
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ from ptxbench._io import write_atomic
 from ptxbench.errors import TaskError
 from ptxbench.tasks.flashinfer.blobs import BlobReader
 from ptxbench.tasks.flashinfer.dataset import read_dataset, root_of
+from ptxbench.tasks.flashinfer.fi_api import ApiBaseline, api_baseline
+from ptxbench.tasks.flashinfer.layouts import plan_indices
 from ptxbench.tasks.flashinfer.mapping import task_data
+from ptxbench.tasks.flashinfer.scalars import fixed_scalars
 from ptxbench.tasks.flashinfer.schema import Definition, ImportProblem, WorkloadSpec, read_definition, read_workloads
 from ptxbench.tasks.flashinfer.toml_text import to_toml
 from ptxbench.tasks.loader import parse_task
@@ -50,6 +54,12 @@ def import_definition(definition_path: Path, workload_paths: list[Path], flops: 
     return import_one(definition, workloads, BlobReader(base), flops, definition_path.name)
 
 
+def flashinfer_baseline(definition: Definition, workloads: list[WorkloadSpec]) -> ApiBaseline:
+    """What became of the definition's ``fi_api`` tag in its task: the FlashInfer call timed beside the reference,
+    or why there is none (for a definition that imported; the summary and the CLI say it)."""
+    return api_baseline(definition, fixed_scalars(definition, workloads), plan_indices(definition))
+
+
 class ImportOutcome(BaseModel):
     """What became of one definition file."""
 
@@ -62,6 +72,10 @@ class ImportOutcome(BaseModel):
     layouts_from_blobs: int = Field(default=0, description="Workloads whose index inputs came from the trace's blobs.")
     solutions: int = Field(default=0, description="Solutions the dataset has for the definition (not imported).")
     refused: str | None = Field(default=None, description="Why it did not import; None when it did.")
+    fi_api: str | None = Field(default=None, description="The FlashInfer API the definition names (its fi_api tag).")
+    fi_api_refused: str | None = Field(default=None, description=(
+        "Why the task has no FlashInfer baseline beside its reference though the definition names an API; None "
+        "when it has one, names none or did not import."))
 
 
 class ImportSummary(BaseModel):
@@ -82,6 +96,10 @@ class ImportSummary(BaseModel):
         totals = Counter(o.op_type or "?" for o in self.outcomes)
         done = Counter(o.op_type or "?" for o in self.imported)
         return {op: (done[op], totals[op]) for op in sorted(totals)}
+
+    def flashinfer_refusals(self) -> list[tuple[str, int]]:
+        """Why imported tasks whose definitions name a FlashInfer API have no FlashInfer baseline, most frequent first."""
+        return Counter(o.fi_api_refused for o in self.imported if o.fi_api_refused).most_common()
 
     def reasons(self) -> list[tuple[str, int]]:
         """Refusal reasons with the definition's own names taken out, most frequent first."""
@@ -114,9 +132,11 @@ def import_dataset(root: Path, out: Path, flops: str | None = None) -> ImportSum
         task_file = Path(definition.op_type) / f"{imported.task.id}.toml"
         write_atomic(out / task_file, imported.text)
         from_blobs = sum("from the trace's blobs" in w.note for w in imported.task.workloads)
+        api = flashinfer_baseline(definition, dataset.workloads.get(definition.name, []))
         outcomes.append(outcome.model_copy(update={"task_file": str(task_file), "task_id": imported.task.id,
                                                    "workloads": len(imported.task.workloads),
-                                                   "layouts_from_blobs": from_blobs}))
+                                                   "layouts_from_blobs": from_blobs, "fi_api": api.tag,
+                                                   "fi_api_refused": api.refused}))
     summary = ImportSummary(source=str(root), outcomes=outcomes, unreadable=dataset.problems)
     write_atomic(out / SUMMARY_NAME, summary.model_dump_json(indent=2) + "\n")
     return summary
