@@ -37,6 +37,7 @@ class DType(str, Enum):
     E4M3 = "float8_e4m3fn"
     E5M2 = "float8_e5m2"
     I32 = "int32"
+    I64 = "int64"
     I8 = "int8"
 
     @property
@@ -48,12 +49,13 @@ class DType(str, Enum):
             DType.E4M3: "__nv_fp8_e4m3",
             DType.E5M2: "__nv_fp8_e5m2",
             DType.I32: "int32_t",
+            DType.I64: "int64_t",
             DType.I8: "int8_t",
         }[self]
 
     @property
     def size(self) -> int:
-        return {DType.F32: 4, DType.I32: 4, DType.BF16: 2, DType.F16: 2}.get(self, 1)
+        return {DType.I64: 8, DType.F32: 4, DType.I32: 4, DType.BF16: 2, DType.F16: 2}.get(self, 1)
 
     @property
     def mantissa_bits(self) -> int:
