@@ -3,9 +3,10 @@ workloads/<op>/<name>.jsonl and blob/workloads/<op>/<name>/<name>_<uuid>.safeten
 safetensors package) for the index inputs, solutions/<author>/<op>/<name>/<solution>.json.
 
 ``synthetic_workloads`` makes workloads for any definition: small sequences whose page tables, query offsets,
-last-page lengths and routing are consistent with each other and with the axes, and scalars written once in
-fp32 and once in fp64 (as real traces do). The definitions below are small ones written for the tests, one
-per kind of index input."""
+ragged offsets (``<p>_indptr``, ``cu_seqlens``), last-page lengths and routing are consistent with each other
+and with the axes, sizes that meet the definition's constraints over its axes (drawn again where they do not),
+and scalars written once in fp32 and once in fp64 (as real traces do). The definitions below are small ones
+written for the tests, one per kind of index input."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _roles(definition: dict[str, Any]) -> dict[str, str]:
             roles[name], roles[name.removesuffix("_indptr") + "_indices"] = "page_indptr", "page_indices"
         elif name == "qo_indptr":
             roles[name] = "query_indptr"
-        elif name.endswith("_indptr"):
+        elif name.endswith("_indptr") or name == "cu_seqlens":
             roles[name] = "ragged_indptr"
         elif name in ("kv_last_page_len", "topk_ids"):
             roles[name] = name
@@ -48,6 +49,9 @@ def synthetic_workloads(definition: dict[str, Any], count: int, seed: int = 0,
     from safetensors.numpy import save_file
     import numpy as np
 
+    from ptxbench.tasks import formula
+    from ptxbench.tasks.flashinfer.workloads import checkable
+
     rng = random.Random(f"{definition['name']}:{seed}")
     roles = _roles(definition)
     page_size = _const(definition, "page_size", 1)
@@ -64,13 +68,20 @@ def synthetic_workloads(definition: dict[str, Any], count: int, seed: int = 0,
             keys = ragged
         queries = [1 if decode else rng.randint(1, k) for k in keys]
         tokens = rng.randint(1, 6) + 4 * index
-        axes: dict[str, int] = {}
-        for name, axis in definition["axes"].items():
-            if axis["type"] != "var":
-                continue
-            axes[name] = {"len_indptr": batch + 1, "batch_size": batch, "num_kv_indices": sum(pages),
-                          "num_pages": sum(pages) + 2, "total_q": sum(queries), "total_kv": sum(keys)}.get(name, tokens)
-        sizes = {n: (a["value"] if a["type"] == "const" else axes[n]) for n, a in definition["axes"].items()}
+        constraints = [c for c in definition.get("constraints", []) if checkable(c, set(definition["axes"]))]
+        for _ in range(20):  # the other axes take the tokens' count: drawn again until the constraints hold
+            axes: dict[str, int] = {}
+            for name, axis in definition["axes"].items():
+                if axis["type"] != "var":
+                    continue
+                axes[name] = {"len_indptr": batch + 1, "batch_size": batch, "num_kv_indices": sum(pages),
+                              "num_pages": sum(pages) + 2, "total_q": sum(queries), "total_kv": sum(keys),
+                              "len_cu_seqlens": batch + 1, "num_seqs": batch,
+                              "total_seq_len": sum(keys)}.get(name, tokens)
+            sizes = {n: (a["value"] if a["type"] == "const" else axes[n]) for n, a in definition["axes"].items()}
+            if all(formula.holds(c, sizes) for c in constraints):
+                break
+            tokens = rng.randint(1, 6) + 4 * index
         arrays: dict[str, Any] = {}
         for name, role in roles.items():
             if role == "page_indptr":
@@ -101,7 +112,7 @@ def synthetic_workloads(definition: dict[str, Any], count: int, seed: int = 0,
                 inputs[name] = {"type": "random"}
         if arrays and blob_root is not None:
             (blob_root / blob).parent.mkdir(parents=True, exist_ok=True)
-            save_file({n: a.astype(np.int32) for n, a in arrays.items()}, str(blob_root / blob))
+            save_file({n: a.astype(definition["inputs"][n]["dtype"]) for n, a in arrays.items()}, str(blob_root / blob))
         traces.append({"definition": definition["name"], "solution": None, "evaluation": None,
                        "workload": {"uuid": uuid, "axes": axes, "inputs": inputs}})
     return traces

@@ -25,7 +25,9 @@ from .flashinfer_dataset import PAGED_PREFILL, RAGGED_PREFILL, ROUTED_MOE, SMALL
 torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 runner = CliRunner()
-SUPPORTED = ("gemm", "gqa_paged", "gqa_ragged", "mla_paged", "mla_ragged", "moe", "rmsnorm")
+SUPPORTED = ("gemm", "gqa_paged", "gqa_ragged", "mla_paged", "mla_ragged", "moe", "rmsnorm", "gdn", "dsa_paged",
+             "mamba_ssu", "rope")
+RUN_ON_THE_CPU = ("gdn", "dsa_paged", "mamba_ssu", "rope")  # stored definitions whose references the test runs
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +198,8 @@ STORED = os.environ.get("PTXBENCH_FLASHINFER_TRACE")
 @pytest.mark.skipif(not STORED, reason="PTXBENCH_FLASHINFER_TRACE names no folder of FlashInfer-Trace definitions")
 def test_the_stored_definitions_with_synthetic_workloads_import(tmp_path: Path) -> None:
     """The definitions of a real FlashInfer-Trace folder (its definitions/ only), with workloads this test
-    synthesises in the dataset's layout: at least 80 % of those of the supported op types import."""
+    synthesises in the dataset's layout: at least 80 % of those of the supported op types import, and the
+    references of the op types in RUN_ON_THE_CPU run there at their smallest workloads, to finite outputs."""
     definitions = [json.loads(p.read_text()) for p in sorted(Path(STORED, "definitions").rglob("*.json"))]  # type: ignore[arg-type]
     summary = import_dataset(write_dataset(tmp_path / "d", definitions), tmp_path / "out")
     counts = summary.by_op_type()
@@ -206,6 +209,12 @@ def test_the_stored_definitions_with_synthetic_workloads_import(tmp_path: Path) 
     for reason, count in summary.reasons():
         print(f"  {count:3d}  {reason[:160]}")
     assert total and done >= 0.8 * total
+    for outcome in summary.imported:
+        if outcome.op_type in RUN_ON_THE_CPU:
+            task = load_task_file(tmp_path / "out" / outcome.task_file)  # type: ignore[operator]
+            smallest = min(task.workloads, key=lambda w: task.bytes_for(w.sizes))
+            outputs = run_reference(task, dict(make_inputs(task, smallest.sizes, seed=5)), smallest.sizes)
+            assert all(torch.isfinite(o).all() for o in outputs.values()), task.id
 
 
 def test_a_last_page_length_declared_as_long_as_the_indptrs_is_padded(tmp_path: Path) -> None:

@@ -5,7 +5,8 @@ In the task it runs beside the data assignments the importer writes: ``_INDEX_PL
 which role, ``layouts.IndexPlan`` as a dict), ``_LAYOUTS`` (each workload's layout, keyed by its sizes) and
 ``_FORWARD_PLAN`` (an attention backward's forward inputs, ``forward_inputs.ForwardPlan`` as a dict).
 The layout fixes each sequence's pages, last-page tokens, queries and keys; every trial draws fresh page
-ids and fresh routing under it, seeded by the trial's drawn data (so trials differ and a seed reproduces).
+ids and fresh routing under it, and fresh sparse and row indices, seeded by the trial's drawn data (so
+trials differ and a seed reproduces).
 """
 
 from __future__ import annotations
@@ -96,6 +97,19 @@ def _derive_indices(named: dict[str, Any]) -> dict[str, Any]:
         weights = (torch.tensor(load, dtype=torch.float64) + 1e-3) if load else torch.ones(experts, dtype=torch.float64)
         ids = torch.multinomial(weights.expand(tokens, experts), top_k, replacement=False, generator=generator)
         derived[plan["topk_ids"]] = ids.to(device=device, dtype=torch.int32)
+    if plan["sparse_indices"]:  # each row's min(topk, cache tokens) distinct cache tokens, then -1 padding
+        rows, topk = (named[axis] for axis in plan["sparse_shape"])
+        cached = named[plan["num_pages_axis"]] * named[plan["page_size_axis"]]
+        ids = torch.full((rows, topk), -1, dtype=torch.int32)
+        for row in range(rows):
+            ids[row, :min(topk, cached)] = torch.randperm(cached, generator=generator)[:topk].to(torch.int32)
+        derived[plan["sparse_indices"]] = ids.to(device)
+    for name, length, _, table_rows in plan["row_indices"]:  # distinct rows while the table has enough
+        count, available = named[length], named[table_rows]
+        if available < 1:
+            raise ValueError(f"{name} indexes rows of a table with {table_rows} = {available}")
+        rounds = [torch.randperm(available, generator=generator) for _ in range(-(-count // available))]
+        derived[name] = torch.cat(rounds)[:count].to(device)
     return derived
 
 

@@ -3,14 +3,20 @@
 FlashInfer's batched operators take their raggedness as integer tensors: ``<p>_indptr`` with ``<p>_indices``
 is a page table (sequence s uses the pages ``indices[indptr[s]:indptr[s + 1]]``), ``kv_last_page_len`` the
 tokens in each sequence's last page, ``qo_indptr`` the queries of each sequence, an ``<p>_indptr`` without
-indices the rows of a ragged tensor (``kv_indptr`` over ``k``/``v``), and ``topk_ids`` the experts each token
-is routed to. Random values are not valid ones, so these inputs are *derived*.
+indices (or ``cu_seqlens``) the rows of a ragged tensor (``kv_indptr`` over ``k``/``v``, a GDN prefill's
+tokens), ``topk_ids`` the experts each token is routed to, ``sparse_indices`` the cache tokens each query
+row attends to (DeepSeek sparse attention: ``page * page_size + offset``, ``-1`` padding), and
+``<table>_indices``, ``<table>_batch_indices`` or rope's ``positions`` one row of a table per entry (a state
+cache's slots, the cos/sin cache's positions). Random values are not valid ones, so these inputs are *derived*.
 
 A workload's **layout** is what fixes the work: each sequence's pages, tokens in its last page, queries and
 keys, or each expert's load. It is read from the workload's own blobs when the trace has them (the real
 lengths are kept) and otherwise drawn once at import, under the definition's constraints, from the
 workload's uuid. The task stores one layout per workload; each trial draws fresh page ids (distinct pages
-of the cache) and fresh routing with that layout, seeded by the trial's drawn data.
+of the cache) and fresh routing with that layout, seeded by the trial's drawn data, and fresh sparse and
+row indices, which carry no layout: each sparse row names ``min(topk, cache tokens)`` distinct tokens (the
+rest ``-1``), and row indices name distinct rows while the table has enough (so the rows a kernel reads are
+exactly ``min(rows, entries)``; two batch entries never update one state slot).
 
 The layout also gives what a formula over the axes cannot: the keys read (``kv_tokens``) and the (query,
 key) pairs a causal mask keeps (``attended_pairs``), added as axes so FLOPs and bytes count the real work.
@@ -49,6 +55,9 @@ class IndexPlan(NamedTuple):
     topk_shape: tuple[str, str] | None  # its axes: tokens, experts per token
     experts_axis: str | None
     causal: bool
+    sparse_indices: str | None = None  # [rows, topk] token ids into the paged cache (num_pages_axis, page_size_axis)
+    sparse_shape: tuple[str, str] | None = None
+    row_indices: tuple[tuple[str, str, str, str], ...] = ()  # (input, its length axis, table, the table's rows axis)
 
     @property
     def paged(self) -> bool:
@@ -62,7 +71,18 @@ class IndexPlan(NamedTuple):
     def derived(self) -> list[str]:
         """The inputs the task derives."""
         return [n for n in (self.page_indptr, self.page_indices, self.last_page_len, self.query_indptr,
-                            self.ragged_indptr, self.topk_ids) if n is not None]
+                            self.ragged_indptr, self.topk_ids, self.sparse_indices) if n is not None] + [
+            r[0] for r in self.row_indices]
+
+    @property
+    def layout_inputs(self) -> list[str]:
+        """The derived inputs a workload's layout is read from (sparse and row indices carry none)."""
+        fresh = {self.sparse_indices, *(r[0] for r in self.row_indices)}
+        return [n for n in self.derived if n not in fresh]
+
+    def table_rows(self, table: str) -> tuple[str, str] | None:
+        """(rows axis, entries axis) where ``table`` is read by row indices: at most ``min(rows, entries)`` rows."""
+        return next(((rows, length) for _, length, name, rows in self.row_indices if name == table), None)
 
     def extra_axes(self) -> list[str]:
         """The axes the layout adds: keys read where the page table's tokens are not a product of axes, and the
@@ -79,11 +99,39 @@ def _shape(definition: Definition, name: str) -> list[str]:
     return definition.inputs[name].shape or []
 
 
+def _is_offsets(name: str) -> bool:
+    return name.endswith("_indptr") or name == "cu_seqlens" or name.startswith("cu_seqlens_")
+
+
+def _row_table(definition: Definition, name: str) -> str | None:
+    """The table whose rows ``name`` indexes: ``<table>_indices`` or ``<table>_batch_indices`` naming another
+    input, or ``positions`` into ``cos_sin_cache`` (FlashInfer's rope); None for any other name."""
+    if name == "positions":
+        return "cos_sin_cache" if "cos_sin_cache" in definition.inputs else None
+    for suffix in ("_batch_indices", "_indices"):
+        table = name.removesuffix(suffix)
+        if table != name and table in definition.inputs and definition.inputs[table].shape:
+            return table
+    return None
+
+
+def _row_indices(definition: Definition, names: list[str]) -> tuple[tuple[str, str, str, str], ...]:
+    found = []
+    for name in names:
+        table = _row_table(definition, name)
+        if table is None:
+            continue
+        if len(_shape(definition, name)) != 1:
+            raise ImportProblem(f"input {name} indexes rows of {table}: it must be 1-D")
+        found.append((name, _shape(definition, name)[0], table, _shape(definition, table)[0]))
+    return tuple(found)
+
+
 def plan_indices(definition: Definition) -> IndexPlan:
     """The index roles of the definition's integer tensor inputs; any integer input without one is refused."""
     integer = [n for n, s in definition.inputs.items() if s.shape is not None and s.dtype in INTEGER_DTYPES]
     totals = {tensor: axis for c in definition.constraints if (m := _TOTAL_OF.match(c)) for axis, tensor in [m.groups()]}
-    indptrs = [n for n in integer if n.endswith("_indptr")]
+    indptrs = [n for n in integer if _is_offsets(n)]
     pages = [n for n in indptrs if n.removesuffix("_indptr") + "_indices" in integer]
     if len(pages) > 1:
         raise ImportProblem(f"inputs {', '.join(pages)} are {len(pages)} page tables; one is derived at most")
@@ -93,17 +141,21 @@ def plan_indices(definition: Definition) -> IndexPlan:
     ragged = [n for n in indptrs if n not in (page_indptr, query)]
     if len(ragged) > 1:
         raise ImportProblem(f"inputs {', '.join(ragged)} are ragged offsets of more than one tensor; one is derived")
-    known = {page_indptr, page_indices, query, *ragged, "kv_last_page_len", "topk_ids"}
+    rows = _row_indices(definition, [n for n in integer if n not in (page_indptr, page_indices, query, *ragged)])
+    known = {page_indptr, page_indices, query, *ragged, "kv_last_page_len", "topk_ids", "sparse_indices",
+             *(r[0] for r in rows)}
     for name in integer:
         if name not in known:
             raise ImportProblem(f"input {name} is an integer tensor with no rule to draw valid values (derived are "
                                 "page tables <p>_indptr with <p>_indices, kv_last_page_len, qo_indptr, ragged "
-                                "<p>_indptr and topk_ids)")
-        if definition.inputs[name].dtype != "int32":
-            raise ImportProblem(f"input {name} is {definition.inputs[name].dtype}: index inputs are int32 here")
-    for name in [n for n in integer if n != "topk_ids"]:
+                                "<p>_indptr or cu_seqlens, topk_ids, sparse_indices, and <table>_indices, "
+                                "<table>_batch_indices or positions into a table's rows)")
+        if definition.inputs[name].dtype not in ("int32", "int64"):
+            raise ImportProblem(f"input {name} is {definition.inputs[name].dtype}: index inputs are int32 or int64 "
+                                "here")
+    for name in [n for n in integer if n not in ("topk_ids", "sparse_indices")]:
         if len(_shape(definition, name)) != 1:
-            raise ImportProblem(f"input {name} must be a 1-D int32 tensor")
+            raise ImportProblem(f"input {name} must be a 1-D integer tensor")
     lengths = {_shape(definition, n)[0] for n in indptrs}
     if len(lengths) > 1:
         raise ImportProblem(f"the offsets {', '.join(indptrs)} have different lengths ({', '.join(sorted(lengths))})")
@@ -120,8 +172,12 @@ def plan_indices(definition: Definition) -> IndexPlan:
             raise ImportProblem(f"no constraint says which axis is {indptr}[-1] (as `total == {indptr}[-1].item()`)")
         return fallback
 
-    cache = next((s.shape for s in definition.inputs.values() if s.shape and page_indptr and len(s.shape) >= 2
-                  and s.shape[0] in definition.axes and "page" in s.shape[1]), None)
+    sparse = "sparse_indices" if "sparse_indices" in integer else None
+    cache = next((s.shape for s in definition.inputs.values() if s.shape and (page_indptr or sparse)
+                  and len(s.shape) >= 2 and s.shape[0] in definition.axes and "page" in s.shape[1]), None)
+    if sparse and (len(_shape(definition, sparse)) != 2 or cache is None):
+        raise ImportProblem("input sparse_indices must be 2-D ([rows, topk]) over a paged cache "
+                            "[num_pages, page_size, ...]")
     topk = "topk_ids" if "topk_ids" in integer else None
     experts = None
     if topk:
@@ -138,7 +194,9 @@ def plan_indices(definition: Definition) -> IndexPlan:
         last_page_len=last, last_page_len_axis=_shape(definition, last)[0] if last else None, query_indptr=query, query_total_axis=total(query),
         ragged_indptr=ragged[0] if ragged else None, ragged_total_axis=total(ragged[0] if ragged else None),
         topk_ids=topk, topk_shape=tuple(_shape(definition, topk)) if topk else None,  # type: ignore[arg-type]
-        experts_axis=experts, causal=causal)
+        experts_axis=experts, causal=causal, sparse_indices=sparse,
+        sparse_shape=tuple(_shape(definition, sparse)) if sparse else None,  # type: ignore[arg-type]
+        row_indices=rows)
 
 
 # ------------------------------------------------------------------------------------------- layouts
@@ -217,12 +275,12 @@ def _offsets(where: str, name: str, values: list[int], length: int, total_axis: 
 def blob_layout(plan: IndexPlan, spec: WorkloadSpec, sizes: dict[str, int], blobs: BlobReader) -> Layout | None:
     """The layout the workload's blobs hold, None when it has none (every index input ``random``), checked
     against the axes; a workload that has some index blobs and not others is refused."""
-    sources = {n: spec.inputs.get(n) for n in plan.derived}
+    sources = {n: spec.inputs.get(n) for n in plan.layout_inputs}
     stored = [n for n, s in sources.items() if s is not None and s.type == "safetensors"]
     if not stored:
         return None
     where = f"workload {spec.uuid}"
-    needed = [n for n in plan.derived if n not in (plan.page_indices, plan.topk_ids)]
+    needed = [n for n in plan.layout_inputs if n not in (plan.page_indices, plan.topk_ids)]
     missing = [n for n in needed if n not in stored]
     if missing:
         raise ImportProblem(f"{where}: index input {missing[0]} has no blob while {stored[0]} has one")

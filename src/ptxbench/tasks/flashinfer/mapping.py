@@ -2,11 +2,12 @@
 
 - const axes become axes with that single choice (names and formulas keep them); var axes plain axes; the
   layout's axes (``kv_tokens``, ``attended_pairs``) are added where the definition has index inputs.
-- tensors keep name, shape and dtype (those a candidate can be given in C: bf16, f16, f32, fp8, int32,
-  int8); scalars are fixed (``scalars``); index inputs are derived (``layouts``); scale factors (``*scale*``,
-  ``SF_*``) are drawn positive; floating inputs a trace stores in blobs are drawn too (their values do not
-  change the work); an attention backward's ``O`` and ``L`` are derived, the forward of its ``Q, K, V``
-  (``forward_inputs``).
+- tensors keep name, shape and dtype (those a candidate can be given in C: bf16, f16, f32, fp8, int64,
+  int32, int8; outputs floating, as outputs are compared within a tolerance); scalars are fixed
+  (``scalars``); index inputs are derived (``layouts``); scale factors (``*scale*``, ``SF_*``) are drawn
+  positive, a GDN's ``q`` and ``k`` at the norm the model gives them (``gdn``); floating inputs a trace stores
+  in blobs are drawn too (their values do not change the work); an attention backward's ``O`` and ``L`` are
+  derived, the forward of its ``Q, K, V`` (``forward_inputs``).
 - the family, the required features, the FLOP and byte formulas come from ``op_type`` and the shapes
   (``work``; ``flops`` overrides).
 - the baseline is the definition's own reference in the inputs' dtypes (``reference_text.baseline``), as
@@ -22,16 +23,19 @@ from typing import Any
 from ptxbench.tasks.flashinfer.blobs import BlobReader
 from ptxbench.tasks.flashinfer.fi_api import api_baseline, baseline_data
 from ptxbench.tasks.flashinfer.forward_inputs import plan_forward
+from ptxbench.tasks.flashinfer.gdn import STATE_FEATURES, drawn_scale, tolerances
 from ptxbench.tasks.flashinfer.layouts import ATTENDED_PAIRS, KV_TOKENS, plan_indices
 from ptxbench.tasks.flashinfer.reference_text import reference_code
 from ptxbench.tasks.flashinfer.scalars import fixed_scalars
 from ptxbench.tasks.flashinfer.schema import AxisConst, Definition, ImportProblem, TensorSpec, WorkloadSpec
-from ptxbench.tasks.flashinfer.work import ATTENTION_OPS, NORM_OPS, bytes_moved, flops, is_decode
+from ptxbench.tasks.flashinfer.work import (ATTENTION_OPS, BANDWIDTH_OPS, NORM_OPS, SPARSE_ATTENTION_OPS, bytes_moved,
+                                            flops, is_chunked_prefill, is_decode)
 from ptxbench.tasks.flashinfer.workloads import bind, with_roles
 from ptxbench.tasks.model import REFERENCE_BASELINE_CALL, DType, Family
 
 _DTYPES = {"float32": DType.F32, "float16": DType.F16, "bfloat16": DType.BF16, "float8_e4m3fn": DType.E4M3,
-           "float8_e4m3": DType.E4M3, "float8_e5m2": DType.E5M2, "int32": DType.I32, "int8": DType.I8}
+           "float8_e4m3": DType.E4M3, "float8_e5m2": DType.E5M2, "int64": DType.I64, "int32": DType.I32,
+           "int8": DType.I8}
 _MATRIX = {DType.BF16: ("wgmma.bf16", "tcgen05.mma.f16"), DType.F16: ("wgmma.f16", "tcgen05.mma.f16"),
            DType.E4M3: ("wgmma.fp8", "tcgen05.mma.f8f6f4"), DType.E5M2: ("wgmma.fp8", "tcgen05.mma.f8f6f4")}
 _LAYOUT_AXES = {KV_TOKENS: "Keys read: the tokens the page table names, summed over the sequences (fixed by the "
@@ -42,10 +46,6 @@ _LAYOUT_AXES = {KV_TOKENS: "Keys read: the tokens the page table names, summed o
 _UNSUPPORTED = {
     "sampling": "sampling draws tokens at random: judging it needs a distributional check (a total variation "
                 "distance over repeated trials), which PTXBench does not have",
-    "gdn": "gated delta net has no PTXBench family yet",
-    "dsa_paged": "DeepSeek sparse attention has no PTXBench family yet",
-    "mamba_ssu": "the Mamba state update has no PTXBench family yet",
-    "rope": "rope has no PTXBench family yet",
 }
 
 
@@ -57,17 +57,25 @@ def family_of(definition: Definition) -> Family:
         if "bwd" in definition.name or "backward" in definition.tag("direction"):
             return Family.ATTENTION_BACKWARD
         return Family.ATTENTION_DECODE if is_decode(definition) else Family.ATTENTION_FORWARD
-    if op in NORM_OPS:
+    if op in SPARSE_ATTENTION_OPS:  # each query row gathers its own top-k keys: a decode's access, whatever the stage
+        return Family.ATTENTION_DECODE
+    if op == "gdn":  # a chunked prefill runs the state through matrix products; decode and MTP stream the state
+        return Family.ATTENTION_FORWARD if is_chunked_prefill(definition) else Family.MEMORY_BOUND
+    if op in NORM_OPS or op in BANDWIDTH_OPS:
         return Family.MEMORY_BOUND
     if op in {f.value for f in Family}:
         return Family(op)
     if op in _UNSUPPORTED:
         raise ImportProblem(f"op_type {op!r} has no PTXBench family: {_UNSUPPORTED[op]}")
-    known = ", ".join(["gemm", *ATTENTION_OPS, *NORM_OPS, "moe"])
+    known = ", ".join(["gemm", *ATTENTION_OPS, *SPARSE_ATTENTION_OPS, *NORM_OPS, *BANDWIDTH_OPS, "gdn", "moe"])
     raise ImportProblem(f"op_type {op!r} has no PTXBench family (known: {known})")
 
 
 def dtype_of(where: str, spec: TensorSpec) -> DType:
+    if where.startswith("output") and spec.dtype in _DTYPES and not _DTYPES[spec.dtype].mantissa_bits:
+        raise ImportProblem(f"{where} is {spec.dtype}: outputs are compared within a floating-point tolerance, so "
+                            "integer outputs (indices a top-k selection chose, whose order among near-equal scores "
+                            "is the reference's own) cannot be judged")
     if spec.dtype not in _DTYPES:
         raise ImportProblem(f"{where} has dtype {spec.dtype}, which a PTXBench task cannot use "
                             f"(supported: {', '.join(sorted(set(_DTYPES) - {'float8_e4m3'}))})")
@@ -111,8 +119,13 @@ def requirements(family: Family, definition: Definition) -> dict[str, list[dict[
         raise ImportProblem(f"{definition.op_type} definition has no bf16, f16 or fp8 input for the tensor cores")
     hopper, blackwell = _MATRIX[floating[0]]
     share = 0.95 if family is Family.GEMM else 0.9
-    return {"sm_90a": [{"any_of": [hopper], "min_flop_share": share}, {"any_of": ["tma.load"]}, {"any_of": ["mbarrier"]}],
-            "sm_100a": [{"any_of": [blackwell], "min_flop_share": share}, {"any_of": ["tcgen05.alloc"]},
+    on_hopper, on_blackwell = [hopper], [blackwell]
+    if is_chunked_prefill(definition):  # the state is a tensor-core operand too, in tf32 (``gdn``)
+        on_hopper.append(STATE_FEATURES["sm_90a"])
+        on_blackwell.append(STATE_FEATURES["sm_100a"])
+    return {"sm_90a": [{"any_of": on_hopper, "min_flop_share": share}, {"any_of": ["tma.load"]},
+                       {"any_of": ["mbarrier"]}],
+            "sm_100a": [{"any_of": on_blackwell, "min_flop_share": share}, {"any_of": ["tcgen05.alloc"]},
                         {"any_of": ["tcgen05.ld"]}, {"any_of": ["tma.load"]}, {"any_of": ["mbarrier"]}]}
 
 
@@ -141,12 +154,17 @@ def gpu_libraries(definition: Definition) -> list[str]:
     return [what for key, what in _GPU_LIBRARIES.items() if key in names]
 
 
-def _statement(definition: Definition, scalars: dict[str, Any], derived: list[str], forward: list[str]) -> str:
+def _statement(definition: Definition, scalars: dict[str, Any], derived: list[str], forward: list[str],
+               fresh: list[str]) -> str:
     fixed = "".join(f"\n{name} = {value!r} in every call (fixed by the workloads)." for name, value in scalars.items())
     constraints = "".join(f"\nThe sizes satisfy `{c}`." for c in definition.constraints)
     index = (f"\nThe index inputs {', '.join(derived)} hold each workload's layout (the trace's own where it has "
              "one); kv_tokens and attended_pairs, where present, are what that layout reads and computes."
              if derived else "")
+    if fresh:
+        index += (f"\nThe index inputs {', '.join(fresh)} are drawn for every call: each names rows inside its "
+                  "table (a sparse row min(topk, cache tokens) distinct cache tokens, then -1; row indices distinct "
+                  "rows while the table has enough).")
     if forward:
         index += (f"\n{forward[0]} and {forward[1]} are the forward of the same Q, K and V (the attention output and "
                   "its log-sum-exp), as a backward is given them.")
@@ -194,6 +212,8 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
                 entry["init"] = {"kind": "derived"}
             elif kind == "inputs" and _is_scale(name) and spec.dtype.startswith("float"):
                 entry["init"] = {"kind": "positive"}
+            elif kind == "inputs" and drawn_scale(definition, name):
+                entry["init"] = {"kind": "normal", "scale": drawn_scale(definition, name)}
             tensors_data[kind].append(entry)
     extra = plan.extra_axes()
     axes = [{"name": n, "description": a.description or n, **({"choices": [a.value], "minimum": min(a.value, 1)}
@@ -209,11 +229,13 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
     return {
         "id": task_id(definition.name), "family": family.value,
         "title": f"{definition.name} (FlashInfer-Trace {definition.op_type})",
-        "statement": _statement(definition, scalars, plan.derived, forward.derived if forward else []),
+        "statement": _statement(definition, scalars, plan.layout_inputs, forward.derived if forward else [],
+                                [n for n in plan.derived if n not in plan.layout_inputs]),
         "reference": reference_code(definition, scalars, plan, workloads, axis_names,
                                     upcast=not gpu_libraries(definition), forward=forward),
         "flops": flops_text, "bytes": moved, **({"floor_bytes": least} if least != moved else {}),
         "baseline": baseline_data(api_baseline(definition, scalars, plan), REFERENCE_BASELINE_CALL),
+        **({"tolerance": tolerances(definition)} if tolerances(definition) else {}),
         "axes": axes, **tensors_data, "workloads": with_roles(workloads, weight),
         "requirements": requirements(family, definition),
     }

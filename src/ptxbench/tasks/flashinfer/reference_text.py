@@ -8,7 +8,9 @@
 - ``derive_inputs`` (``derive_source``) with the plan and layouts, where the definition has index inputs,
   and with the forward plan, where it is an attention backward (``forward_inputs``).
 
-Scalars are fixed (``_SCALARS``); ``run`` is called by parameter name.
+Scalars are fixed (``_SCALARS``); ``run`` is called by parameter name. A ``run`` that writes into some of
+its inputs (``reads.written_inputs``) is given copies of them (``_WRITES_INTO``), so the inputs the harness
+drew, and compares the candidate's with after its call, stay as drawn.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 from ptxbench.tasks.flashinfer import derive_source
 from ptxbench.tasks.flashinfer.forward_inputs import ForwardPlan
 from ptxbench.tasks.flashinfer.layouts import IndexPlan
+from ptxbench.tasks.flashinfer.reads import written_inputs
 from ptxbench.tasks.flashinfer.schema import Definition
 from ptxbench.tasks.flashinfer.workloads import ImportedWorkload
 
@@ -45,6 +48,15 @@ def baseline(**named):
     return _produced(named, lambda t: t)
 '''
 
+_COPIES = '''
+_run_in_place = run
+
+
+def run(**args):
+    # the definition's `run` writes into the inputs _WRITES_INTO: it is given copies, so the inputs stay as drawn
+    return _run_in_place(**{n: t.clone() if n in _WRITES_INTO else t for n, t in args.items()})
+'''
+
 
 def reference_code(definition: Definition, scalars: dict[str, Any], plan: IndexPlan,
                    workloads: list[ImportedWorkload], axes: list[str], upcast: bool = True,
@@ -52,6 +64,9 @@ def reference_code(definition: Definition, scalars: dict[str, Any], plan: IndexP
     code = [definition.reference.strip("\n"), "", "",
             f"_RUN_INPUTS = {tuple(definition.inputs)!r}", f"_OUTPUTS = {tuple(definition.outputs)!r}",
             f"_SCALARS = {scalars!r}", f"_UPCAST = {upcast!r}", "", _WRAPPERS.strip("\n")]
+    written = written_inputs(definition)
+    if written:
+        code += ["", "", f"_WRITES_INTO = {tuple(written)!r}", _COPIES.rstrip("\n")]
     if plan.derived or forward is not None:
         index_plan = {**plan._asdict(), "axes": axes} if plan.derived else {}
         layouts = {",".join(f"{a}={w.sizes[a]}" for a in sorted(axes)): w.layout for w in workloads} if plan.derived else {}
