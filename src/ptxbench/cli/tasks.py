@@ -129,18 +129,14 @@ def _print_summary(summary: ImportSummary, out: Path) -> None:
     table.add_section()
     table.add_row("all", str(len(summary.imported)), str(len(summary.outcomes)))
     console.print(table)
-    reasons = summary.reasons()
-    if reasons:
-        why = Table("definitions", "why they did not import")
-        for reason, count in reasons:
-            why.add_row(str(count), reason)
-        console.print(why)
-    refusals = summary.flashinfer_refusals()
-    if refusals:
-        why = Table("tasks", "why they have no FlashInfer baseline beside the reference")
-        for reason, count in refusals:
-            why.add_row(str(count), reason)
-        console.print(why)
+    for counted, heading, reasons in (("definitions", "why they did not import", summary.reasons()),
+                                      ("tasks", "why they have no FlashInfer baseline beside the reference",
+                                       summary.flashinfer_refusals())):
+        if reasons:
+            why = Table(counted, heading)
+            for reason, count in reasons:
+                why.add_row(str(count), reason)
+            console.print(why)
     for problem in summary.unreadable:
         errors.print(f"warning: {problem}", highlight=False)
     console.print(f"task files and {out / 'import-summary.json'} written under {out}", highlight=False)

@@ -91,7 +91,9 @@ def _fused_add_rmsnorm(call: FlashInferCall) -> Setup:
     return setup
 
 
-def _decode(call: FlashInferCall) -> Setup:
+def _paged(call: FlashInferCall, prefill: bool) -> Setup:
+    """A paged wrapper (decode, or prefill with its query offsets) planned on the task's page table in setup; the
+    timed call is its ``run()`` on the pages as given."""
     args = call.arguments
 
     def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
@@ -100,34 +102,27 @@ def _decode(call: FlashInferCall) -> Setup:
         q, k_cache, v_cache = inputs["q"], inputs["k_cache"], inputs["v_cache"]
         layout = str(args["kv_layout"])
         pages = _pages(inputs, fi.page_shape(k_cache, layout)[0])
-        wrapper = fi.planned_decode(wrapper_class, q, k_cache, pages, float(args["sm_scale"]), kv_layout=layout,
-                                    pos_encoding_mode=args["pos_encoding_mode"])
+        sm_scale, encoding = float(args["sm_scale"]), args["pos_encoding_mode"]
+        if prefill:
+            wrapper = fi.planned_paged_prefill(wrapper_class, q, k_cache, v_cache, pages, bool(args["causal"]),
+                                               sm_scale, kv_layout=layout, pos_encoding_mode=encoding)
+        else:
+            wrapper = fi.planned_decode(wrapper_class, q, k_cache, pages, sm_scale, kv_layout=layout,
+                                        pos_encoding_mode=encoding)
 
         def timed() -> Outputs:
             out, lse = wrapper.run(q, (k_cache, v_cache), return_lse=True)
             return {"output": out, "lse": _lse(lse, args)}
         return warmed(timed)
     return setup
+
+
+def _decode(call: FlashInferCall) -> Setup:
+    return _paged(call, prefill=False)
 
 
 def _paged_prefill(call: FlashInferCall) -> Setup:
-    args = call.arguments
-
-    def setup(inputs: Tensors, sizes: Mapping[str, int]) -> TimedCall:
-        wrapper_class = resolve(call.api)
-        fi._prepare_jit()
-        q, k_cache, v_cache = inputs["q"], inputs["k_cache"], inputs["v_cache"]
-        layout = str(args["kv_layout"])
-        pages = _pages(inputs, fi.page_shape(k_cache, layout)[0])
-        wrapper = fi.planned_paged_prefill(wrapper_class, q, k_cache, v_cache, pages, bool(args["causal"]),
-                                           float(args["sm_scale"]), kv_layout=layout,
-                                           pos_encoding_mode=args["pos_encoding_mode"])
-
-        def timed() -> Outputs:
-            out, lse = wrapper.run(q, (k_cache, v_cache), return_lse=True)
-            return {"output": out, "lse": _lse(lse, args)}
-        return warmed(timed)
-    return setup
+    return _paged(call, prefill=True)
 
 
 def _ragged_prefill(call: FlashInferCall) -> Setup:
