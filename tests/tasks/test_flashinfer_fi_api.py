@@ -29,20 +29,20 @@ def _found(definition: dict[str, Any], scalars: dict[str, Any] | None = None) ->
 
 
 def test_the_task_file_records_the_call_for_a_tagged_definition_and_none_without(tmp_path: Path) -> None:
-    task, text = defs.imported(defs.RMSNORM, tmp_path / "tagged")
+    task, text, _ = defs.imported(defs.RMSNORM, tmp_path / "tagged")
     assert task.baseline.library == "reference" and task.baseline.flashinfer is not None
     assert task.baseline.flashinfer.api == defs.RMSNORM_API and task.baseline.flashinfer.arguments == {"eps": 1e-6}
     assert 'api = "flashinfer.norm.rmsnorm"' in text and task.baseline.call == fi_api.baseline_call(task.baseline.flashinfer)
     (tmp_path / "t.toml").write_text(text)
     loaded = load_task_file(tmp_path / "t.toml")
     assert loaded == task and loaded.content_hash == task.content_hash
-    untagged, text = defs.imported(RAGGED_PREFILL, tmp_path / "untagged")
+    untagged, text, _ = defs.imported(RAGGED_PREFILL, tmp_path / "untagged")
     assert untagged.baseline.flashinfer is None and untagged.baseline.call == REFERENCE_BASELINE_CALL
     assert "flashinfer = " not in text
 
 
 def test_the_recorded_call_is_part_of_the_hash_and_belongs_to_a_reference_baseline(tmp_path: Path) -> None:
-    task, text = defs.imported(defs.FUSED_ADD_RMSNORM, tmp_path)
+    task, text, _ = defs.imported(defs.FUSED_ADD_RMSNORM, tmp_path)
     other = parse_task(text.replace("eps = 1e-05", "eps = 1e-06"), "t.toml")
     assert other.baseline.flashinfer.arguments["eps"] == 1e-6 and other.content_hash != task.content_hash
     with pytest.raises(TaskError, match="library reference"):

@@ -33,7 +33,7 @@ DECODE = Family.ATTENTION_DECODE  # a decode definition (tag stage:decode, or "d
 
 @pytest.mark.parametrize(("name", "family"), [(GQA, DECODE), (RMS, Family.MEMORY_BOUND), (GEMM, Family.GEMM)])
 def test_a_definition_becomes_a_task_that_loads_from_its_file(name: str, family: Family, tmp_path: Path) -> None:
-    task, text = import_definition(FI / f"{name}.json", [FI / f"{name}.jsonl"])
+    task, text, _ = import_definition(FI / f"{name}.json", [FI / f"{name}.jsonl"])
     path = tmp_path / f"{name}.toml"
     path.write_text(text)
     loaded = load_task_file(path)

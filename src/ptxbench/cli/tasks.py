@@ -94,12 +94,11 @@ def tasks_import(
         _print_summary(summary, out)
         return
     try:
-        task, text = import_definition(source, list(workloads or []), flops)
+        task, text, api = import_definition(source, list(workloads or []), flops)
     except PtxbenchError as exc:
         fail(str(exc))
-    refused = _flashinfer_refusal(source, list(workloads or []), task)
-    if refused:
-        errors.print(f"no FlashInfer baseline: {refused}", highlight=False)
+    if api.refused:
+        errors.print(f"no FlashInfer baseline: {api.refused}", highlight=False)
     if out is None:
         print(text, end="")
         return
@@ -108,18 +107,6 @@ def tasks_import(
     errors.print(f"wrote {out}: task {task.id} ({task.family.value}), {len(task.workloads)} workloads "
                  f"({len(task.held_out())} held out), baseline: the reference{f' and {fi.api}' if fi else ''}",
                  highlight=False)
-
-
-def _flashinfer_refusal(source: Path, workloads: list[Path], task: Task) -> str | None:
-    """Why the task has no FlashInfer baseline though its definition names an API (None otherwise)."""
-    from ptxbench.tasks.flashinfer.importer import flashinfer_baseline
-    from ptxbench.tasks.flashinfer.schema import read_definition, read_workloads
-
-    if task.baseline.flashinfer is not None:
-        return None
-    definition = read_definition(source)
-    specs = [t.workload for path in workloads for t in read_workloads(path, definition.name)]
-    return flashinfer_baseline(definition, specs).refused
 
 
 def _print_summary(summary: ImportSummary, out: Path) -> None:

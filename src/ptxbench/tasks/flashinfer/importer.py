@@ -16,10 +16,8 @@ from ptxbench._io import write_atomic
 from ptxbench.errors import TaskError
 from ptxbench.tasks.flashinfer.blobs import BlobReader
 from ptxbench.tasks.flashinfer.dataset import read_dataset, root_of
-from ptxbench.tasks.flashinfer.fi_api import ApiBaseline, api_baseline
-from ptxbench.tasks.flashinfer.layouts import plan_indices
+from ptxbench.tasks.flashinfer.fi_api import ApiBaseline
 from ptxbench.tasks.flashinfer.mapping import task_data
-from ptxbench.tasks.flashinfer.scalars import fixed_scalars
 from ptxbench.tasks.flashinfer.schema import Definition, ImportProblem, WorkloadSpec, read_definition, read_workloads
 from ptxbench.tasks.flashinfer.toml_text import to_toml
 from ptxbench.tasks.loader import parse_task
@@ -31,17 +29,19 @@ SUMMARY_NAME = "import-summary.json"
 class ImportedTask(NamedTuple):
     task: Task
     text: str  # the task file
+    flashinfer: ApiBaseline  # the FlashInfer call timed beside the reference, or why there is none
 
 
 def import_one(definition: Definition, workloads: list[WorkloadSpec], blobs: BlobReader,
                flops: str | None = None, origin: str = "") -> ImportedTask:
     """The task and its TOML text, checked by loading the text as any task file is loaded."""
-    text = to_toml(task_data(definition, workloads, blobs, flops))
+    data, api = task_data(definition, workloads, blobs, flops)
+    text = to_toml(data)
     try:
         task = parse_task(text, f"the task imported from {origin or definition.name}")
     except TaskError as exc:
         raise ImportProblem(str(exc)) from None
-    return ImportedTask(task, text)
+    return ImportedTask(task, text, api)
 
 
 def import_definition(definition_path: Path, workload_paths: list[Path], flops: str | None = None,
@@ -52,12 +52,6 @@ def import_definition(definition_path: Path, workload_paths: list[Path], flops: 
     workloads = [t.workload for path in workload_paths for t in read_workloads(path, definition.name)]
     base = root if root is not None else root_of(workload_paths[0]) if workload_paths else definition_path.parent
     return import_one(definition, workloads, BlobReader(base), flops, definition_path.name)
-
-
-def flashinfer_baseline(definition: Definition, workloads: list[WorkloadSpec]) -> ApiBaseline:
-    """What became of the definition's ``fi_api`` tag in its task: the FlashInfer call timed beside the reference,
-    or why there is none (for a definition that imported; the summary and the CLI say it)."""
-    return api_baseline(definition, fixed_scalars(definition, workloads), plan_indices(definition))
 
 
 class ImportOutcome(BaseModel):
@@ -132,11 +126,10 @@ def import_dataset(root: Path, out: Path, flops: str | None = None) -> ImportSum
         task_file = Path(definition.op_type) / f"{imported.task.id}.toml"
         write_atomic(out / task_file, imported.text)
         from_blobs = sum("from the trace's blobs" in w.note for w in imported.task.workloads)
-        api = flashinfer_baseline(definition, dataset.workloads.get(definition.name, []))
         outcomes.append(outcome.model_copy(update={"task_file": str(task_file), "task_id": imported.task.id,
                                                    "workloads": len(imported.task.workloads),
-                                                   "layouts_from_blobs": from_blobs, "fi_api": api.tag,
-                                                   "fi_api_refused": api.refused}))
+                                                   "layouts_from_blobs": from_blobs, "fi_api": imported.flashinfer.tag,
+                                                   "fi_api_refused": imported.flashinfer.refused}))
     summary = ImportSummary(source=str(root), outcomes=outcomes, unreadable=dataset.problems)
     write_atomic(out / SUMMARY_NAME, summary.model_dump_json(indent=2) + "\n")
     return summary

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from ptxbench.tasks.flashinfer.blobs import BlobReader
-from ptxbench.tasks.flashinfer.fi_api import api_baseline, baseline_data
+from ptxbench.tasks.flashinfer.fi_api import ApiBaseline, api_baseline, baseline_data
 from ptxbench.tasks.flashinfer.forward_inputs import plan_forward
 from ptxbench.tasks.flashinfer.gdn import STATE_FEATURES, drawn_scale, tolerances
 from ptxbench.tasks.flashinfer.layouts import ATTENDED_PAIRS, KV_TOKENS, plan_indices
@@ -185,8 +185,9 @@ def _is_scale(name: str) -> bool:
 
 
 def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobReader,
-              flops_override: str | None = None) -> dict[str, Any]:
-    """The task, as the data of its TOML file."""
+              flops_override: str | None = None) -> tuple[dict[str, Any], ApiBaseline]:
+    """The task, as the data of its TOML file, and what became of its ``fi_api`` tag (the FlashInfer call timed
+    beside the reference, or why there is none)."""
     if not specs:
         raise ImportProblem(f"definition {definition.name} comes with no workloads: give its workloads .jsonl")
     family = family_of(definition)
@@ -226,6 +227,7 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
         if spec.shape is not None)
     axis_names = [a["name"] for a in axes]
     moved, least = bytes_moved(definition, plan), bytes_moved(definition, plan, least=True)
+    api = api_baseline(definition, scalars, plan)
     return {
         "id": task_id(definition.name), "family": family.value,
         "title": f"{definition.name} (FlashInfer-Trace {definition.op_type})",
@@ -234,8 +236,8 @@ def task_data(definition: Definition, specs: list[WorkloadSpec], blobs: BlobRead
         "reference": reference_code(definition, scalars, plan, workloads, axis_names,
                                     upcast=not gpu_libraries(definition), forward=forward),
         "flops": flops_text, "bytes": moved, **({"floor_bytes": least} if least != moved else {}),
-        "baseline": baseline_data(api_baseline(definition, scalars, plan), REFERENCE_BASELINE_CALL),
+        "baseline": baseline_data(api, REFERENCE_BASELINE_CALL),
         **({"tolerance": tolerances(definition)} if tolerances(definition) else {}),
         "axes": axes, **tensors_data, "workloads": with_roles(workloads, weight),
         "requirements": requirements(family, definition),
-    }
+    }, api
