@@ -3,7 +3,11 @@
 #36 asks of the evaluator under load: no item lost (every candidate has a result), no HARNESS_ERROR, and each case
 the status it gets alone. Writes concurrent_evals_<gpu>.{json,md} to --out (default benchmarks/results).
 
-    python benchmarks/concurrent_evals.py [--out DIR] [--timeout-s 560] [--trials 2] [--timing-budget-ms 30]
+    python benchmarks/concurrent_evals.py [--out DIR] [--timeout-s 560] [--trials 2] [--timing-budget-ms 30] [--part K/N]
+
+Both lists together take about 1,000 s on an H100, more than one lent-GPU call may run: ``--part K/N`` runs the K-th
+of N interleaved shares of each list (every N-th example and case, from the K-th), still two runs at once, and
+writes ``concurrent_evals_<gpu>_part<K>of<N>.*``; the N parts together cover every item once.
 
 Both runs go without ncu (a run of every case under ncu does not fit one lent-GPU call; the cases only ncu catches
 then expect any candidate status, as in tests/gpu/test_hostile_run_gpu.py). They share the machine's cache, so the
@@ -26,13 +30,31 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the adversarial manifest and its expectations live with the tests
 
 
-def _adversarial_generations(folder: Path) -> tuple[Path, dict[str, dict]]:
-    """The cases as one generations file (each case a sample of its task) and which item is which case."""
+def share(items: list, part: tuple[int, int]) -> list:
+    """The K-th of N interleaved shares of ``items`` (``part`` = (K, N), K from 1): every N-th, from the K-th."""
+    k, n = part
+    return items[k - 1::n]
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``K/N`` with 1 <= K <= N, else a one-line error."""
+    try:
+        k, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--part wants K/N (such as 1/2), not {text!r}") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--part {text}: K must be between 1 and N")
+    return k, n
+
+
+def _adversarial_generations(folder: Path, part: tuple[int, int]) -> tuple[Path, dict[str, dict]]:
+    """The cases of this part as one generations file (each case a sample of its task, numbered as in the whole
+    manifest) and which item is which case."""
     from ptxbench.records.trajectory import item_name
     from tests.adversarial.cases import case_source, manifest_cases
 
     lines, items = [], {}
-    for sample, case in enumerate(manifest_cases()):
+    for sample, case in share(list(enumerate(manifest_cases())), part):
         lines.append(json.dumps({"task": case["task"], "sample": sample,
                                  "completion": f"```cuda\n{case_source(case)}\n```"}))
         items[f"{case['task']}/{item_name(sample)}"] = case
@@ -79,6 +101,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=560.0)
     parser.add_argument("--trials", type=int, default=2)
     parser.add_argument("--timing-budget-ms", type=float, default=30.0)
+    parser.add_argument("--part", type=parse_part, default=(1, 1), help="K/N: the K-th of N shares of each list")
     args = parser.parse_args()
     import torch
 
@@ -86,9 +109,11 @@ def main() -> None:
     from ptxbench.tasks.loader import bundled_suite
 
     work = Path(tempfile.mkdtemp(prefix="concurrent_evals."))
-    generations, cases = _adversarial_generations(work)
+    generations, cases = _adversarial_generations(work, args.part)
     options = ["--no-profile", "--trials", str(args.trials), "--timing-budget-ms", str(args.timing_budget_ms)]
-    runs = {"examples": ([str(REPO / "kernels" / "examples")], work / "examples"),
+    example_files = share([REPO / "kernels" / "examples" / f"{t.id}.cu" for t in bundled_suite()
+                           if (REPO / "kernels" / "examples" / f"{t.id}.cu").is_file()], args.part)
+    runs = {"examples": ([str(f) for f in example_files], work / "examples"),
             "adversarial": ([str(generations)], work / "adversarial")}
     started = time.monotonic()
     processes = {name: subprocess.Popen([sys.executable, "-m", "ptxbench", "eval", *paths, "--out", str(out), *options],
@@ -106,7 +131,7 @@ def main() -> None:
             ended[name] = {"rc": None, "seconds": None, "note": f"cut at {args.timeout_s:.0f} s"}
     examples = _results(runs["examples"][1])
     adversarial = _results(runs["adversarial"][1])
-    expected_examples = {f"{t.id}/{t.id}" for t in bundled_suite() if (REPO / "kernels" / "examples" / f"{t.id}.cu").is_file()}
+    expected_examples = {f"{f.stem}/{f.stem}" for f in example_files}
     rows = []
     for key in sorted(expected_examples | set(examples)):
         evaluation = examples.get(key)
@@ -130,7 +155,7 @@ def main() -> None:
     harness_errors = [r["item"] for r in rows if r["verdict"] == f"infra: {InfraFailure.HARNESS_ERROR.value}"]
     lost = [r["item"] for r in rows if r["verdict"] == "lost"]
     gpu = torch.cuda.get_device_name(0)
-    summary = {"gpu": gpu, "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
+    summary = {"gpu": gpu, "part": list(args.part), "memory_bytes": torch.cuda.get_device_properties(0).total_memory,
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "torch": torch.__version__, "python": platform.python_version(),
                "command": " ".join(["python", *sys.argv]), "options": options, "runs": ended,
@@ -141,8 +166,11 @@ def main() -> None:
                "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     slug = gpu.lower().replace("nvidia ", "").replace(" ", "_")
+    if args.part != (1, 1):
+        slug += f"_part{args.part[0]}of{args.part[1]}"
     (args.out / f"concurrent_evals_{slug}.json").write_text(json.dumps(summary, indent=1))
-    lines = [f"# Two `ptxbench eval` runs at once on one {gpu}", "",
+    of = f" (part {args.part[0]} of {args.part[1]} of each list)" if args.part != (1, 1) else ""
+    lines = [f"# Two `ptxbench eval` runs at once on one {gpu}{of}", "",
              f"{summary['date']}, torch {summary['torch']}, `{summary['command']}`, options `{' '.join(options)}`.", "",
              *(f"- run {name}: rc {info['rc']}, {info['seconds']} s {info.get('note', '')}" for name, info in ended.items()),
              f"- items {len(rows)}, lost {len(lost)}, unfinished {len(summary['unfinished'])}, "

@@ -32,6 +32,9 @@
 #   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
 #   multigpu   benchmarks/multi_gpu_throughput.py (1 GPU vs all visible), 300 s
+#   concurrent1, concurrent2: benchmarks/concurrent_evals.py --part 1/2 and 2/2, each one device call: half of the
+#              examples and half of the adversarial cases as two `ptxbench eval` runs at once on one GPU (issue 36: no
+#              item lost, no HARNESS_ERROR); both lists at once took about 1,000 s on an H100, so each half gets 540 s
 #   variants_attention, variants_memory, variants_gemm: benchmarks/kernel_variants.py on the prepared variants of
 #              the references that miss their targets (benchmarks/variants/), each one device call: attention_bwd;
 #              rmsnorm and transpose; gemm_fp8 (limits 250, 450 and 500 s; on an H200, 2026-12-04: 136, 249 and 68 s,
@@ -151,6 +154,11 @@ for section in "${sections[@]}"; do
         evaluator) timeout "$(limit 300)" python3 benchmarks/evaluator_benchmark.py --copies 4 \
                        --candidates kernels/reference/sm_90a/gemm_bf16.cu --out "$work/evaluator" > "$work/evaluator.log" 2>&1
                    echo "evaluator: exit $?"; tail -12 "$work/evaluator.log" ;;
+        concurrent1|concurrent2)
+            part=${section#concurrent}
+            timeout "$(limit 560)" python3 benchmarks/concurrent_evals.py --part "$part/2" --timeout-s "$(limit 540)" \
+                --out "$work/concurrent" > "$work/$section.log" 2>&1
+            echo "$section: exit $?"; grep -E "^- (run|items)" "$work/$section.log" ;;
         multigpu) timeout "$(limit 300)" python3 benchmarks/multi_gpu_throughput.py --out "$work/multigpu" \
                       > "$work/multigpu.log" 2>&1
                   echo "multigpu: exit $?"; tail -12 "$work/multigpu.log" ;;
@@ -213,6 +221,6 @@ for section in "${sections[@]}"; do
             timeout "$(limit 560)" python3 -m ptxbench eval "$R/attention_fp8_fwd.cu" "$R/prefill_gqa_ragged.cu" \
                 --timing-budget-ms 200 --trials 3 --out "$work/serving_refs" > "$work/serving_refs.log" 2>&1
             echo "serving_refs: exit $? — $(grep -E '^\[[0-9]+/' "$work/serving_refs.log" | tr '\n' ' ')" ;;
-        *) echo "unknown section: $section (examples adversarial timed profiled hostile gold fixit serve scaleout evidence refs evaluator multigpu variants_attention variants_memory variants_gemm servebench sweepbench misses serving_misses serving_refs)" >&2 ;;
+        *) echo "unknown section: $section (examples adversarial timed profiled hostile gold fixit serve scaleout evidence refs evaluator multigpu concurrent1 concurrent2 variants_attention variants_memory variants_gemm servebench sweepbench misses serving_misses serving_refs)" >&2 ;;
     esac
 done
