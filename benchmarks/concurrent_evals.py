@@ -111,8 +111,8 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="concurrent_evals."))
     generations, cases = _adversarial_generations(work, args.part)
     options = ["--no-profile", "--trials", str(args.trials), "--timing-budget-ms", str(args.timing_budget_ms)]
-    example_files = share([REPO / "kernels" / "examples" / f"{t.id}.cu" for t in bundled_suite()
-                           if (REPO / "kernels" / "examples" / f"{t.id}.cu").is_file()], args.part)
+    examples_folder = REPO / "kernels" / "examples"
+    example_files = share([f for t in bundled_suite() if (f := examples_folder / f"{t.id}.cu").is_file()], args.part)
     runs = {"examples": ([str(f) for f in example_files], work / "examples"),
             "adversarial": ([str(generations)], work / "adversarial")}
     started = time.monotonic()
