@@ -1,6 +1,6 @@
 """A stand-in for Nsight Compute on the CPU: ``install(folder, ...)`` writes an executable ``ncu`` there.
 
-Recording (``--export REPORT ... PROGRAM PLAN``) it never runs the program: it reads the plan to tell the
+Recording (``--export REPORT ... PROGRAM PLAN``) it never runs a profiled program: it reads the plan to tell the
 harness's probe from a candidate's call, prints the scripted output (what the program and ncu would
 print) and writes the scripted report, whose "content" is the CSV ``ncu --import`` then prints. It logs
 each recording (the plan, the report path, the environment's names) to ``log.jsonl`` beside itself, and
@@ -38,6 +38,33 @@ if "--import" in args:
     sys.exit(0)
 import os
 report = Path(args[args.index("--export") + 1])
+if args[-2].endswith("profile_batch.py"):  # a batched session: run the launcher, with stand-ins for the programs
+    import subprocess
+    batch_file = Path(args[-1])
+    batch = json.loads(batch_file.read_text())
+    scripted = config["batch"]
+    with open(here / "log.jsonl", "a") as log:
+        log.write(json.dumps({{"role": "batch", "entries": batch["entries"], "report": str(report)}}) + "\\n")
+    if scripted.get("fail"):
+        print("==ERROR== the batched session failed")
+        sys.exit(1)
+    for entry in batch["entries"]:
+        entry["command"] = [sys.executable, "-c", scripted.get("program", "print('profiled')")]
+    batch_file.write_text(json.dumps(batch))
+    subprocess.run([sys.executable, *args[-2:]], check=False)
+    record = json.loads(Path(batch["record"]).read_text())
+    lines = config["candidate"]["report"].splitlines(keepends=True)
+    head = [line for line in lines if not line[1:2].isdigit()]  # the header and the units
+    rows = [line for line in lines if line[1:2].isdigit()]
+    body = []
+    for entry in record["entries"]:
+        for row in rows:
+            cells = row.split('","')
+            cells[0] = '"' + str(len(body) + 1)
+            cells[1] = str(entry["pid"] if not scripted.get("foreign") else 1)
+            body.append('","'.join(cells))
+    report.write_text("".join(head + body))
+    sys.exit(0)
 plan = json.loads(Path(args[-1]).read_text())
 role = "probe" if plan.get("probe") else "candidate"
 with open(here / "log.jsonl", "a") as log:
@@ -51,16 +78,18 @@ sys.exit(scripted.get("exit", 0))
 
 
 def install(folder: Path, probe_output: str = "", probe_report: str | None = None, candidate_output: str = "",
-            candidate_report: str | None = None) -> Path:
+            candidate_report: str | None = None, batch: dict | None = None) -> Path:
     """The fake ``ncu`` in ``folder`` (to put first on PATH); reports are the CSV text to print, or None
-    for none written."""
+    for none written. A batched session runs the real launcher on stand-in programs (``batch["program"]``, Python
+    source) and reports ``candidate_report``'s rows once per candidate's process (as process 1 where
+    ``batch["foreign"]``); ``batch["fail"]``: it fails before running anything."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "ncu"
     script.write_text(_SCRIPT.format(python=sys.executable, unreadable=UNREADABLE, version=VERSION))
     script.chmod(0o755)
     (folder / "config.json").write_text(json.dumps({
         "probe": {"output": probe_output, "report": probe_report},
-        "candidate": {"output": candidate_output, "report": candidate_report}}))
+        "candidate": {"output": candidate_output, "report": candidate_report}, "batch": batch or {}}))
     return script
 
 

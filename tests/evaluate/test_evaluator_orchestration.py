@@ -161,7 +161,7 @@ def test_a_profile_that_ran_out_of_memory_is_taken_again_alone(monkeypatch: pyte
 
     calls: list[bool] = []
 
-    def profile(task, arch, shared_object, timeout_s, alone=False):  # type: ignore[no-untyped-def]
+    def profile(task, arch, shared_object, timeout_s, alone=False, batched=False):  # type: ignore[no-untyped-def]
         calls.append(alone)
         if not alone or outcome == "again":
             raise ProfiledRunFailed("the call under ncu ended without a profile", out_of_memory=True)
@@ -187,7 +187,7 @@ def test_a_profile_that_failed_otherwise_is_not_taken_again(monkeypatch: pytest.
 
     calls: list[bool] = []
 
-    def profile(task, arch, shared_object, timeout_s, alone=False):  # type: ignore[no-untyped-def]
+    def profile(task, arch, shared_object, timeout_s, alone=False, batched=False):  # type: ignore[no-untyped-def]
         calls.append(alone)
         raise ProfiledRunFailed("no end within 600 s under ncu; the process was killed")
 

@@ -8,7 +8,8 @@ workloads with the outputs of timed calls re-checked and a physical-floor check 
 (ncu). Any guard finding makes the candidate REJECTED. Under the ``sweep`` evidence profile (``records.evidence``)
 the trials and their guards are the same; only the timed workload is timed (``timing.profiles``), a cached clean
 baseline time is measured again when old or drifted (``baselines.freshness``), and ncu runs only for candidates
-near the baseline's speed (``judgement.funnel``).
+near the baseline's speed (``judgement.funnel``), in an ncu session shared with the other candidates of the machine
+waiting for ncu then (``proof.batching``).
 
 This module is the stage pipeline: which process runs what, under which hold of the GPU's lock, and what a
 failure at each stage means for the candidate. How a time is measured is the timing protocol's
@@ -461,10 +462,12 @@ class GpuEvaluator:
         from ptxbench.evaluate.proof.profiling import ProfiledRunFailed, profile_requirements
 
         if not alone:
+            # sweep shares ncu's session with the other candidates waiting for it then (proof.batching)
+            batched = self.options.evidence is EvidenceProfile.SWEEP
             try:
                 with self._stage("profile"):  # the profiled program holds the GPU's lock (shared) itself
-                    return Profiled(*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s),
-                                    alone=False)
+                    return Profiled(*profile_requirements(task, arch, shared_object, self.options.profile_timeout_s,
+                                                          batched=batched), alone=False)
             except ProfiledRunFailed as exc:
                 if not exc.out_of_memory:
                     raise

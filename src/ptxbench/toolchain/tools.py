@@ -116,10 +116,13 @@ def driver_version() -> str | None:
     return rows[0] if rows else None
 
 
-def ncu_record_command(program: list[str], report: Path, metrics: Sequence[str]) -> list[str]:
+def ncu_record_command(program: list[str], report: Path, metrics: Sequence[str], every_process: bool = False) -> list[str]:
     """ncu recording ``metrics`` for the profiled range of ``program`` into ``report`` (nothing of its results
-    goes to its output). Clocks are left alone; only the range the program opens with cuProfilerStart counts."""
-    return [find_toolchain().path("ncu"), "--clock-control", "none", "--profile-from-start", "off",
+    goes to its output). Clocks are left alone; only the range the program opens with cuProfilerStart counts.
+    ``every_process``: the program's child processes are profiled too, said outright (ncu's default) because a
+    batched session (``proof.batching``) is nothing else."""
+    processes = ["--target-processes", "all"] if every_process else []
+    return [find_toolchain().path("ncu"), "--clock-control", "none", "--profile-from-start", "off", *processes,
             "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite", *program]
 
 

@@ -85,6 +85,12 @@ def ncu_csv_table(text: str) -> tuple[list[str], list[str], list[list[str]]]:
 
 def parse_ncu_csv(text: str) -> list[KernelProfile]:
     """Kernel launches from ncu's raw CSV page (the per-opcode executed-instruction metric)."""
+    return [profile for _, profile in parse_ncu_csv_by_process(text)]
+
+
+def parse_ncu_csv_by_process(text: str) -> list[tuple[int | None, KernelProfile]]:
+    """Kernel launches from ncu's raw CSV page, each with the id of the process that made it (None where the
+    page has no such column): a batched session (``proof.batching``) is split by it."""
     header, units, body = ncu_csv_table(text)
     column = {name: index for index, name in enumerate(header)}
     if OPCODE_METRIC not in column:
@@ -101,12 +107,13 @@ def parse_ncu_csv(text: str) -> list[KernelProfile]:
             return ncu_quantity(row[column[name]], units[column[name]]) if name in column else None
 
         moved = {name: value for name in BYTE_METRICS if (value := quantity(name)) is not None}
-        profiles.append(KernelProfile(
+        process = row[column["Process ID"]].strip() if "Process ID" in column else ""
+        profiles.append((int(process) if process.isdigit() else None, KernelProfile(
             launch_id=int(row[column["ID"]]), name=row[column["Kernel Name"]],
             stream=row[column["Stream"]] if "Stream" in column else None,
             grid=ncu_dims(row[column["Grid Size"]]) if "Grid Size" in column else None,
             block=ncu_dims(row[column["Block Size"]]) if "Block Size" in column else None,
-            duration_ns=quantity(DURATION_METRIC), executed=executed, bytes=moved))
+            duration_ns=quantity(DURATION_METRIC), executed=executed, bytes=moved)))
     return profiles
 
 

@@ -19,46 +19,32 @@ import ctypes
 import json
 import os
 import secrets
-import signal
-import subprocess
 import sys
-import re
 import shutil
 import tempfile
-from contextlib import suppress
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ptxbench.arch.registry import Arch
-from ptxbench.errors import PtxbenchError
-from ptxbench.evaluate.proof.executed import NCU_METRICS, OPCODE_METRIC, judge_execution, parse_ncu_csv
+from ptxbench.evaluate.proof.executed import NCU_METRICS, OPCODE_METRIC, judge_execution
+from ptxbench.evaluate.proof.ncu import (  # re-exported: the stage's callers name them here
+    PROFILED_PROGRAM, ProfiledRunFailed, import_report, ncu_session, output_tail, profiled_program_command,
+    program_environment)
 from ptxbench.evaluate.isolation.gpu_lock import KEY_VARIABLE, default_lock_folder, profiler_turn, shared_if_known
 from ptxbench.evaluate.isolation.processes import mapped_libraries
 from ptxbench.evaluate.child.profile_one import OUT_OF_MEMORY_MARK, PROBE_KERNEL
 from ptxbench.records.evaluation import KernelProfile, RequirementExecution
 from ptxbench.tasks.model import Task
-from ptxbench.toolchain.tools import ncu_import_command, ncu_record_command
+from ptxbench.toolchain.tools import ncu_record_command
 
-# Run by its path with ``python -I``: it imports nothing of ptxbench (see its docstring).
-PROFILED_PROGRAM = Path(__file__).parent.parent / "child" / "profile_one.py"
+if TYPE_CHECKING:
+    from ptxbench.evaluate.proof.batching import ProfileOutcome
+
+__all__ = ["PROFILED_PROGRAM", "Folders", "ProfiledRunFailed", "import_report", "ncu_session", "outcome_profiles", "probe_counters",
+           "profile_requirements", "profiled_program", "program_environment", "read_report", "run_under_ncu"]
+
 REPORT_NAME = "profile.ncu-rep"
-IMPORT_TIMEOUT_S = 120.0
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
-# Names in the harness's environment that candidate code must not see (used where confinement.py is absent).
-_SECRET_NAME = re.compile(r"_API_KEY$|TOKEN|SECRET", re.IGNORECASE)
-
-
-def program_environment(home: Path) -> dict[str, str]:
-    """The environment ncu and the profiled program run with: ``confinement.candidate_environment`` (HOME a
-    private folder) where that module exists, else the harness's minus credentials and ptxbench's own
-    settings (the GPU lock's key kept: the program takes the lock)."""
-    try:
-        from ptxbench.evaluate.isolation.confinement import candidate_environment
-    except ImportError:
-        environment = {name: value for name, value in os.environ.items()
-                       if name == KEY_VARIABLE or not (_SECRET_NAME.search(name) or name.startswith("PTXBENCH_"))}
-    else:
-        environment = candidate_environment(os.environ, home=str(home))
-    return {**environment, "PYTHONUNBUFFERED": "1"}
 
 
 def _scratch() -> str | None:
@@ -120,7 +106,7 @@ def _program(folder: Path, plan: dict, alone: bool, protect: list[Path]) -> list
     path = folder / "plan.json"
     path.write_text(json.dumps({**plan, "gpu_lock": gpu_lock, "protect": [str(p) for p in protect] + guarded,
                                 "hide": hidden}))
-    return [sys.executable, "-I", str(PROFILED_PROGRAM), str(path)]
+    return profiled_program_command(path)
 
 
 def _worker_protection() -> tuple[list[str], list[str]]:
@@ -144,15 +130,6 @@ def _worker_protection() -> tuple[list[str], list[str]]:
     return [*guarded, str(cache_root())], hidden
 
 
-class ProfiledRunFailed(PtxbenchError):
-    """The candidate's call failed or hung under ncu although it ran outside it, or ncu left no readable
-    report of it. ``out_of_memory``: the GPU's memory ran out, possibly taken by another evaluation."""
-
-    def __init__(self, message: str, out_of_memory: bool = False) -> None:
-        super().__init__(message)
-        self.out_of_memory = out_of_memory
-
-
 class Folders:
     """A fresh folder of the harness's (mode 0700) for one profiled run: ``plan`` (the plan and inputs),
     ``report`` (ncu's report) and ``home`` (the program's HOME), removed afterwards."""
@@ -170,53 +147,41 @@ class Folders:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _output_tail(text: str, lines: int = 3, width: int = 200) -> str:
-    """The last lines of the profiled program's output (and ncu's beside it), short: for messages only."""
-    tail = [line[:width] for line in text.strip().splitlines()[-lines:]]
-    return " | ".join(tail) if tail else "(none)"
-
-
 def run_under_ncu(program: list[str], report: Path, home: Path, timeout_s: float) -> tuple[int, str]:
     """ncu recording ``program`` into ``report``: its exit code and the output of both (never parsed for
-    results). In its own session, so a timeout ends the profiled process and what it started too; in this
-    machine's one profiler turn (``gpu_lock.profiler_turn``), which the caller takes holding no GPU lock."""
-    with profiler_turn(), subprocess.Popen(
-            ncu_record_command(program, report, NCU_METRICS), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, errors="replace", env=program_environment(home), cwd=home, start_new_session=True) as proc:
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise ProfiledRunFailed(f"no end within {timeout_s:g} s under ncu; the process was killed") from None
-        finally:
-            with suppress(ProcessLookupError):  # whatever the candidate's code left running there ends too
-                os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, output
+    results), in this machine's one profiler turn (``gpu_lock.profiler_turn``), which the caller takes holding no
+    GPU lock."""
+    with profiler_turn():
+        return ncu_session(ncu_record_command(program, report, NCU_METRICS), program_environment(home), home, timeout_s)
 
 
 def read_report(report: Path, program_exit: int, program_output: str) -> list[KernelProfile]:
     """The launches in ncu's report, read by a second ncu process; ProfiledRunFailed when the report is
     missing, empty or unreadable (the program's output then only explains why)."""
-    said = f"exit {program_exit}; the program's output under ncu ends: {_output_tail(program_output)}"
+    said = f"exit {program_exit}; the program's output under ncu ends: {output_tail(program_output)}"
     out_of_memory = OUT_OF_MEMORY_MARK in program_output
     if not report.is_file() or report.stat().st_size == 0:
         raise ProfiledRunFailed(f"ncu wrote no report of the call ({said})", out_of_memory=out_of_memory)
     try:
-        done = subprocess.run(ncu_import_command(report, NCU_METRICS), capture_output=True, text=True,
-                              errors="replace", timeout=IMPORT_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise ProfiledRunFailed(f"ncu did not read its report within {IMPORT_TIMEOUT_S:g} s") from None
-    try:
-        if done.returncode != 0:
-            raise ValueError(f"ncu --import exited {done.returncode}: {_output_tail(done.stderr or done.stdout)}")
-        profiles = parse_ncu_csv(done.stdout)
+        profiles = [profile for _, profile in import_report(report)]
     except ValueError as exc:
         raise ProfiledRunFailed(f"ncu's report of the call could not be read ({exc}; {said})",
                                 out_of_memory=out_of_memory) from None
     if not profiles:
         raise ProfiledRunFailed(f"ncu's report holds no kernel launch ({said})", out_of_memory=out_of_memory)
     return profiles
+
+
+def outcome_profiles(outcome: "ProfileOutcome", timeout_s: float) -> list[KernelProfile]:
+    """A candidate's launches in a batched session (``batching``), failing as ``read_report`` fails alone: killed
+    at its limit, or no launch of its process recorded."""
+    if outcome.killed:
+        raise ProfiledRunFailed(f"no end within {timeout_s:g} s under ncu; the process was killed")
+    if not outcome.profiles:
+        said = f"exit {outcome.exit}; the program's output under ncu ends: {output_tail(outcome.output)}"
+        raise ProfiledRunFailed(f"ncu recorded no kernel launch of the call ({said})",
+                                out_of_memory=outcome.out_of_memory)
+    return outcome.profiles
 
 
 def probe_counters(timeout_s: float) -> str | None:
@@ -243,18 +208,29 @@ def probe_counters(timeout_s: float) -> str | None:
 
 
 def profile_requirements(task: Task, arch: Arch, shared_object: Path, timeout_s: float,
-                         alone: bool = False) -> tuple[list[RequirementExecution], list[KernelProfile]]:
+                         alone: bool = False, batched: bool = False,
+                         ) -> tuple[list[RequirementExecution], list[KernelProfile]]:
     """The requirements judged on executed counts, and every kernel launch the profiled call made (name,
     grid, block, stream; seen from outside the candidate's process, so a library kernel cannot hide).
-    ``alone``: the profiled program holds the GPU's lock exclusively, allocations included. Call it only
-    where ``probe_counters`` found the counters readable: a failure here is the candidate's."""
+    ``alone``: the profiled program holds the GPU's lock exclusively, allocations included. ``batched``: in a
+    session shared with the other candidates waiting for ncu then (``batching``; never alone), or alone in
+    its own when that session cannot tell candidates apart. Call it only where ``probe_counters`` found the
+    counters readable: a failure here is the candidate's."""
     sizes = task.timed().sizes
     with Folders() as folders:
         program = profiled_program(task, sizes, shared_object, folders.plan, alone,
                                    protect=[folders.plan, folders.report])
-        report = folders.report / REPORT_NAME
-        code, output = run_under_ncu(program, report, folders.home, timeout_s)
-        profiles = read_report(report, code, output)
+        outcome = None
+        if batched and not alone:
+            from ptxbench.evaluate.proof.batching import new_request, profiled_together
+
+            outcome = profiled_together(new_request(program, folders.plan / "plan.json", folders.home, timeout_s))
+        if outcome is not None and outcome.solo is None:
+            profiles = outcome_profiles(outcome, timeout_s)
+        else:
+            report = folders.report / REPORT_NAME
+            code, output = run_under_ncu(program, report, folders.home, timeout_s)
+            profiles = read_report(report, code, output)
     flops, moved = task.flops_for(sizes), task.bytes_for(sizes)
     features = [judge_execution(requirement, arch, profiles, flops, moved) for requirement in task.requirements_for(arch)]
     return features, profiles
