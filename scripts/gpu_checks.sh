@@ -11,7 +11,7 @@
 #   adversarial  tests/gpu/test_evaluator_gpu.py: the evaluator on every known cheat but the ones only Nsight
 #                Compute catches, and tests/gpu/test_lanes_memory_gpu.py: a lane that takes the GPU's memory, 480 s
 #                (on an H100, 2026-12-07: 29 of its 42 tests reached in 540 s with ncu on PATH: run it with a scale of 1.2,
-#                or in two calls)
+#                or in two calls: adversarial1 and adversarial2, each half of its tests, 540 s each)
 #   timed        tests/gpu/test_evaluator_gpu.py's every bundled example PASSED with timings (honest kernels are not
 #                accused), 540 s (on an H100 the examples and the cases together did not fit one call: 13 of 16
 #                examples in 552 s)
@@ -69,6 +69,9 @@ scale=${PTXBENCH_GPU_CHECK_SCALE:-1}
 dest=${OUT:-$PWD}
 work=$(mktemp -d /tmp/gpu_checks.XXXXXX)
 export PYTHONUNBUFFERED=1 RAY_USAGE_STATS_ENABLED=0
+# One cache for every pytest section of this machine (tests/conftest.py): each baseline's clean time measured and
+# each case built once, also across the calls of one warm lent machine
+export PTXBENCH_TEST_CACHE=${PTXBENCH_TEST_CACHE:-/tmp/ptxbench-gpu-checks-cache}
 # Every hold of the GPU's lock, for diagnosing a stage that waits: in scratch space, where the processes
 # holding candidate code may still write (their view of the machine is read-only elsewhere).
 export PTXBENCH_LOCK_TRACE=${PTXBENCH_LOCK_TRACE:-$work/locks.jsonl}
@@ -131,6 +134,9 @@ for section in "${sections[@]}"; do
         examples) run_pytest examples 400 tests/gpu/test_examples_gpu.py ;;
         adversarial) run_pytest adversarial 480 tests/gpu/test_evaluator_gpu.py tests/gpu/test_lanes_memory_gpu.py \
                          -k "not ($PROFILED) and not test_examples_pass_with_timings" ;;
+        adversarial1|adversarial2)
+            run_pytest "$section" 540 tests/gpu/test_evaluator_gpu.py tests/gpu/test_lanes_memory_gpu.py \
+                -k "not ($PROFILED) and not test_examples_pass_with_timings" --shard "${section#adversarial}/2" ;;
         timed) run_pytest timed 540 tests/gpu/test_evaluator_gpu.py -k "test_examples_pass_with_timings" ;;
         profiled) run_pytest profiled 300 tests/gpu/test_evaluator_gpu.py -k "$PROFILED" ;;
         hostile) run_pytest hostile 600 tests/gpu/test_evaluator_gpu.py tests/gpu/test_hostile_run_gpu.py \
@@ -222,6 +228,6 @@ for section in "${sections[@]}"; do
             timeout "$(limit 560)" python3 -m ptxbench eval "$R/attention_fp8_fwd.cu" "$R/prefill_gqa_ragged.cu" \
                 --timing-budget-ms 200 --trials 3 --out "$work/serving_refs" > "$work/serving_refs.log" 2>&1
             echo "serving_refs: exit $? — $(grep -E '^\[[0-9]+/' "$work/serving_refs.log" | tr '\n' ' ')" ;;
-        *) echo "unknown section: $section (examples adversarial timed profiled hostile gold fixit serve scaleout evidence refs evaluator multigpu concurrent1 concurrent2 variants_attention variants_memory variants_gemm servebench sweepbench misses serving_misses serving_refs)" >&2 ;;
+        *) echo "unknown section: $section (examples adversarial adversarial1 adversarial2 timed profiled hostile gold fixit serve scaleout evidence refs evaluator multigpu concurrent1 concurrent2 variants_attention variants_memory variants_gemm servebench sweepbench misses serving_misses serving_refs)" >&2 ;;
     esac
 done

@@ -10,6 +10,7 @@ from types import ModuleType
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+SHARED_CACHE_VARIABLE = "PTXBENCH_TEST_CACHE"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXAMPLES = REPO / "kernels" / "examples"
 
@@ -78,6 +79,23 @@ def _makes_a_module_fixture(item: pytest.Item) -> bool:
                                     for name in item.fixturenames for definition in info.name2fixturedefs.get(name, ()))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--shard", default=None, metavar="K/N", help=(
+        "run the K-th of N interleaved shares of the selected tests (every N-th from the K-th, in the order below): "
+        "a GPU section longer than one lent-GPU call runs as N calls"))
+
+
+def shard_of(items: list, shard: str) -> list:
+    """The K-th of N interleaved shares of ``items`` for ``--shard K/N``; a malformed value is a usage error."""
+    try:
+        k, n = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard wants K/N (such as 1/2), not {shard!r}") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--shard {shard}: K must be between 1 and N")
+    return items[k - 1::n]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _gpu_available():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run `pytest -m gpu` on a GPU machine)")
@@ -88,9 +106,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # same order in every worker, as pytest-xdist requires): a file started last keeps its worker busy after the
     # others have run out of work. No test may depend on the order of others (workers run them apart anyway).
     items.sort(key=lambda item: 0 if "slow" in item.keywords else 1 if _makes_a_module_fixture(item) else 2)
+    shard = config.getoption("--shard")
+    if shard:
+        kept = shard_of(items, shard)
+        left = [item for item in items if item not in kept]
+        if left:
+            config.hook.pytest_deselected(items=left)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_build_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Builds are cached per test session only, so a stale cache never hides a regression."""
-    os.environ["PTXBENCH_CACHE"] = str(tmp_path_factory.mktemp("ptxbench-cache"))
+    """Builds are cached per test session only, so a stale cache never hides a regression. ``PTXBENCH_TEST_CACHE``
+    names a folder to keep instead: ``scripts/gpu_checks.sh`` sets it, so the sections of one lent machine measure
+    each baseline's clean time and build each case once, not once per pytest session (about 150 s each on an
+    H100); nothing outside a GPU check sets it."""
+    kept = os.environ.get(SHARED_CACHE_VARIABLE)
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+    os.environ["PTXBENCH_CACHE"] = kept or str(tmp_path_factory.mktemp("ptxbench-cache"))
