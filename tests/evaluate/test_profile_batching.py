@@ -199,6 +199,14 @@ def test_a_batch_that_says_nothing_of_a_candidate_is_profiled_again_alone(tmp_pa
     assert [r["role"] for r in recordings(folder)] == ["batch", "candidate"]
 
 
+def test_a_candidate_without_launches_in_the_batch_is_judged_in_a_session_of_its_own(tmp_path: Path) -> None:
+    """Only launches are taken from a batch: a failure (killed, an error, nothing run on the GPU) is confirmed alone."""
+    batch = [_request(tmp_path, "a"), _request(tmp_path, "b")]
+    ran = {"a": {"pid": 11, "exit": 0, "killed": False}, "b": {"pid": 12, "exit": None, "killed": True}}
+    ours, silent = split(batch, ran, [_profile(11, "ka")], {"a": "", "b": ""})
+    assert ours.solo is None and silent.solo == "no launch of its process in the batched session"
+
+
 def test_a_candidate_killed_or_silent_in_a_batch_fails_as_it_would_alone(tmp_path: Path) -> None:
     from ptxbench.evaluate.child.profile_one import OUT_OF_MEMORY_MARK
     from ptxbench.evaluate.proof.profiling import ProfiledRunFailed, outcome_profiles

@@ -13,7 +13,9 @@ Each candidate runs in its own process (``child/profile_batch.py`` starts their 
 after the other) and is judged on the launches of its own process id alone. A batch whose record is missing
 (ncu failed or hung, the launcher was killed) or whose report holds a launch of any other process (a candidate's
 child, a daemon) says nothing reliable about any one of its candidates: each is then profiled again in a session
-of its own, exactly as ``publish`` does. The spool, the batch's report and its record lie in the caches' folder,
+of its own, exactly as ``publish`` does; so is a candidate none of whose launches the session recorded (it failed,
+was killed at its limit, or ran nothing on the GPU): a batch only ever confirms launches, and every failure is
+judged in a session of the candidate's own. The spool, the batch's report and its record lie in the caches' folder,
 which every process hosting candidate code sees read-only, and every candidate's plan also protects the other
 candidates' plan folders: no candidate can write a request, an outcome, the report or another one's inputs.
 """
@@ -245,7 +247,9 @@ def split(batch: list[ProfileRequest], ran: dict[str, dict], rows: list[tuple[in
     for pid, profile in rows:
         mine[pids[pid]].append(profile)
     return [ProfileOutcome(id=r.id, batch_size=len(batch), exit=ran[r.id]["exit"], killed=bool(ran[r.id]["killed"]),
-                           output=outputs[r.id], profiles=mine[r.id]) for r in batch]
+                           output=outputs[r.id], profiles=mine[r.id],
+                           solo=None if mine[r.id] else "no launch of its process in the batched session")
+            for r in batch]
 
 
 def _read_record(record: Path) -> dict[str, dict] | None:
