@@ -28,7 +28,7 @@
 #   scaleout     tests/gpu/test_scaleout_gpu.py (the Ray part needs the --ray wheels), 240 s
 #   evidence     tests/gpu/test_evidence_profiles_gpu.py: sweep against publish (status, speedup) on the GEMM reference,
 #                plain examples and failing adversarial cases (issue 40), and tests/gpu/test_profile_batching_gpu.py: a
-#                batched ncu session judges each candidate as its own session does, 480 s
+#                batched ncu session judges each candidate as its own session does, 540 s
 # and the benchmarks:
 #   refs       benchmarks/reference_kernels.py (the expert kernels against the vendor libraries), 240 s
 #   evaluator  benchmarks/evaluator_benchmark.py (timing spread, ncu agreement, throughput), 300 s
@@ -145,7 +145,7 @@ for section in "${sections[@]}"; do
         fixit) run_pytest fixit 80 tests/gpu/test_fixit_gpu.py ;;
         serve) run_pytest serve 360 tests/gpu/test_serve_gpu.py ;;
         scaleout) run_pytest scaleout 240 tests/gpu/test_scaleout_gpu.py ;;
-        evidence) run_pytest evidence 480 tests/gpu/test_evidence_profiles_gpu.py tests/gpu/test_profile_batching_gpu.py ;;
+        evidence) run_pytest evidence 540 tests/gpu/test_profile_batching_gpu.py tests/gpu/test_evidence_profiles_gpu.py ;;
         sweepbench)
             start_server 8766 "$work/sweep-state" "$work/sweep_server.log"
             share=$(limit 210)
