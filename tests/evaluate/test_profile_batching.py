@@ -121,10 +121,13 @@ def test_the_spool_serves_the_oldest_first_and_drops_what_no_one_waits_for_or_it
                     _request(tmp_path, "other", asked=0, command=["sh", "-c", "echo not the profiled program"])):
         spool.submit(request)
     (spool.requests / "junk.json").write_text("{not json")
+    vanished = _request(tmp_path, "vanished", asked=0)
+    Path(vanished.plan).unlink()  # its evaluator removed its folders
+    spool.submit(vanished)
     own = _request(tmp_path, "own", asked=5)
     spool.submit(own)
     assert [r.id for r in spool.claim(own, limit=2)] == ["own", "old"]
-    # the dead requester's, the one naming another command and the unreadable one are gone
+    # the dead requester's, the one without its plan, the one naming another command and the unreadable one
     assert sorted(p.name for p in spool.requests.glob("*.json")) == ["new.json"]
     spool.leave(ProfileOutcome(id="new", batch_size=2, exit=0))
     assert spool.collect("new").exit == 0 and spool.collect("new") is None
@@ -197,6 +200,19 @@ def test_a_batch_that_says_nothing_of_a_candidate_is_profiled_again_alone(tmp_pa
                                        batched=True)
     assert [launch.name for launch in launches] == ["ptxbench_counter_probe"]  # the solo session's report
     assert [r["role"] for r in recordings(folder)] == ["batch", "candidate"]
+
+
+def test_a_batch_that_fails_outright_sends_every_candidate_to_a_session_of_its_own(tmp_path: Path,
+                                                                                  monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from ptxbench.evaluate.proof import batching
+
+    def broken(batch, spool):  # type: ignore[no-untyped-def]
+        raise OSError("No space left on device")
+
+    monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setattr(batching, "run_batch", broken)
+    outcome = profiled_together(_request(tmp_path, "a"), Spool(tmp_path / "spool"))
+    assert outcome.solo == "the batched session failed: OSError: No space left on device"
 
 
 def test_a_candidate_without_launches_in_the_batch_is_judged_in_a_session_of_its_own(tmp_path: Path) -> None:

@@ -124,7 +124,8 @@ class Spool:
             except (ValidationError, RecordVersionError, ValueError):
                 path.unlink(missing_ok=True)
                 continue
-            if request.id != own.id and not (_alive(request.requester) and _runs_profiled_program(request)):
+            if request.id != own.id and not (_alive(request.requester) and _runs_profiled_program(request)
+                                             and Path(request.plan).is_file()):
                 path.unlink(missing_ok=True)
                 continue
             if request.id != own.id:
@@ -187,7 +188,11 @@ def profiled_together(request: ProfileRequest, spool: Spool | None = None) -> Pr
                 return outcome
             # not taken yet, or taken by a leader that died before leaving outcomes: lead a session now
             batch = spool.claim(request)
-            outcomes = run_batch(batch, spool)
+            try:
+                outcomes = run_batch(batch, spool)
+            except (OSError, ValueError) as exc:  # the batch is only a saving: its failure is no candidate's
+                why = f"the batched session failed: {type(exc).__name__}: {exc}"
+                outcomes = [ProfileOutcome(id=r.id, batch_size=len(batch), solo=why) for r in batch]
             for other in outcomes[1:]:
                 spool.leave(other)
             return outcomes[0]
