@@ -45,8 +45,9 @@
 #              without ncu, then 100 with it (each stops at its share of the limit and reports the finished
 #              ones' rate; PTXBENCH_SERVE_BUDGET_MS sets the jobs' timing budget, default eval's), 520 s
 #   sweepbench benchmarks/serve_throughput.py --mix --evidence both against a warm `ptxbench serve --lanes 4` on GPU 0:
-#              100 mixed candidates under sweep, then the first 20 again under publish, with the agreement table (each
-#              profile stops at its share of the limit; needs the --serve wheels), 580 s
+#              100 mixed candidates under sweep, then the first 20 again under publish, with the agreement table, then
+#              100 more under sweep without ncu (each stops at its share of the limit; needs the --serve wheels), up to
+#              90 s of server start, 380 s and 140 s (scale 0.9 fits one device call)
 #   misses     benchmarks/ncu_against_vendor.py on the reference misses last profiled side by side with their best
 #              baseline (the evidence of benchmarks/reference_limits.toml for gemm_bf16's decode, rmsnorm's decode and
 #              softmax's long rows), about 40 s each, 200 s
@@ -148,13 +149,19 @@ for section in "${sections[@]}"; do
         evidence) run_pytest evidence 540 tests/gpu/test_profile_batching_gpu.py tests/gpu/test_evidence_profiles_gpu.py ;;
         sweepbench)
             start_server 8766 "$work/sweep-state" "$work/sweep_server.log"
-            share=$(limit 210)
-            timeout $((2 * share + 140)) python3 benchmarks/serve_throughput.py --server http://127.0.0.1:8766 --mix \
+            share=$(limit 130)
+            timeout $((2 * share + 120)) python3 benchmarks/serve_throughput.py --server http://127.0.0.1:8766 --mix \
                 --evidence both --count 100 --publish-count 20 --deadline-s "$share" --workdir "$work/candidates-sweep" \
                 --out "$work/serve_sweep_publish.json" > "$work/sweepbench.log" 2>&1
             echo "sweepbench: exit $?"
             grep -E '"(evidence|finished|seconds|candidates_per_minute|compared|verdicts_differ|largest_speedup_difference_pct)"' \
                 "$work/sweepbench.log"
+            share=$(limit 80)  # then sweep without the proof, on the same warm server
+            timeout $((share + 60)) python3 benchmarks/serve_throughput.py --server http://127.0.0.1:8766 --mix \
+                --evidence sweep --no-profile --count 100 --deadline-s "$share" --workdir "$work/candidates-sweep-noprof" \
+                --out "$work/serve_sweep_no_profile.json" > "$work/sweepbench_no_profile.log" 2>&1
+            echo "sweepbench without the proof: exit $?"
+            grep -E '"(evidence|finished|seconds|candidates_per_minute)"' "$work/sweepbench_no_profile.log"
             kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
         refs) timeout "$(limit 240)" python3 benchmarks/reference_kernels.py --out "$work/refs" > "$work/refs.log" 2>&1
               echo "refs: exit $?"; grep -E "^## " "$work/refs.log" ;;
