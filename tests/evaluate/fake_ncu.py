@@ -58,6 +58,8 @@ if args[-2].endswith("profile_batch.py"):  # a batched session: run the launcher
     rows = [line for line in lines if line[1:2].isdigit()]
     body = []
     for entry in record["entries"]:
+        if entry["exit"] != 0:  # a program that failed launched nothing
+            continue
         for row in rows:
             cells = row.split('","')
             cells[0] = '"' + str(len(body) + 1)
@@ -81,7 +83,7 @@ def install(folder: Path, probe_output: str = "", probe_report: str | None = Non
             candidate_report: str | None = None, batch: dict | None = None) -> Path:
     """The fake ``ncu`` in ``folder`` (to put first on PATH); reports are the CSV text to print, or None
     for none written. A batched session runs the real launcher on stand-in programs (``batch["program"]``, Python
-    source) and reports ``candidate_report``'s rows once per candidate's process (as process 1 where
+    source) and reports ``candidate_report``'s rows once per candidate's process that exited 0 (as process 1 where
     ``batch["foreign"]``); ``batch["fail"]``: it fails before running anything."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "ncu"

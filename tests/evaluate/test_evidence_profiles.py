@@ -90,8 +90,8 @@ def test_publish_profiles_the_same_slow_candidate(tmp_path: Path, monkeypatch) -
 
 def test_sweep_profiles_a_candidate_within_the_factor(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     sweep = _profiled(tmp_path, monkeypatch, "correct", SWEEP)  # 2 ms against 1 ms: within 2x
-    # in a session shared with whoever waits for ncu then (proof.batching): here it alone
-    assert [r["role"] for r in recordings(tmp_path / "fake-ncu")] == ["probe", "batch"]
+    # alone in the queue for ncu: in a session of its own (proof.batching), as publish profiles it
+    assert [r["role"] for r in recordings(tmp_path / "fake-ncu")] == ["probe", "candidate"]
     assert sweep.features is not None and sweep.status is Status.REJECTED, sweep.message  # as publish judges it
     assert {g.guard for g in sweep.guards} == {Guard.FEATURE_NOT_EXECUTED}
 

@@ -169,37 +169,70 @@ def test_waiting_candidates_share_one_session_and_each_gets_its_own_launches(tmp
     assert {str(Path(r.plan).parent) for r in requests} <= set(protected)  # each protects the others' inputs
 
 
-def test_batched_profiling_judges_the_candidate_on_its_own_process(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def _profile_together(tmp_path: Path, count: int) -> list:
+    """``profile_requirements(batched=True)`` of ``count`` candidates from their own threads, released at once from
+    behind the ncu turn (so they meet in one session): each one's result."""
     from ptxbench.arch.registry import Arch
+    from ptxbench.evaluate.isolation.gpu_lock import profiler_turn
+    from ptxbench.evaluate.proof.batching import default_spool
     from ptxbench.evaluate.proof.profiling import profile_requirements
 
-    from .fake_ncu import recordings
+    results: list = [None] * count
 
+    def profile(i: int) -> None:
+        results[i] = profile_requirements(_small_rmsnorm(), Arch.SM_90A, tmp_path / f"candidate{i}.so", timeout_s=60,
+                                          batched=True)
+
+    threads = [threading.Thread(target=profile, args=(i,)) for i in range(count)]
+    with profiler_turn():
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 20
+        while len(list(default_spool().requests.glob("*.json"))) < count and time.monotonic() < deadline:
+            time.sleep(0.02)
+    for thread in threads:
+        thread.join(60)
+    return results
+
+
+@pytest.fixture
+def _machine(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
+
+
+def test_batched_profiling_judges_each_candidate_on_its_own_process(tmp_path: Path, monkeypatch, _machine) -> None:  # type: ignore[no-untyped-def]
+    from .fake_ncu import recordings
+
     folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=BULK_REPORT)
-    features, launches = profile_requirements(_small_rmsnorm(), Arch.SM_90A, tmp_path / "candidate.so",
-                                              timeout_s=60, batched=True)
-    assert [launch.name for launch in launches] == ["k(const float *, float *)"]
-    assert any(f.satisfied for f in features)
+    for features, launches in _profile_together(tmp_path, 2):
+        assert [launch.name for launch in launches] == ["k(const float *, float *)"]
+        assert any(f.satisfied for f in features)
     assert [r["role"] for r in recordings(folder)] == ["batch"]
 
 
-@pytest.mark.parametrize("batch", [{"fail": True}, {"foreign": True}])
-def test_a_batch_that_says_nothing_of_a_candidate_is_profiled_again_alone(tmp_path: Path, monkeypatch,
-                                                                          batch: dict) -> None:  # type: ignore[no-untyped-def]
+def test_a_candidate_alone_in_the_queue_gets_the_session_publish_runs(tmp_path: Path, monkeypatch, _machine) -> None:  # type: ignore[no-untyped-def]
     from ptxbench.arch.registry import Arch
     from ptxbench.evaluate.proof.profiling import profile_requirements
 
     from .fake_ncu import recordings
 
-    monkeypatch.setenv("PTXBENCH_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
-    folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=PLAIN_REPORT, batch=batch)
+    folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=BULK_REPORT)
     _, launches = profile_requirements(_small_rmsnorm(), Arch.SM_90A, tmp_path / "candidate.so", timeout_s=60,
                                        batched=True)
-    assert [launch.name for launch in launches] == ["ptxbench_counter_probe"]  # the solo session's report
-    assert [r["role"] for r in recordings(folder)] == ["batch", "candidate"]
+    assert [launch.name for launch in launches] == ["k(const float *, float *)"]
+    assert [r["role"] for r in recordings(folder)] == ["candidate"]
+
+
+@pytest.mark.parametrize("batch", [{"fail": True}, {"foreign": True}, {"program": "import sys; sys.exit(1)"}])
+def test_a_batch_that_says_nothing_of_a_candidate_is_profiled_again_alone(tmp_path: Path, monkeypatch, _machine,
+                                                                          batch: dict) -> None:  # type: ignore[no-untyped-def]
+    from .fake_ncu import recordings
+
+    folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=PLAIN_REPORT, batch=batch)
+    for _, launches in _profile_together(tmp_path, 2):
+        assert [launch.name for launch in launches] == ["ptxbench_counter_probe"]  # the solo session's report
+    assert sorted(r["role"] for r in recordings(folder)) == ["batch", "candidate", "candidate"]
 
 
 def test_a_batch_that_fails_outright_sends_every_candidate_to_a_session_of_its_own(tmp_path: Path,
@@ -211,8 +244,11 @@ def test_a_batch_that_fails_outright_sends_every_candidate_to_a_session_of_its_o
 
     monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setattr(batching, "run_batch", broken)
-    outcome = profiled_together(_request(tmp_path, "a"), Spool(tmp_path / "spool"))
+    spool = Spool(tmp_path / "spool")
+    spool.submit(_request(tmp_path, "b"))  # another candidate waits
+    outcome = profiled_together(_request(tmp_path, "a"), spool)
     assert outcome.solo == "the batched session failed: OSError: No space left on device"
+    assert spool.collect("b").solo == outcome.solo
 
 
 def test_a_candidate_without_launches_in_the_batch_is_judged_in_a_session_of_its_own(tmp_path: Path) -> None:

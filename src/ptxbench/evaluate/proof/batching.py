@@ -7,7 +7,7 @@ turn (``gpu_lock.profiler_turn``) by group commit: each writes its request into 
 turn; whoever gets it profiles every request waiting at that moment (``MAX_BATCH`` at most, its own among them)
 in one session and writes each one's outcome before it lets the turn go. A waiter that gets the turn afterwards
 finds its outcome and returns at once. No request waits for company: a batch is what queued while the previous
-session ran, so a lone candidate is profiled as soon as it would have been alone.
+session ran, and a candidate that finds no one else waiting is profiled in a session of its own, as publish does.
 
 Each candidate runs in its own process (``child/profile_batch.py`` starts their ``profile_one.py`` commands one
 after the other) and is judged on the launches of its own process id alone. A batch whose record is missing
@@ -47,6 +47,7 @@ from ptxbench.toolchain.tools import ncu_record_command
 LAUNCHER = Path(__file__).parent.parent / "child" / "profile_batch.py"
 MAX_BATCH = 8  # candidates per session: beyond a few the session's fixed cost is shared thinly already
 STALE_S = 3600.0  # an outcome nobody collected within this is removed (its requester died)
+ALONE_IN_QUEUE = "no other candidate waits for ncu"
 SESSION_SLACK_S = 60.0  # the session's limit beyond the sum of its candidates' limits: ncu's start-up and exit
 
 
@@ -188,6 +189,8 @@ def profiled_together(request: ProfileRequest, spool: Spool | None = None) -> Pr
                 return outcome
             # not taken yet, or taken by a leader that died before leaving outcomes: lead a session now
             batch = spool.claim(request)
+            if len(batch) == 1:  # no one else waits: the session of its own that publish runs, without a launcher
+                return ProfileOutcome(id=request.id, batch_size=1, solo=ALONE_IN_QUEUE)
             try:
                 outcomes = run_batch(batch, spool)
             except (OSError, ValueError) as exc:  # the batch is only a saving: its failure is no candidate's
