@@ -225,6 +225,10 @@ def main() -> int:
             part = batch[:args.publish_count] if profile == "publish" and len(profiles) == 2 and args.publish_count \
                 else batch
             measured[profile], views[profile] = measure(client, part, options, args.deadline_s)
+            if len(measured) < len(profiles):  # what is measured so far survives a run stopped in the next profile
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps({"unfinished": f"stopped before {profiles[len(measured)]}",
+                                                "command": " ".join(sys.argv), "profiles": measured}, indent=1) + "\n")
     results: dict = {
         "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv), "server": args.server,
         "server_version": health.version, "gpu_slots": health.gpus, "profile": args.profile,
