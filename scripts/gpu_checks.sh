@@ -47,7 +47,7 @@
 #   sweepbench benchmarks/serve_throughput.py --mix --evidence both against a warm `ptxbench serve --lanes 4` on GPU 0:
 #              100 mixed candidates under sweep, then the first 20 again under publish, with the agreement table, then
 #              100 more under sweep without ncu (each stops at its share of the limit; needs the --serve wheels), up to
-#              90 s of server start, 380 s and 140 s (scale 0.9 fits one device call)
+#              90 s of server start, 410 s and 140 s (scale 0.8 fits one device call)
 #   misses     benchmarks/ncu_against_vendor.py on the reference misses last profiled side by side with their best
 #              baseline (the evidence of benchmarks/reference_limits.toml for gemm_bf16's decode, rmsnorm's decode and
 #              softmax's long rows), about 40 s each, 200 s
@@ -150,7 +150,7 @@ for section in "${sections[@]}"; do
         sweepbench)
             start_server 8766 "$work/sweep-state" "$work/sweep_server.log"
             share=$(limit 130)
-            timeout $((2 * share + 120)) python3 benchmarks/serve_throughput.py --server http://127.0.0.1:8766 --mix \
+            timeout $((2 * share + 150)) python3 benchmarks/serve_throughput.py --server http://127.0.0.1:8766 --mix \
                 --evidence both --count 100 --publish-count 20 --deadline-s "$share" --workdir "$work/candidates-sweep" \
                 --out "$work/serve_sweep_publish.json" > "$work/sweepbench.log" 2>&1
             echo "sweepbench: exit $?"
