@@ -40,8 +40,9 @@ from ptxbench.toolchain.tools import ncu_record_command
 if TYPE_CHECKING:
     from ptxbench.evaluate.proof.batching import ProfileOutcome
 
-__all__ = ["PROFILED_PROGRAM", "Folders", "ProfiledRunFailed", "import_report", "ncu_session", "outcome_profiles", "probe_counters",
-           "profile_requirements", "profiled_program", "program_environment", "read_report", "run_under_ncu"]
+__all__ = ["PROFILED_PROGRAM", "Folders", "ProfiledRunFailed", "import_report", "ncu_session", "outcome_profiles",
+           "probe_counters", "profile_requirements", "profiled_program", "program_environment", "read_report",
+           "run_under_ncu"]
 
 REPORT_NAME = "profile.ncu-rep"
 PERMISSION_ERROR = "ERR_NVGPUCTRPERM"
@@ -213,9 +214,9 @@ def profile_requirements(task: Task, arch: Arch, shared_object: Path, timeout_s:
     """The requirements judged on executed counts, and every kernel launch the profiled call made (name,
     grid, block, stream; seen from outside the candidate's process, so a library kernel cannot hide).
     ``alone``: the profiled program holds the GPU's lock exclusively, allocations included. ``batched``: in a
-    session shared with the other candidates waiting for ncu then (``batching``; never alone), or alone in
-    its own when that session cannot tell candidates apart. Call it only where ``probe_counters`` found the
-    counters readable: a failure here is the candidate's."""
+    session shared with the other candidates waiting for ncu then (``batching``; never alone), and in a session
+    of its own where none waits beside it or that session confirms none of its launches. Call it only where
+    ``probe_counters`` found the counters readable: a failure here is the candidate's."""
     sizes = task.timed().sizes
     with Folders() as folders:
         program = profiled_program(task, sizes, shared_object, folders.plan, alone,
