@@ -229,10 +229,27 @@ def test_a_batch_that_says_nothing_of_a_candidate_is_profiled_again_alone(tmp_pa
                                                                           batch: dict) -> None:  # type: ignore[no-untyped-def]
     from .fake_ncu import recordings
 
+    from ptxbench.evaluate.proof.batching import default_spool
+
     folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=PLAIN_REPORT, batch=batch)
     for _, launches in _profile_together(tmp_path, 2):
         assert [launch.name for launch in launches] == ["ptxbench_counter_probe"]  # the solo session's report
     assert sorted(r["role"] for r in recordings(folder)) == ["batch", "candidate", "candidate"]
+    # a batch that confirmed no one's launches pauses batching: the next pair is profiled alone at once
+    assert "paused until" in (default_spool().paused() or "")
+    _profile_together(tmp_path, 2)
+    assert sorted(r["role"] for r in recordings(folder)) == ["batch", *["candidate"] * 4]
+
+
+def test_a_pause_ends_at_its_time(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    assert spool.paused() is None
+    spool.pause("paused until {until}: why", seconds=60)
+    assert spool.paused() is not None and "{until}" not in spool.paused()
+    spool.pause("paused until {until}: why", seconds=-1)
+    assert spool.paused() is None
+    (spool.root / "paused.json").write_text("not json")
+    assert spool.paused() is None
 
 
 def test_a_batch_that_fails_outright_sends_every_candidate_to_a_session_of_its_own(tmp_path: Path,

@@ -15,7 +15,9 @@ after the other) and is judged on the launches of its own process id alone. A ba
 child, a daemon) says nothing reliable about any one of its candidates: each is then profiled again in a session
 of its own, exactly as ``publish`` does; so is a candidate none of whose launches the session recorded (it failed,
 was killed at its limit, or ran nothing on the GPU): a batch only ever confirms launches, and every failure is
-judged in a session of the candidate's own. The spool, the batch's report and its record lie in the caches' folder,
+judged in a session of the candidate's own. A batch that confirms no candidate's launches at all pauses batching
+on the machine for ten minutes (``Spool.pause``), so an ncu that does not follow the launcher's processes as
+expected costs one wasted session, not one per batch. The spool, the batch's report and its record lie in the caches' folder,
 which every process hosting candidate code sees read-only, and every candidate's plan also protects the other
 candidates' plan folders: no candidate can write a request, an outcome, the report or another one's inputs.
 """
@@ -48,7 +50,8 @@ LAUNCHER = Path(__file__).parent.parent / "child" / "profile_batch.py"
 MAX_BATCH = 8  # candidates per session: beyond a few the session's fixed cost is shared thinly already
 STALE_S = 3600.0  # an outcome nobody collected within this is removed (its requester died)
 ALONE_IN_QUEUE = "no other candidate waits for ncu"
-SESSION_SLACK_S = 60.0  # the session's limit beyond the sum of its candidates' limits: ncu's start-up and exit
+SESSION_SLACK_S = 60.0
+PAUSE_S = 600.0  # after a batch that confirmed no candidate's launches, candidates are profiled alone this long  # the session's limit beyond the sum of its candidates' limits: ncu's start-up and exit
 
 
 class ProfileRequest(Versioned):
@@ -111,6 +114,23 @@ class Spool:
 
     def leave(self, outcome: ProfileOutcome) -> None:
         _write(self.outcomes / f"{outcome.id}.json", outcome.model_dump_json())
+
+    def pause(self, why: str, seconds: float = PAUSE_S) -> None:
+        """No batched session on this machine for ``seconds``: ``why`` (``{until}`` filled in) is the reason each
+        candidate is meanwhile profiled alone. A batch that confirmed no candidate's launches costs a session for
+        nothing and then every candidate's own: where ncu does not follow the launcher's processes as expected,
+        batching would only slow the proof down."""
+        until = time.time() + seconds
+        stamp = time.strftime("%H:%M:%S", time.localtime(until))
+        _write(self.root / "paused.json", json.dumps({"until": until, "why": why.replace("{until}", stamp)}))
+
+    def paused(self) -> str | None:
+        """Why batched sessions are paused now, or None."""
+        try:
+            found = json.loads((self.root / "paused.json").read_text())
+            return str(found["why"]) if float(found["until"]) > time.time() else None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def claim(self, own: ProfileRequest, limit: int = MAX_BATCH) -> list[ProfileRequest]:
         """``own`` and the oldest other requests waiting (``limit`` in all), taken out of the spool. Unreadable
@@ -181,6 +201,9 @@ def profiled_together(request: ProfileRequest, spool: Spool | None = None) -> Pr
     """``request``'s part of a batched session: left by the session that took it, or of the one this process
     leads when the turn comes to it first. The caller holds no GPU lock (as for ``profiling.run_under_ncu``)."""
     spool = spool or default_spool()
+    paused = spool.paused()
+    if paused is not None:
+        return ProfileOutcome(id=request.id, batch_size=1, solo=paused)
     spool.submit(request)
     try:
         with profiler_turn():
@@ -196,6 +219,9 @@ def profiled_together(request: ProfileRequest, spool: Spool | None = None) -> Pr
             except (OSError, ValueError) as exc:  # the batch is only a saving: its failure is no candidate's
                 why = f"the batched session failed: {type(exc).__name__}: {exc}"
                 outcomes = [ProfileOutcome(id=r.id, batch_size=len(batch), solo=why) for r in batch]
+            if not any(o.solo is None for o in outcomes):
+                spool.pause(f"batched ncu sessions paused until {{until}}: the last one, of {len(batch)}, confirmed "
+                            f"no candidate's launches ({outcomes[0].solo})")
             for other in outcomes[1:]:
                 spool.leave(other)
             return outcomes[0]
