@@ -17,9 +17,10 @@ of its own, exactly as ``publish`` does; so is a candidate none of whose launche
 was killed at its limit, or ran nothing on the GPU): a batch only ever confirms launches, and every failure is
 judged in a session of the candidate's own. A batch that confirms no candidate's launches at all pauses batching
 on the machine for ten minutes (``Spool.pause``), so an ncu that does not follow the launcher's processes as
-expected costs one wasted session, not one per batch. The spool, the batch's report and its record lie in the caches' folder,
-which every process hosting candidate code sees read-only, and every candidate's plan also protects the other
-candidates' plan folders: no candidate can write a request, an outcome, the report or another one's inputs.
+expected costs one wasted session, not one per batch. The spool, the batch's report and its record lie in the
+caches' folder, which every process hosting candidate code sees read-only, and every candidate's plan also protects
+the other candidates' plan folders: no candidate can write a request, an outcome, the report or another one's
+inputs.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ LAUNCHER = Path(__file__).parent.parent / "child" / "profile_batch.py"
 MAX_BATCH = 8  # candidates per session: beyond a few the session's fixed cost is shared thinly already
 STALE_S = 3600.0  # an outcome nobody collected within this is removed (its requester died)
 ALONE_IN_QUEUE = "no other candidate waits for ncu"
-SESSION_SLACK_S = 60.0
-PAUSE_S = 600.0  # after a batch that confirmed no candidate's launches, candidates are profiled alone this long  # the session's limit beyond the sum of its candidates' limits: ncu's start-up and exit
+SESSION_SLACK_S = 60.0  # the session's limit beyond the sum of its candidates' limits: ncu's start-up and exit
+PAUSE_S = 600.0  # after a batch that confirmed no candidate's launches, candidates are profiled alone this long
 
 
 class ProfileRequest(Versioned):
@@ -103,14 +104,17 @@ class Spool:
             (self.requests / f"{request_id}.json").unlink()
 
     def collect(self, request_id: str) -> ProfileOutcome | None:
-        """The outcome left for ``request_id`` (removed from the spool), or None."""
+        """The outcome left for ``request_id`` (removed from the spool), or None (also for one that does not read)."""
         path = self.outcomes / f"{request_id}.json"
         try:
             text = path.read_text()
         except FileNotFoundError:
             return None
         path.unlink(missing_ok=True)
-        return ProfileOutcome.model_validate_json(text)
+        try:
+            return ProfileOutcome.model_validate_json(text)
+        except (ValidationError, RecordVersionError):  # another ptxbench's, or damaged: profiled again here
+            return None
 
     def leave(self, outcome: ProfileOutcome) -> None:
         _write(self.outcomes / f"{outcome.id}.json", outcome.model_dump_json())
