@@ -140,6 +140,7 @@ def test_waiting_candidates_share_one_session_and_each_gets_its_own_launches(tmp
     from .fake_ncu import recordings
 
     monkeypatch.setenv("PTXBENCH_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("PTXBENCH_LOCK_TRACE", str(tmp_path / "trace.jsonl"))
     folder = _fake_ncu(tmp_path, monkeypatch, candidate_report=BULK_REPORT)
     spool = Spool(tmp_path / "spool")
     plans = [Path(_request(tmp_path, f"r{i}").plan) for i in range(3)]
@@ -167,6 +168,8 @@ def test_waiting_candidates_share_one_session_and_each_gets_its_own_launches(tmp
     assert not list(spool.requests.glob("*.json")) and not list(spool.outcomes.glob("*.json"))
     protected = json.loads(Path(requests[0].plan).read_text())["protect"]
     assert {str(Path(r.plan).parent) for r in requests} <= set(protected)  # each protects the others' inputs
+    traced = [json.loads(line)["purpose"] for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert "ncu batch of 3: 3 confirmed" in traced  # how often batches formed is measured, not guessed
 
 
 def _profile_together(tmp_path: Path, count: int) -> list:

@@ -115,6 +115,12 @@ def _trace(mode: str, purpose: str, asked: float, got: float, released: object =
         pass  # diagnosis only: a trace that cannot be written never fails an evaluation
 
 
+def trace_event(mode: str, purpose: str, began: float) -> None:
+    """A hold-like event of the harness's own (``began`` to now, wall-clock seconds) in the trace file when one is
+    named, as the holds are: a batched ncu session and how many candidates it confirmed, say."""
+    _trace(mode, purpose, began, began)
+
+
 PROFILER_TURN = "nsight-compute.lock"  # one file per machine: ncu serialises profiling machine-wide too
 
 

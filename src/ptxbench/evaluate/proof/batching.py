@@ -39,7 +39,7 @@ from pydantic import Field, ValidationError
 
 from ptxbench.evaluate.child.profile_one import OUT_OF_MEMORY_MARK
 from ptxbench.evaluate.isolation.confinement import compile_cache_environment
-from ptxbench.evaluate.isolation.gpu_lock import profiler_turn
+from ptxbench.evaluate.isolation.gpu_lock import profiler_turn, trace_event
 from ptxbench.evaluate.proof.executed import NCU_METRICS
 from ptxbench.evaluate.proof.ncu import (
     ProfiledRunFailed, import_report, ncu_session, output_tail, profiled_program_command, program_environment)
@@ -218,12 +218,15 @@ def profiled_together(request: ProfileRequest, spool: Spool | None = None) -> Pr
             batch = spool.claim(request)
             if len(batch) == 1:  # no one else waits: the session of its own that publish runs, without a launcher
                 return ProfileOutcome(id=request.id, batch_size=1, solo=ALONE_IN_QUEUE)
+            began = time.time()
             try:
                 outcomes = run_batch(batch, spool)
             except (OSError, ValueError) as exc:  # the batch is only a saving: its failure is no candidate's
                 why = f"the batched session failed: {type(exc).__name__}: {exc}"
                 outcomes = [ProfileOutcome(id=r.id, batch_size=len(batch), solo=why) for r in batch]
-            if not any(o.solo is None for o in outcomes):
+            confirmed = sum(o.solo is None for o in outcomes)
+            trace_event("profiler", f"ncu batch of {len(batch)}: {confirmed} confirmed", began)
+            if not confirmed:
                 spool.pause(f"batched ncu sessions paused until {{until}}: the last one, of {len(batch)}, confirmed "
                             f"no candidate's launches ({outcomes[0].solo})")
             for other in outcomes[1:]:
