@@ -162,6 +162,8 @@ for section in "${sections[@]}"; do
                 --out "$work/serve_sweep_no_profile.json" > "$work/sweepbench_no_profile.log" 2>&1
             echo "sweepbench without the proof: exit $?"
             grep -E '"(evidence|finished|seconds|candidates_per_minute)"' "$work/sweepbench_no_profile.log"
+            # the batched ncu sessions that formed (proof.batching traces each one)
+            grep -ho '"ncu batch of [0-9]*: [0-9]* confirmed"' "$PTXBENCH_LOCK_TRACE" 2>/dev/null | sort | uniq -c
             kill -INT "$server"; sleep 3; kill -9 "$server" 2>/dev/null ;;
         refs) timeout "$(limit 240)" python3 benchmarks/reference_kernels.py --out "$work/refs" > "$work/refs.log" 2>&1
               echo "refs: exit $?"; grep -E "^## " "$work/refs.log" ;;
