@@ -96,6 +96,7 @@ def shard_of(items: list, shard: str) -> list:
     return items[k - 1::n]
 
 
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected: a shard shares out what was selected
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _gpu_available():
         skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run `pytest -m gpu` on a GPU machine)")
