@@ -72,6 +72,7 @@ def _together(built: list[tuple[object, Path]], monkeypatch: pytest.MonkeyPatch)
         results[i] = profile_requirements(task, Arch.SM_90A, shared_object, 180, batched=True)
 
     spool = batching.default_spool()
+    (spool.root / "paused.json").unlink(missing_ok=True)  # a pause left by an earlier run on this machine
     threads = [threading.Thread(target=profile, args=(i,)) for i in range(len(built))]
     with profiler_turn():
         for thread in threads:
