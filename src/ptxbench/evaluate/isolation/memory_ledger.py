@@ -28,16 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ptxbench.evaluate.isolation.gpu_lock import default_lock_folder
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process: alive
-    return True
+from ptxbench.evaluate.isolation.processes import alive
 
 
 class MemoryLedger:
@@ -66,7 +57,7 @@ class MemoryLedger:
                 entries = {}  # none yet, or torn by a crash: reservations are only ever advice
             live = {token: entry for token, entry in entries.items()
                     if isinstance(entry, dict) and isinstance(entry.get("pid"), int)
-                    and isinstance(entry.get("bytes"), int) and _alive(entry["pid"])}
+                    and isinstance(entry.get("bytes"), int) and alive(entry["pid"])}
             yield live
             temporary = self._path.with_suffix(f".{os.getpid()}.tmp")
             temporary.write_text(json.dumps(live))

@@ -36,6 +36,17 @@ def _stat_fields(pid: int | str) -> list[str]:
         return []
 
 
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (another user's process counts: it cannot be signalled, yet it lives)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def process_state(pid: int) -> str | None:
     """The one-letter state of process ``pid`` ('T': stopped, 'Z': zombie), None once it is gone."""
     fields = _stat_fields(pid)

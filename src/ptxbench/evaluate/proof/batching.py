@@ -40,6 +40,7 @@ from pydantic import Field, ValidationError
 from ptxbench.evaluate.child.profile_one import OUT_OF_MEMORY_MARK
 from ptxbench.evaluate.isolation.confinement import compile_cache_environment
 from ptxbench.evaluate.isolation.gpu_lock import profiler_turn, trace_event
+from ptxbench.evaluate.isolation.processes import alive
 from ptxbench.evaluate.proof.executed import NCU_METRICS
 from ptxbench.evaluate.proof.ncu import (
     ProfiledRunFailed, import_report, ncu_session, output_tail, profiled_program_command, program_environment)
@@ -149,7 +150,7 @@ class Spool:
             except (ValidationError, RecordVersionError, ValueError):
                 path.unlink(missing_ok=True)
                 continue
-            if request.id != own.id and not (_alive(request.requester) and _runs_profiled_program(request)
+            if request.id != own.id and not (alive(request.requester) and _runs_profiled_program(request)
                                              and Path(request.plan).is_file()):
                 path.unlink(missing_ok=True)
                 continue
@@ -177,16 +178,6 @@ def _runs_profiled_program(request: ProfileRequest) -> bool:
     """Whether another process's request runs ``profile_one.py`` on its own plan and nothing else: the leader
     starts what a request names, so it starts nothing but the harness's profiled program."""
     return request.command == profiled_program_command(Path(request.plan))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def default_spool() -> Spool:
@@ -222,8 +213,7 @@ def profiled_together(request: ProfileRequest, spool: Spool | None = None) -> Pr
             try:
                 outcomes = run_batch(batch, spool)
             except (OSError, ValueError) as exc:  # the batch is only a saving: its failure is no candidate's
-                why = f"the batched session failed: {type(exc).__name__}: {exc}"
-                outcomes = [ProfileOutcome(id=r.id, batch_size=len(batch), solo=why) for r in batch]
+                outcomes = all_solo(batch, f"the batched session failed: {type(exc).__name__}: {exc}")
             confirmed = sum(o.solo is None for o in outcomes)
             trace_event("profiler", f"ncu batch of {len(batch)}: {confirmed} confirmed", began)
             if not confirmed:
@@ -253,20 +243,23 @@ def run_batch(batch: list[ProfileRequest], spool: Spool) -> list[ProfileOutcome]
         try:
             session_exit, session_output = ncu_session(command, program_environment(home), home, limit)
         except ProfiledRunFailed as exc:  # the whole session hung: no one candidate's doing that can be told
-            return [ProfileOutcome(id=r.id, batch_size=len(batch), solo=f"the batched ncu session: {exc}")
-                    for r in batch]
+            return all_solo(batch, f"the batched ncu session: {exc}")
         ran = _read_record(record)
         if ran is None:
             why = (f"the batched ncu session of {len(batch)} left no record of its processes "
                    f"(exit {session_exit}; {output_tail(session_output, lines=2)})")
-            return [ProfileOutcome(id=r.id, batch_size=len(batch), solo=why) for r in batch]
+            return all_solo(batch, why)
         outputs = {r.id: _read_text(folder / f"{r.id}.out") for r in batch}
         try:
             rows = import_report(report) if report.is_file() and report.stat().st_size else []
         except ValueError as exc:
-            return [ProfileOutcome(id=r.id, batch_size=len(batch), solo=f"the batched session's report: {exc}")
-                    for r in batch]
+            return all_solo(batch, f"the batched session's report: {exc}")
         return split(batch, ran, rows, outputs)
+
+
+def all_solo(batch: list[ProfileRequest], why: str) -> list[ProfileOutcome]:
+    """Every request of ``batch`` sent to a session of its own, for ``why``."""
+    return [ProfileOutcome(id=r.id, batch_size=len(batch), solo=why) for r in batch]
 
 
 def split(batch: list[ProfileRequest], ran: dict[str, dict], rows: list[tuple[int | None, KernelProfile]],
@@ -283,7 +276,7 @@ def split(batch: list[ProfileRequest], ran: dict[str, dict], rows: list[tuple[in
     else:
         why = None
     if why is not None:
-        return [ProfileOutcome(id=r.id, batch_size=len(batch), solo=why) for r in batch]
+        return all_solo(batch, why)
     mine: dict[str, list[KernelProfile]] = {r.id: [] for r in batch}
     for pid, profile in rows:
         mine[pids[pid]].append(profile)
