@@ -29,22 +29,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the adversarial manifest and its expectations live with the tests
 
-
-def share(items: list, part: tuple[int, int]) -> list:
-    """The K-th of N interleaved shares of ``items`` (``part`` = (K, N), K from 1): every N-th, from the K-th."""
-    k, n = part
-    return items[k - 1::n]
+from tests.shares import parse_share, share  # noqa: E402 (found through the line above)
 
 
 def parse_part(text: str) -> tuple[int, int]:
     """``K/N`` with 1 <= K <= N, else a one-line error."""
     try:
-        k, n = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--part wants K/N (such as 1/2), not {text!r}") from None
-    if not 1 <= k <= n:
-        raise argparse.ArgumentTypeError(f"--part {text}: K must be between 1 and N")
-    return k, n
+        return parse_share(text, "--part")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _adversarial_generations(folder: Path, part: tuple[int, int]) -> tuple[Path, dict[str, dict]]:

@@ -9,6 +9,8 @@ from types import ModuleType
 
 import pytest
 
+from tests.shares import parse_share, share
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CACHE_VARIABLE = "PTXBENCH_TEST_CACHE"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -88,12 +90,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def shard_of(items: list, shard: str) -> list:
     """The K-th of N interleaved shares of ``items`` for ``--shard K/N``; a malformed value is a usage error."""
     try:
-        k, n = (int(part) for part in shard.split("/"))
-    except ValueError:
-        raise pytest.UsageError(f"--shard wants K/N (such as 1/2), not {shard!r}") from None
-    if not 1 <= k <= n:
-        raise pytest.UsageError(f"--shard {shard}: K must be between 1 and N")
-    return items[k - 1::n]
+        return share(items, parse_share(shard, "--shard"))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected: a shard shares out what was selected
